@@ -1,0 +1,33 @@
+# The two commands the README starts with: `make demo` and `make test`.
+# Both create .venv on first use; torch is pinned to the CPU build so that
+# no multi-GB CUDA wheel is ever pulled (the package itself only asks torch>=2.5).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_PIN := torch==2.13.0
+# A machine that keeps wheels on disk (CI here does) installs torch from there.
+WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+
+.PHONY: setup demo test lint clean
+
+$(BIN)/tenter: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check $(WHEELS) "$(TORCH_PIN)"
+	$(BIN)/pip install -q --disable-pip-version-check $(WHEELS) -e ".[examples,plot,dev]"
+	touch $@
+
+setup: $(BIN)/tenter
+
+demo: setup
+	$(BIN)/tenter run examples/digits/job.yaml
+
+lint: setup
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest tests
+
+clean:
+	rm -rf $(VENV) tenter-jobs .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+from tenter.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The ``tenter`` command line: one ``cmd_<verb>.py`` per subcommand, listed in main.py."""

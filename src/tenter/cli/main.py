@@ -1,0 +1,48 @@
+"""``tenter``: run, plan and inspect distributed PyTorch jobs.
+
+Each subcommand lives in ``tenter/cli/cmd_<name>.py`` and exposes ``add_parser(subparsers)``,
+which registers its parser with ``func`` set to a callable taking the parsed arguments and
+returning the exit code. Adding a subcommand is one module and one line in COMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from rich.console import Console
+
+from tenter import __version__
+from tenter.spec import SpecError
+
+COMMANDS = ("run", "plan")
+
+EXIT_USAGE = 2
+"""Bad input (flags, spec): nothing was created and nothing launched."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tenter",
+        description="Run distributed PyTorch jobs from one spec: on this machine (simulated "
+        "hosts), through mpirun, on Slurm or Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"tenter {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"tenter.cli.cmd_{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SpecError as e:
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {e}", markup=True)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Launching jobs: spec -> plan (pure) -> a backend that executes that same plan."""

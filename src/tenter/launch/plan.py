@@ -1,0 +1,238 @@
+"""The plan: for every host and every rank, the exact command, directory and environment.
+
+:func:`make_plan` is a pure function of the spec (plus the job id and the Python to use),
+so ``tenter plan`` can print it and tests can pin it. The local backend executes this same
+object: each host's agent reads its :class:`HostPlan` from ``plan.json``.
+
+Two values cannot be known before launch and appear as placeholders: the rendezvous port
+(``${rdzv_port}``) and ``MASTER_PORT`` (``${master_port}``, the port of the store that rank 0's
+agent serves to the workers). Both are free ports chosen at launch, never a fixed 29500, so
+that two jobs on one machine never clash.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tenter.runtime import contract
+from tenter.spec import JobSpec, lookup, processes_per_host
+
+RDZV_PORT = "${rdzv_port}"
+MASTER_PORT = "${master_port}"
+LOOPBACK_NIC = "lo"
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    rank: int
+    local_rank: int
+    env: dict[str, str]
+    """The torchrun variables of this rank, on top of its host's environment."""
+    stdout: str
+    stderr: str
+    error_file: str
+    """Where the worker's uncaught exception is written (torch elastic's error file)."""
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str
+    index: int
+    addr: str
+    """The host's address. Simulated hosts each get their own loopback address, ordered
+    so that torch elastic's rendezvous gives host i the group rank i."""
+    dir: str
+    """The host's SageMaker ``/opt/ml`` directory."""
+    env: dict[str, str]
+    """Every process of the host gets this environment (plus its rank's variables)."""
+    files: dict[str, str]
+    """Files to write under ``dir``: relative path -> content."""
+    links: dict[str, str]
+    """Symlinks to create under ``dir``: relative path -> target (input channels)."""
+    ranks: list[RankPlan]
+
+
+@dataclass(frozen=True)
+class Plan:
+    job_id: str
+    job_dir: str
+    backend: str
+    command: list[str]
+    """The same for every rank: the per-rank differences are all in the environment."""
+    cwd: str
+    hosts: list[HostPlan]
+    procs_per_host: int
+    rdzv_endpoint: str
+    max_restarts: int = 0
+    max_run: int | None = None
+    console_ranks: list[int] | None = None
+    tag_output: bool = True
+
+    @property
+    def world_size(self) -> int:
+        return self.procs_per_host * len(self.hosts)
+
+    def rank_env(self, host: HostPlan, rank: RankPlan) -> dict[str, str]:
+        """Everything the worker of ``rank`` gets beyond the launcher's own environment."""
+        return {**host.env, **rank.env}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        data = json.loads(text)
+        hosts = [
+            HostPlan(**{**h, "ranks": [RankPlan(**r) for r in h["ranks"]]}) for h in data["hosts"]
+        ]
+        return cls(**{**data, "hosts": hosts})
+
+
+def new_job_id(name: str) -> str:
+    """``<name>-<UTC timestamp>-<4 hex>``: unique, sortable, readable."""
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def jobs_root(spec: JobSpec, tenter_home: Path) -> Path:
+    return Path(spec.output_dir) if spec.output_dir else tenter_home / "jobs"
+
+
+def simulated_host_addr(index: int) -> str:
+    """Loopback address of simulated host ``index`` (0-based): 127.100.0.1, 127.101.0.1, ...
+
+    torch elastic's c10d rendezvous ranks nodes by sorting their address strings; three-digit
+    second octets make string order equal host order, for up to 156 hosts.
+    """
+    if not 0 <= index < 156:
+        raise ValueError(f"the local backend simulates at most 156 hosts, not {index + 1}")
+    return f"127.{100 + index}.0.1"
+
+
+def _command(spec: JobSpec, python: str) -> list[str]:
+    user_args = [*contract.hyperparameter_args(spec.hyperparameters), *spec.args]
+    # Python entries run under tenter's bootstrap, which records an uncaught exception
+    # with its traceback in the rank's error file: that is how the failure summary names
+    # the first failing rank's traceback without the script changing.
+    bootstrap = [python, "-m", "tenter.runtime.bootstrap"]
+    if spec.entry_point is not None:
+        return [*bootstrap, str(Path(spec.source_dir) / spec.entry_point), *user_args]
+    if spec.module is not None:
+        return [*bootstrap, "-m", spec.module, *user_args]
+    assert spec.command is not None, "the spec check requires one entry"
+    return [*spec.command, *user_args]
+
+
+def make_plan(spec: JobSpec, job_id: str, jobs_dir: Path, python: str) -> Plan:
+    """The plan of a validated, path-resolved spec on the local backend."""
+    itype = lookup(spec.instance_type)
+    assert itype is not None, "the spec check rejects unknown instance types"
+    procs = processes_per_host(spec, itype)
+    job_dir = jobs_dir / job_id
+    names = contract.host_names(spec.instance_count)
+    addrs = [simulated_host_addr(i) for i in range(spec.instance_count)]
+    world = procs * len(names)
+    entry = spec.entry_point or spec.module or " ".join(spec.command or [])
+    distribution = spec.distribution.model_dump()
+    common_env = {
+        "PYTHONUNBUFFERED": "1",
+        # torchrun sets 1 thread per worker; simulated hosts also share this machine's cores.
+        "OMP_NUM_THREADS": str(max(1, itype.cpus // world)),
+        **spec.environment,
+        "TENTER_JOB_ID": job_id,
+        "TENTER_JOB_DIR": str(job_dir),
+        "TENTER_NUM_HOSTS": str(len(names)),
+    }
+    hosts = []
+    for index, (name, addr) in enumerate(zip(names, addrs, strict=True)):
+        host_dir = job_dir / "hosts" / name
+        channel_dirs = {ch: str(host_dir / "input" / "data" / ch) for ch in spec.channels}
+        env = {
+            **common_env,
+            "TENTER_HOST": name,
+            "TENTER_HOST_INDEX": str(index),
+            "TENTER_HOST_ADDR": addr,
+            "TENTER_CHECKPOINT_DIR": str(host_dir / "checkpoints"),
+            **contract.sagemaker_env(
+                job_name=job_id,
+                current_host=name,
+                hosts=names,
+                host_dir=host_dir,
+                instance_type=itype.sagemaker_name,
+                num_gpus=itype.gpus,
+                num_cpus=itype.cpus,
+                num_neurons=itype.neuron_cores,
+                network_interface=LOOPBACK_NIC,
+                hyperparameters=spec.hyperparameters,
+                channels=channel_dirs,
+                entry_point=entry,
+                module_dir=spec.source_dir,
+                distribution=distribution,
+            ),
+        }
+        config = {
+            "resourceconfig.json": contract.resource_config(
+                name, names, itype.sagemaker_name, LOOPBACK_NIC
+            ),
+            "hyperparameters.json": contract.hyperparameters_json(spec.hyperparameters),
+            "inputdataconfig.json": contract.input_data_config(spec.channels),
+        }
+        ranks = []
+        for local_rank in range(procs):
+            rank = index * procs + local_rank
+            log = job_dir / "logs" / f"rank-{rank}"
+            ranks.append(
+                RankPlan(
+                    rank=rank,
+                    local_rank=local_rank,
+                    env={
+                        **contract.torchrun_env(
+                            rank=rank,
+                            local_rank=local_rank,
+                            group_rank=index,
+                            local_world_size=procs,
+                            num_hosts=len(names),
+                            master_addr=addrs[0],
+                            master_port=MASTER_PORT,
+                            run_id=job_id,
+                            max_restarts=0,
+                        ),
+                        "TORCHELASTIC_ERROR_FILE": f"{log}.error.json",
+                    },
+                    stdout=f"{log}.stdout",
+                    stderr=f"{log}.stderr",
+                    error_file=f"{log}.error.json",
+                )
+            )
+        hosts.append(
+            HostPlan(
+                name=name,
+                index=index,
+                addr=addr,
+                dir=str(host_dir),
+                env=env,
+                files={
+                    f"input/config/{fname}": json.dumps(content, indent=2)
+                    for fname, content in config.items()
+                },
+                links={f"input/data/{ch}": path for ch, path in spec.channels.items()},
+                ranks=ranks,
+            )
+        )
+    return Plan(
+        job_id=job_id,
+        job_dir=str(job_dir),
+        backend=spec.backend,
+        command=_command(spec, python),
+        cwd=spec.source_dir,
+        hosts=hosts,
+        procs_per_host=procs,
+        rdzv_endpoint=f"127.0.0.1:{RDZV_PORT}",
+        max_run=spec.max_run,
+        console_ranks=spec.logs.ranks,
+        tag_output=spec.logs.tag,
+    )

@@ -1,0 +1,1 @@
+"""What a worker sees: the worker contract, and the API training scripts call."""

@@ -1,0 +1,232 @@
+"""The worker contract: what every process of a job sees, written once for every backend.
+
+Two layers, in this order (later wins):
+
+1. The SageMaker training contract, per host: the ``/opt/ml`` layout under the host's
+   directory (``input/config/*.json``, ``input/data/<channel>``, ``model/``, ``output/``,
+   ``checkpoints/``) and the ``SM_*`` variables the sagemaker-training toolkit exports.
+2. The torchrun environment, per rank: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+   ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``ROLE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``,
+   ``TORCHELASTIC_*`` (set by torch elastic's agent; the plan shows the same values).
+
+Everything here is a pure function of the job, so that ``tenter plan`` can print it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import PurePath
+from typing import Any
+
+INSTANCE_GROUP = "homogeneousCluster"
+"""SageMaker's name for the single instance group of a homogeneous cluster."""
+
+
+def hyperparameter_args(hyperparameters: Mapping[str, Any]) -> list[str]:
+    """``--key value`` pairs, sorted by key, as the SageMaker toolkit passes them.
+
+    Strings pass verbatim (a value with spaces, quotes or ``$(...)`` arrives unchanged:
+    this is an argument list, never a shell string); other values are JSON, except
+    booleans, which Python scripts read as ``True``/``False``.
+    """
+    args: list[str] = []
+    for key in sorted(hyperparameters):
+        args += [f"--{key}", _arg_value(hyperparameters[key])]
+    return args
+
+
+def _arg_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value)
+    return json.dumps(value)
+
+
+def host_names(count: int) -> list[str]:
+    """SageMaker's host names: ``algo-1``, ``algo-2``, ..."""
+    return [f"algo-{i + 1}" for i in range(count)]
+
+
+def resource_config(
+    current_host: str, hosts: list[str], instance_type: str, network_interface: str
+) -> dict[str, Any]:
+    """The content of ``input/config/resourceconfig.json`` for ``current_host``."""
+    return {
+        "current_host": current_host,
+        "current_instance_type": instance_type,
+        "current_group_name": INSTANCE_GROUP,
+        "hosts": hosts,
+        "instance_groups": [
+            {
+                "instance_group_name": INSTANCE_GROUP,
+                "instance_type": instance_type,
+                "hosts": hosts,
+            }
+        ],
+        "network_interface_name": network_interface,
+    }
+
+
+def input_data_config(channels: Mapping[str, str]) -> dict[str, Any]:
+    """The content of ``input/config/inputdataconfig.json``: local channels are File mode."""
+    return {
+        name: {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated"}
+        for name in sorted(channels)
+    }
+
+
+def hyperparameters_json(hyperparameters: Mapping[str, Any]) -> dict[str, str]:
+    """``hyperparameters.json`` as SageMaker writes it: every value a JSON-encoded string."""
+    return {k: json.dumps(v) for k, v in sorted(hyperparameters.items())}
+
+
+def framework_params(distribution: Mapping[str, Any]) -> dict[str, Any]:
+    """``SM_FRAMEWORK_PARAMS``: the ``sagemaker_*`` flags the SDK derives from distribution."""
+    sm = distribution.get("smdistributed", {})
+    mpi = distribution.get("mpi", {})
+    return {
+        "sagemaker_distributed_dataparallel_enabled": bool(
+            sm.get("dataparallel", {}).get("enabled")
+            or distribution.get("pytorchddp", {}).get("enabled")
+        ),
+        "sagemaker_mpi_enabled": bool(mpi.get("enabled")),
+        "sagemaker_torch_distributed_enabled": bool(
+            distribution.get("torch_distributed", {}).get("enabled")
+        ),
+        "sagemaker_modelparallel_enabled": bool(sm.get("modelparallel", {}).get("enabled")),
+    }
+
+
+def sagemaker_env(
+    *,
+    job_name: str,
+    current_host: str,
+    hosts: list[str],
+    host_dir: PurePath,
+    instance_type: str,
+    num_gpus: int,
+    num_cpus: int,
+    num_neurons: int,
+    network_interface: str,
+    hyperparameters: Mapping[str, Any],
+    channels: Mapping[str, str],
+    entry_point: str,
+    module_dir: str,
+    distribution: Mapping[str, Any],
+) -> dict[str, str]:
+    """The ``SM_*`` variables of one host, mirroring sagemaker-training's ``to_env_vars``.
+
+    ``channels`` maps names to the paths the data has on the host (``input/data/<name>``).
+    """
+    input_dir = host_dir / "input"
+    output_dir = host_dir / "output"
+    rc = resource_config(current_host, hosts, instance_type, network_interface)
+    training_env: dict[str, Any] = {
+        "job_name": job_name,
+        "hosts": hosts,
+        "current_host": current_host,
+        "master_hostname": hosts[0],
+        "is_master": current_host == hosts[0],
+        "current_instance_type": instance_type,
+        "current_instance_group": INSTANCE_GROUP,
+        "current_instance_group_hosts": hosts,
+        "instance_groups": [INSTANCE_GROUP],
+        "instance_groups_dict": {g["instance_group_name"]: g for g in rc["instance_groups"]},
+        "distribution_instance_groups": [INSTANCE_GROUP],
+        "distribution_hosts": hosts,
+        "is_hetero": False,
+        "network_interface_name": network_interface,
+        "num_gpus": num_gpus,
+        "num_cpus": num_cpus,
+        "num_neurons": num_neurons,
+        "hyperparameters": dict(hyperparameters),
+        "user_entry_point": entry_point,
+        "module_name": entry_point.removesuffix(".py"),
+        "module_dir": module_dir,
+        "framework_module": None,
+        "additional_framework_parameters": framework_params(distribution),
+        "resource_config": rc,
+        "input_data_config": input_data_config(channels),
+        "channel_input_dirs": dict(channels),
+        "model_dir": str(host_dir / "model"),
+        "input_dir": str(input_dir),
+        "input_config_dir": str(input_dir / "config"),
+        "input_data_dir": str(input_dir / "data"),
+        "output_dir": str(output_dir),
+        "output_data_dir": str(output_dir / "data"),
+        "output_intermediate_dir": str(output_dir / "intermediate"),
+        "log_level": 20,
+    }
+    env = {
+        "SM_HOSTS": hosts,
+        "SM_CURRENT_HOST": current_host,
+        "SM_CURRENT_INSTANCE_TYPE": instance_type,
+        "SM_CURRENT_INSTANCE_GROUP": INSTANCE_GROUP,
+        "SM_CURRENT_INSTANCE_GROUP_HOSTS": hosts,
+        "SM_INSTANCE_GROUPS": [INSTANCE_GROUP],
+        "SM_INSTANCE_GROUPS_DICT": training_env["instance_groups_dict"],
+        "SM_DISTRIBUTION_INSTANCE_GROUPS": [INSTANCE_GROUP],
+        "SM_IS_HETERO": False,
+        "SM_NETWORK_INTERFACE_NAME": network_interface,
+        "SM_NUM_GPUS": num_gpus,
+        "SM_NUM_CPUS": num_cpus,
+        "SM_NUM_NEURONS": num_neurons,
+        "SM_LOG_LEVEL": 20,
+        "SM_HPS": dict(hyperparameters),
+        "SM_USER_ENTRY_POINT": entry_point,
+        "SM_USER_ARGS": hyperparameter_args(hyperparameters),
+        "SM_FRAMEWORK_PARAMS": training_env["additional_framework_parameters"],
+        "SM_RESOURCE_CONFIG": rc,
+        "SM_INPUT_DATA_CONFIG": training_env["input_data_config"],
+        "SM_CHANNELS": sorted(channels),
+        "SM_MODULE_NAME": training_env["module_name"],
+        "SM_MODULE_DIR": module_dir,
+        "SM_MODEL_DIR": training_env["model_dir"],
+        "SM_INPUT_DIR": training_env["input_dir"],
+        "SM_INPUT_CONFIG_DIR": training_env["input_config_dir"],
+        "SM_OUTPUT_DIR": training_env["output_dir"],
+        "SM_OUTPUT_DATA_DIR": training_env["output_data_dir"],
+        "SM_OUTPUT_INTERMEDIATE_DIR": training_env["output_intermediate_dir"],
+        "SM_TRAINING_ENV": training_env,
+    }
+    for name, path in channels.items():
+        env[f"SM_CHANNEL_{name.upper()}"] = path
+    for key, value in hyperparameters.items():
+        env[f"SM_HP_{key.upper()}"] = value
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in env.items()}
+
+
+def torchrun_env(
+    *,
+    rank: int,
+    local_rank: int,
+    group_rank: int,
+    local_world_size: int,
+    num_hosts: int,
+    master_addr: str,
+    master_port: str,
+    run_id: str,
+    max_restarts: int,
+    restart_count: int = 0,
+) -> dict[str, str]:
+    """The variables torch elastic's local agent sets for one worker (role ``default``)."""
+    world = local_world_size * num_hosts
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+        "GROUP_RANK": str(group_rank),
+        "GROUP_WORLD_SIZE": str(num_hosts),
+        "ROLE_NAME": "default",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": master_port,
+        "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_RESTART_COUNT": str(restart_count),
+        "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }

@@ -1,0 +1,82 @@
+"""The job spec: one model for YAML files, CLI flags and the Python ``Estimator``.
+
+Field names follow the SageMaker Python SDK where one exists (``entry_point``,
+``source_dir``, ``hyperparameters``, ``instance_count``, ``instance_type``,
+``distribution``, ``max_run``), so a SageMaker job translates key for key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import (
+    AliasChoices,
+    Field,
+    JsonValue,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+)
+
+from tenter.spec.base import StrictModel
+from tenter.spec.distribution import Distribution
+
+
+class LogOptions(StrictModel):
+    ranks: list[NonNegativeInt] | None = None
+    """Global ranks whose output the console shows (all when unset); every rank's output
+    is written to its log file regardless."""
+    tag: bool = True
+    """Prefix console lines with ``[host,rank]<stream>:`` as ``mpirun --tag-output`` does."""
+
+
+class JobSpec(StrictModel):
+    """A training job, independent of where it runs."""
+
+    name: str = Field(default="tenter", pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$", max_length=63)
+    """Job name; the job id is this name plus a timestamp (SageMaker's base_job_name)."""
+    entry_point: str | None = None
+    """Python script to run, relative to ``source_dir``."""
+    module: str | None = None
+    """Python module to run as ``python -m MODULE`` (instead of ``entry_point``)."""
+    command: list[str] | None = None
+    """Any executable and its arguments (instead of ``entry_point``)."""
+    args: list[str] = []
+    """Arguments appended verbatim after the hyperparameter arguments."""
+    source_dir: str = "."
+    """Working directory of every process; ``entry_point`` is relative to it."""
+    hyperparameters: dict[str, JsonValue] = {}
+    """Passed as ``--key value`` arguments, ``SM_HP_<KEY>`` and hyperparameters.json."""
+    environment: dict[str, str] = {}
+    """Extra environment variables for every process."""
+    channels: dict[str, str] = {}
+    """Input channels: name -> local path (linked into ``input/data/<name>``)."""
+    output_dir: str | None = None
+    """Where job directories are created (default ``$TENTER_HOME/jobs``, ~/.tenter/jobs)."""
+    instance_count: PositiveInt = Field(
+        default=1, validation_alias=AliasChoices("instance_count", "hosts")
+    )
+    """Number of hosts (``hosts`` is accepted as another name)."""
+    instance_type: str = "local"
+    """An instance type of the catalog (``ml.p4d.24xlarge``...), or ``local``: this machine."""
+    processes_per_host: PositiveInt | None = None
+    """Worker processes per host (default: the instance type's GPUs, or 1 without GPUs)."""
+    distribution: Distribution = Distribution()
+    max_run: PositiveInt | None = None
+    """Seconds after which the job is stopped (SageMaker's max_run)."""
+    backend: str = "local"
+    """Where the job runs: ``local`` (this machine, hosts simulated)."""
+    logs: LogOptions = LogOptions()
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _stringify_scalars(cls, value: Any) -> Any:
+        # YAML reads `OMP_NUM_THREADS: 1` as an int; an environment only holds strings.
+        if isinstance(value, dict):
+            return {
+                k: str(v).lower() if isinstance(v, bool) else str(v)
+                if isinstance(v, int | float)
+                else v
+                for k, v in value.items()
+            }
+        return value

@@ -1,0 +1,259 @@
+"""Cross-field rules of a job spec, checked before anything is created or launched.
+
+:func:`check` returns every error and every warning at once; :func:`parse` turns raw
+YAML/flag/Estimator data into a :class:`JobSpec`, translating pydantic's errors into
+field-path problems with a did-you-mean for unknown keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from tenter.spec import catalog
+from tenter.spec.errors import Problem, SpecError, did_you_mean
+from tenter.spec.job import JobSpec
+
+KNOWN_BACKENDS = ("local",)
+"""Launch backends this version can run."""
+
+# Set per rank by the launcher; a user value would be silently overwritten.
+_RESERVED_ENV = re.compile(
+    r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT"
+    r"|TORCHELASTIC_.*|SM_.*)$"
+)
+_CHANNEL_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    names = []
+    for name, info in model.model_fields.items():
+        names.append(name)
+        choices = getattr(info.validation_alias, "choices", None)
+        names += [c for c in choices or () if isinstance(c, str)]
+    return names
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The spec model that holds the field at ``loc`` (for did-you-mean suggestions)."""
+    model: type[BaseModel] = JobSpec
+    for part in loc:
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return None
+        candidates = [info.annotation]
+        while candidates:
+            annotation = candidates.pop()
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                model = annotation
+                break
+            if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+                candidates += list(typing.get_args(annotation))
+        else:
+            return None
+    return model
+
+
+def _problem_from_pydantic(err: Any) -> Problem:
+    loc = tuple(err["loc"])
+    path = ".".join(str(p) for p in loc)
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        hint = did_you_mean(str(loc[-1]), _field_names(parent)) if parent else ""
+        return Problem(path, f"unknown field.{hint or ' Remove it.'}")
+    if err["type"] == "missing":
+        return Problem(path, "is required")
+    message = err["msg"]
+    # Errors raised by our own validators already carry the fix.
+    if err["type"] == "value_error":
+        return Problem(path, message.removeprefix("Value error, "))
+    return Problem(path, f"{err['input']!r} is invalid: {message[0].lower()}{message[1:]}")
+
+
+_SMP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")
+
+
+def _rename_partitions(data: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """Accept SMP's old ``partitions`` name for ``pipeline_parallel_degree``, with a warning."""
+    params: Any = data
+    for key in _SMP_PATH:
+        params = params.get(key) if isinstance(params, dict) else None
+    if not isinstance(params, dict) or "partitions" not in params:
+        return data, []
+    path = ".".join(_SMP_PATH)
+    if "pipeline_parallel_degree" in params:
+        raise SpecError(
+            [
+                Problem(
+                    f"{path}.partitions",
+                    "is the old name of pipeline_parallel_degree, and both are set: "
+                    "keep only pipeline_parallel_degree",
+                )
+            ]
+        )
+    data = copy.deepcopy(data)
+    target = data
+    for key in _SMP_PATH:
+        target = target[key]
+    target["pipeline_parallel_degree"] = target.pop("partitions")
+    return data, [Problem(f"{path}.partitions", "is deprecated; use pipeline_parallel_degree")]
+
+
+def _without(data: dict[str, Any], locs: list[tuple[int | str, ...]]) -> dict[str, Any]:
+    """``data`` with the values at ``locs`` removed, so that the rest can still be checked."""
+    data = copy.deepcopy(data)
+    for loc in locs:
+        parent: Any = data
+        for part in loc[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if isinstance(parent, dict):
+            parent.pop(loc[-1], None)
+    return data
+
+
+def parse(data: dict[str, Any]) -> tuple[JobSpec, list[Problem], list[Problem]]:
+    """Build a JobSpec from raw data; returns (spec, structural errors, warnings).
+
+    On structural errors the spec is built without the offending values, so that the
+    cross-field rules can still run and every problem is reported in one pass.
+    """
+    data, warnings = _rename_partitions(data)
+    try:
+        return JobSpec.model_validate(data), [], warnings
+    except ValidationError as e:
+        errors = [_problem_from_pydantic(err) for err in e.errors()]
+        locs = [tuple(err["loc"]) for err in e.errors()]
+    try:
+        return JobSpec.model_validate(_without(data, locs)), errors, warnings
+    except ValidationError:
+        raise SpecError(errors) from None
+
+
+def processes_per_host(spec: JobSpec, itype: catalog.InstanceType) -> int:
+    """The effective processes per host: the spec's, MPI's, or one per GPU (1 without GPUs)."""
+    return (
+        spec.processes_per_host
+        or spec.distribution.mpi.processes_per_host
+        or (itype.gpus if itype.gpus > 0 else 1)
+    )
+
+
+def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
+    """Raise SpecError listing every error (``errors`` found earlier, and these rules');
+    return the warnings.
+
+    Paths in ``spec`` are expected absolute (the loaders resolve them).
+    """
+    prior = errors or []
+    errors = []
+    warnings: list[Problem] = []
+
+    entries = [n for n in ("entry_point", "module", "command") if getattr(spec, n) is not None]
+    if not entries:
+        errors.append(
+            Problem("entry_point", "is required: set entry_point (a script), module or command")
+        )
+    elif len(entries) > 1:
+        errors.append(Problem(entries[1], f"cannot be combined with {entries[0]}; keep one"))
+
+    source_dir = Path(spec.source_dir)
+    if not source_dir.is_dir():
+        errors.append(Problem("source_dir", f"'{source_dir}' is not a directory"))
+    elif spec.entry_point is not None and not (source_dir / spec.entry_point).is_file():
+        errors.append(
+            Problem(
+                "entry_point",
+                f"'{spec.entry_point}' does not exist in source_dir '{source_dir}'; check the "
+                "name, or set source_dir to the folder that contains it",
+            )
+        )
+    if spec.command is not None and not spec.command:
+        errors.append(Problem("command", "is empty; give the executable and its arguments"))
+
+    for name, path in spec.channels.items():
+        if not _CHANNEL_NAME.match(name):
+            errors.append(
+                Problem(f"channels.{name}", "channel names may use letters, digits, '.', '_', '-'")
+            )
+        if not Path(path).exists():
+            errors.append(Problem(f"channels.{name}", f"'{path}' does not exist"))
+
+    for key in spec.hyperparameters:
+        if not key or re.search(r"[\s=]", key):
+            errors.append(
+                Problem(f"hyperparameters.{key!r}", "names must be non-empty, without spaces or '='")
+            )
+    for key in spec.environment:
+        if _RESERVED_ENV.match(key):
+            errors.append(
+                Problem(
+                    f"environment.{key}",
+                    "is set by tenter for every process and cannot be overridden; remove it",
+                )
+            )
+
+    if spec.backend not in KNOWN_BACKENDS:
+        errors.append(
+            Problem(
+                "backend",
+                f"'{spec.backend}' is not a launch backend; choose one of: "
+                f"{', '.join(KNOWN_BACKENDS)}.{did_you_mean(spec.backend, KNOWN_BACKENDS)}",
+            )
+        )
+
+    itype = catalog.lookup(spec.instance_type)
+    if itype is None:
+        errors.append(
+            Problem(
+                "instance_type",
+                f"'{spec.instance_type}' is not in the catalog.{did_you_mean(spec.instance_type, catalog.known_types())}"
+                " Known types: " + ", ".join(catalog.known_types()),
+            )
+        )
+    else:
+        mpi_pph = spec.distribution.mpi.processes_per_host
+        if spec.processes_per_host and mpi_pph and spec.processes_per_host != mpi_pph:
+            errors.append(
+                Problem(
+                    "processes_per_host",
+                    f"{spec.processes_per_host} differs from distribution.mpi.processes_per_host "
+                    f"({mpi_pph}); set one of them",
+                )
+            )
+        procs = processes_per_host(spec, itype)
+        world = procs * spec.instance_count
+        if itype.gpus > 0 and procs > itype.gpus:
+            errors.append(
+                Problem(
+                    "processes_per_host",
+                    f"{procs} processes per host exceed the {itype.gpus} GPUs of "
+                    f"{itype.name}; use at most {itype.gpus} (one process per GPU)",
+                )
+            )
+        if itype.is_local and itype.gpus == 0 and world > itype.cpus:
+            warnings.append(
+                Problem(
+                    "processes_per_host",
+                    f"{world} processes on {itype.cpus} CPU cores: they will share cores, "
+                    "and run slower than on separate hosts",
+                )
+            )
+        errors += spec.distribution.problems(world)
+        for rank in spec.logs.ranks or []:
+            if rank >= world:
+                errors.append(
+                    Problem("logs.ranks", f"rank {rank} does not exist in a world of {world}")
+                )
+    # A value removed for a structural error was checked again with its default: a rule
+    # that fails on that default repeats the same field, so only the first report stays.
+    known_bad = {p.path for p in prior}
+    errors = [*prior, *(p for p in errors if p.path not in known_bad)]
+    if errors:
+        raise SpecError(errors)
+    return warnings
