@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 from tenter import __version__
 from tenter.spec import SpecError
@@ -40,8 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except SpecError as e:
-        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {e}", markup=True)
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(str(e))}"
+        )
         return EXIT_USAGE
+    except BrokenPipeError:
+        # `tenter plan ... | head`: the reader left; not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

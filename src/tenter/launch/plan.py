@@ -17,7 +17,6 @@ import secrets
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from tenter.runtime import contract
 from tenter.spec import JobSpec, lookup, processes_per_host

@@ -16,7 +16,6 @@ import sys
 from torch.distributed.elastic.multiprocessing.errors import record
 
 
-@record
 def run(argv: list[str]) -> None:
     if argv[:1] == ["-m"] and len(argv) >= 2:
         sys.argv = [argv[1], *argv[2:]]
@@ -30,4 +29,4 @@ def run(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    run(sys.argv[1:])
+    record(run)(sys.argv[1:])

@@ -41,7 +41,9 @@ class InstanceType:
 @functools.cache
 def _catalog() -> dict[str, InstanceType]:
     text = resources.files("tenter.spec").joinpath("instance_types.yaml").read_text()
-    return {name: InstanceType(name=name, **fields) for name, fields in yaml.safe_load(text).items()}
+    return {
+        name: InstanceType(name=name, **fields) for name, fields in yaml.safe_load(text).items()
+    }
 
 
 def known_types() -> list[str]:

@@ -67,7 +67,10 @@ class Distribution(StrictModel):
         """The user's ``custom_mpi_options`` (mpi and dataparallel), merged; validated by
         :meth:`problems` first."""
         opts = MpiOptions()
-        for text in (self.mpi.custom_mpi_options, self.smdistributed.dataparallel.custom_mpi_options):
+        for text in (
+            self.mpi.custom_mpi_options,
+            self.smdistributed.dataparallel.custom_mpi_options,
+        ):
             opts = parse_mpi_options(text).merged_over(opts)
         return opts
 

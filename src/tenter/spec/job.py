@@ -41,15 +41,15 @@ class JobSpec(StrictModel):
     """Python module to run as ``python -m MODULE`` (instead of ``entry_point``)."""
     command: list[str] | None = None
     """Any executable and its arguments (instead of ``entry_point``)."""
-    args: list[str] = []
+    args: list[str] = Field(default_factory=list)
     """Arguments appended verbatim after the hyperparameter arguments."""
     source_dir: str = "."
     """Working directory of every process; ``entry_point`` is relative to it."""
-    hyperparameters: dict[str, JsonValue] = {}
+    hyperparameters: dict[str, JsonValue] = Field(default_factory=dict)
     """Passed as ``--key value`` arguments, ``SM_HP_<KEY>`` and hyperparameters.json."""
-    environment: dict[str, str] = {}
+    environment: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for every process."""
-    channels: dict[str, str] = {}
+    channels: dict[str, str] = Field(default_factory=dict)
     """Input channels: name -> local path (linked into ``input/data/<name>``)."""
     output_dir: str | None = None
     """Where job directories are created (default ``$TENTER_HOME/jobs``, ~/.tenter/jobs)."""
@@ -74,7 +74,9 @@ class JobSpec(StrictModel):
         # YAML reads `OMP_NUM_THREADS: 1` as an int; an environment only holds strings.
         if isinstance(value, dict):
             return {
-                k: str(v).lower() if isinstance(v, bool) else str(v)
+                k: str(v).lower()
+                if isinstance(v, bool)
+                else str(v)
                 if isinstance(v, int | float)
                 else v
                 for k, v in value.items()

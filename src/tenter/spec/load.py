@@ -65,7 +65,5 @@ def load(
     return spec, warnings + check(spec, errors)
 
 
-def load_file(
-    path: Path, overrides: dict[str, Any] | None = None
-) -> tuple[JobSpec, list[Problem]]:
+def load_file(path: Path, overrides: dict[str, Any] | None = None) -> tuple[JobSpec, list[Problem]]:
     return load(read_yaml(path), path.resolve().parent, overrides)

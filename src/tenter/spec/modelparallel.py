@@ -123,7 +123,8 @@ class ModelParallelParameters(StrictModel):
                     Problem(
                         f"{path}.sharded_data_parallel_degree",
                         "sharded data parallelism does not compose with pipeline parallelism "
-                        "in SMP; set pipeline_parallel_degree: 1 or sharded_data_parallel_degree: 1",
+                        "in SMP; set pipeline_parallel_degree: 1 or "
+                        "sharded_data_parallel_degree: 1",
                     )
                 )
             if self.shard_optimizer_state:

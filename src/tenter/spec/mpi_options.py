@@ -56,7 +56,9 @@ def parse_mpi_options(text: str) -> MpiOptions:
         token = tokens[i]
         if token in _MCA_FLAGS:
             if len(tokens) - i < 3:
-                raise ValueError(f"'{token}' needs a parameter name and a value: '{token} NAME VALUE'")
+                raise ValueError(
+                    f"'{token}' needs a parameter name and a value: '{token} NAME VALUE'"
+                )
             name, value = tokens[i + 1], tokens[i + 2]
             if name in mca and mca[name] != value:
                 raise ValueError(

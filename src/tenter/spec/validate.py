@@ -53,7 +53,10 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
             if isinstance(annotation, type) and issubclass(annotation, BaseModel):
                 model = annotation
                 break
-            if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+            if (
+                isinstance(annotation, types.UnionType)
+                or typing.get_origin(annotation) is typing.Union
+            ):
                 candidates += list(typing.get_args(annotation))
         else:
             return None
@@ -187,7 +190,9 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
     for key in spec.hyperparameters:
         if not key or re.search(r"[\s=]", key):
             errors.append(
-                Problem(f"hyperparameters.{key!r}", "names must be non-empty, without spaces or '='")
+                Problem(
+                    f"hyperparameters.{key!r}", "names must be non-empty, without spaces or '='"
+                )
             )
     for key in spec.environment:
         if _RESERVED_ENV.match(key):
@@ -209,11 +214,12 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
 
     itype = catalog.lookup(spec.instance_type)
     if itype is None:
+        known = catalog.known_types()
         errors.append(
             Problem(
                 "instance_type",
-                f"'{spec.instance_type}' is not in the catalog.{did_you_mean(spec.instance_type, catalog.known_types())}"
-                " Known types: " + ", ".join(catalog.known_types()),
+                f"'{spec.instance_type}' is not in the catalog."
+                f"{did_you_mean(spec.instance_type, known)} Known types: {', '.join(known)}",
             )
         )
     else:

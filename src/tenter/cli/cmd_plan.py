@@ -1,0 +1,73 @@
+"""``tenter plan``: what would run, per host and rank, without running it.
+
+The printed plan is the object the backend executes. ``--json`` prints all of it; the
+text view shows the environment once for what all processes share, then what differs
+per host and per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+from tenter.cli.options import add_job_arguments, load_job
+from tenter.launch.plan import RDZV_PORT, Plan
+
+LONG_VALUE = 100
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "plan",
+        help="show what would run, per host and rank",
+        description="Validate a job and print its plan: for every host and rank the command, "
+        "working directory and environment. Nothing is created or started.",
+    )
+    add_job_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the complete plan as JSON")
+    parser.add_argument("--job-id", help="use this job id (default: a new one)")
+    parser.set_defaults(func=show_plan)
+
+
+def show_plan(args: argparse.Namespace) -> int:
+    spec = load_job(args)
+    from tenter.launch import api
+
+    plan = api.dryrun(spec, args.job_id)
+    print(plan.to_json() if args.json else render(plan))
+    return 0
+
+
+def _short(value: str) -> str:
+    return value if len(value) <= LONG_VALUE else value[:LONG_VALUE] + "... (see --json)"
+
+
+def _env_lines(env: dict[str, str], indent: str) -> list[str]:
+    return [f"{indent}{k}={_short(v)}" for k, v in sorted(env.items())]
+
+
+def render(plan: Plan) -> str:
+    envs = [plan.rank_env(h, r) for h in plan.hosts for r in h.ranks]
+    common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
+    lines = [
+        f"job         {plan.job_id}  (backend {plan.backend})",
+        f"size        {len(plan.hosts)} hosts x {plan.procs_per_host} processes = "
+        f"{plan.world_size} ranks",
+        f"directory   {plan.job_dir}",
+        f"command     {shlex.join(plan.command)}",
+        f"cwd         {plan.cwd}",
+        f"rendezvous  c10d store at {plan.rdzv_endpoint} ({RDZV_PORT}: a free port chosen "
+        "at launch)",
+    ]
+    if plan.max_run:
+        lines.append(f"max run     {plan.max_run} s")
+    lines += ["", "environment of every process:", *_env_lines(common, "  ")]
+    for host in plan.hosts:
+        lines += ["", f"host {host.name} ({host.addr})  {host.dir}"]
+        lines += _env_lines({k: v for k, v in host.env.items() if k not in common}, "  ")
+        for rank in host.ranks:
+            own = {k: v for k, v in rank.env.items() if k not in common}
+            lines.append(f"  rank {rank.rank} (local {rank.local_rank}):")
+            lines += _env_lines(own, "    ")
+    return "\n".join(lines)

@@ -1,0 +1,187 @@
+"""What happened: per-rank failures gathered from the agents, the root cause, the summary.
+
+The root cause is the earliest *primary* failure. A failure is secondary when it is a
+consequence of another: a peer's broken connection (gloo/NCCL errors that follow a rank's
+death) or tenter's own stop of the remaining workers. Without that distinction the first
+rank to notice a dead peer would be blamed for its death.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+from tenter.launch.api import Failure, JobResult
+from tenter.launch.plan import Plan
+
+AGENT_RESULT = "agent-result.json"
+STDERR_TAIL_LINES = 20
+
+_PEER_ERROR = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|DistBackendError"
+    r"|NCCL communicator was aborted|Socket Timeout|failed to recv|Timed out waiting"
+)
+
+_SIGNAL_MEANING = {
+    signal.SIGKILL: "killed: most often by the out-of-memory killer (see `dmesg`), "
+    "or by a user or scheduler",
+    signal.SIGSEGV: "segmentation fault in native code",
+    signal.SIGABRT: "aborted: a C++ exception or assertion in native code",
+    signal.SIGBUS: "bus error: often a /dev/shm too small for shared memory",
+    signal.SIGTERM: "terminated",
+    signal.SIGINT: "interrupted",
+}
+
+
+def exit_meaning(exit_code: int | None) -> str:
+    """``exit code 1``, ``signal 9 (SIGKILL, exit code 137): killed: ...``."""
+    if exit_code is None:
+        return "did not finish"
+    signum = -exit_code if exit_code < 0 else exit_code - 128 if exit_code > 128 else 0
+    if signum <= 0:
+        return f"exit code {exit_code}"
+    try:
+        sig = signal.Signals(signum)
+    except ValueError:
+        return f"exit code {exit_code}"
+    meaning = _SIGNAL_MEANING.get(sig, "")
+    return f"signal {signum} ({sig.name}, exit code {128 + signum})" + (
+        f": {meaning}" if meaning else ""
+    )
+
+
+def job_exit_code(failure: Failure | None) -> int:
+    """The launcher's exit status: the root cause's, signals as 128+N like a shell."""
+    if failure is None or failure.exit_code is None:
+        return 1
+    if failure.exit_code < 0:
+        return 128 - failure.exit_code
+    return failure.exit_code or 1
+
+
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ", re.MULTILINE)
+# Frames of the machinery between the launcher and the user's code.
+_LAUNCH_FRAMES = ("<frozen runpy>", "tenter/runtime/bootstrap.py", "elastic/multiprocessing/errors")
+
+
+def user_traceback(text: str) -> str:
+    """The traceback as the user's script would print it: without torch's ``[rankN]:``
+    prefixes and without the frames of tenter's bootstrap and runpy."""
+    out: list[str] = []
+    skipping = False
+    for line in _RANK_PREFIX.sub("", text).splitlines():
+        if line.startswith("  File "):
+            skipping = any(frame in line for frame in _LAUNCH_FRAMES)
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _read_error_file(path: str) -> tuple[str, str]:
+    """(message, traceback) from torch elastic's error file format."""
+    try:
+        data: Any = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return "", ""
+    message = data.get("message", "")
+    if isinstance(message, dict):
+        return str(message.get("message", "")), user_traceback(
+            str(message.get("extraInfo", {}).get("py_callstack", ""))
+        )
+    return str(message), ""
+
+
+def _tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
+    try:
+        return "".join(Path(path).read_text(errors="replace").splitlines(True)[-lines:])
+    except OSError:
+        return ""
+
+
+def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure], list[str]]:
+    """Worker failures from every agent's result file, and agent-level errors."""
+    failures: list[Failure] = []
+    agent_errors: list[str] = []
+    by_rank = {r.rank: (h, r) for h in plan.hosts for r in h.ranks}
+    for host in plan.hosts:
+        path = Path(host.dir) / AGENT_RESULT
+        if not path.exists():
+            continue
+        result = json.loads(path.read_text())
+        if result["state"] == "ERROR":
+            agent_errors.append(f"{host.name}: {result['message']}")
+        for f in result["failures"]:
+            _, rank = by_rank[f["rank"]]
+            message, traceback = _read_error_file(f["error_file"])
+            killed_by_us = (
+                stopped_at is not None
+                and f["exit_code"] in (-signal.SIGTERM, -signal.SIGKILL)
+                and f["timestamp"] >= stopped_at
+            )
+            failures.append(
+                Failure(
+                    host=host.name,
+                    rank=f["rank"],
+                    local_rank=f["local_rank"],
+                    pid=f["pid"],
+                    exit_code=f["exit_code"],
+                    timestamp=f["timestamp"],
+                    message=message,
+                    traceback=traceback,
+                    stderr_tail="" if traceback else _tail(rank.stderr),
+                    log=rank.stderr,
+                    secondary=killed_by_us or bool(_PEER_ERROR.search(message + traceback)),
+                )
+            )
+    return failures, agent_errors
+
+
+def failure_reason(result: JobResult) -> str:
+    """One line: what failed first, for ``output/failure`` and exceptions."""
+    f = result.root_cause
+    if f is None:
+        return "interrupted" if result.interrupted else "the job failed"
+    what = f.message.splitlines()[0] if f.message else exit_meaning(f.exit_code)
+    return f"rank {f.rank} on {f.host} failed: {what}"
+
+
+def render_summary(result: JobResult, plan: Plan, extra: list[str]) -> str:
+    """The end-of-job report: the root cause first, with its traceback."""
+    head = f"job {result.job_id} "
+    size = f"{result.hosts} hosts x {result.procs_per_host} processes = {plan.world_size} ranks"
+    job_dir = Path(result.job_dir)
+    if result.ok:
+        model = Path(plan.hosts[0].dir) / "model"
+        return "\n".join(
+            [
+                head + f"succeeded in {result.duration_s:.1f} s ({size})",
+                f"  model:   {model}",
+                f"  outputs: {job_dir / 'hosts'}/*/output/data",
+                f"  logs:    {job_dir / 'logs'}",
+            ]
+        )
+    state = "was interrupted" if result.interrupted else "FAILED"
+    lines = [head + f"{state} after {result.duration_s:.1f} s ({size})", *extra]
+    root = result.root_cause
+    if root is not None:
+        lines.append(
+            f"root cause: rank {root.rank} on host {root.host} (local rank {root.local_rank}, "
+            f"pid {root.pid}): {exit_meaning(root.exit_code)}"
+        )
+        body = root.traceback or root.message or root.stderr_tail
+        if body:
+            lines += ["  " + line for line in body.rstrip().splitlines()]
+        lines.append(f"  log: {root.log}")
+        others = [f for f in result.failures if f is not root]
+        if others:
+            lines.append("also stopped (after the root cause):")
+            for f in sorted(others, key=lambda f: f.rank):
+                first = f.message.splitlines()[0] if f.message else exit_meaning(f.exit_code)
+                lines.append(f"  rank {f.rank} on {f.host}: {first[:160]}")
+    lines.append(f"job directory: {job_dir}")
+    return "\n".join(lines)

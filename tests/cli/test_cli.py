@@ -1,0 +1,120 @@
+"""The CLI's contract: help, bad input (exit 2, nothing created), plan output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tenter.cli.main import COMMANDS, build_parser, main
+from tests.conftest import REPO
+
+BAD_SPEC = """
+name: bad
+entry_point: missing.py
+processes_per_host: 0
+instance_type: ml.p4d.24xlarg
+distribution:
+  mpi: {enabled: true, process_per_host: 2}
+channels: {train: /nope}
+"""
+
+
+def test_every_command_has_a_help_text(capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("--help", *(f"{c} --help" for c in COMMANDS)):
+        with pytest.raises(SystemExit) as info:
+            main(name.split())
+        assert info.value.code == 0
+    assert "--procs-per-host" in capsys.readouterr().out
+
+
+def test_the_run_flags_are_frozen() -> None:
+    # A new flag is a public promise: add it here on purpose, not by accident.
+    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    flags = sorted(o for a in run._actions for o in a.option_strings)
+    assert flags == sorted(
+        [
+            "-h",
+            "--help",
+            "-m",
+            "--module",
+            "--no-python",
+            "--hosts",
+            "--procs-per-host",
+            "--instance-type",
+            "--backend",
+            "--name",
+            "--source-dir",
+            "--output-dir",
+            "--max-run",
+            "--env",
+            "--hp",
+            "--channel",
+            "--ranks",
+            "--no-tag",
+        ]
+    )
+
+
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_bad_spec_exits_2_listing_every_problem_and_creates_nothing(
+    command: str, tmp_path: Path, tenter_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(BAD_SPEC)
+    assert main([command, str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "the job spec has 5 problems:" in err
+    for text in (
+        "processes_per_host: 0 is invalid",
+        "Did you mean 'processes_per_host'?",
+        "Did you mean 'ml.p4d.24xlarge'?",
+        "channels.train: '/nope' does not exist",
+        "entry_point: 'missing.py' does not exist",
+    ):
+        assert text in err
+    assert not tenter_home.exists()
+
+
+def test_bad_flag_values_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--env", "NOEQUALS", "x.py"]) == 2
+    assert "--env: 'NOEQUALS' is not KEY=VALUE" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--hosts", "two", "x.py"])
+    assert info.value.code == 2
+
+
+def test_plan_prints_the_json_the_backend_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "plan",
+                "--json",
+                "--job-id",
+                "j-1",
+                str(REPO / "examples/digits/job.yaml"),
+                "--hosts",
+                "3",
+                "--",
+                "--seed",
+                "7",
+            ]
+        )
+        == 0
+    )
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["job_id"] == "j-1"
+    assert [h["name"] for h in plan["hosts"]] == ["algo-1", "algo-2", "algo-3"]
+    assert plan["command"][-2:] == ["--seed", "7"]
+
+
+def test_plan_text_shows_shared_environment_once_and_per_rank_differences(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--job-id", "j-1", str(REPO / "examples/digits/job.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "size        2 hosts x 2 processes = 4 ranks" in out
+    assert out.splitlines().count("  WORLD_SIZE=4") == 1
+    assert "host algo-2 (127.101.0.1)" in out
+    assert "  rank 3 (local 1):\n    GROUP_RANK=1\n    LOCAL_RANK=1\n    RANK=3" in out

@@ -1,0 +1,16 @@
+"""Rank 3 fails at step 3 of an all_reduce loop: FAIL_MODE=raise raises, =kill SIGKILLs itself."""
+
+import os
+import signal
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+for step in range(1000):
+    dist.all_reduce(t)
+    if step == 3 and os.environ["RANK"] == "3":
+        if os.environ["FAIL_MODE"] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise ValueError(f"boom at step {step}")

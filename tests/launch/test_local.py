@@ -1,0 +1,169 @@
+"""End to end on the local backend: real processes, real gloo, real rendezvous."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tenter.launch.plan import MASTER_PORT, Plan
+from tests.conftest import REPO, SCRIPTS, assert_nothing_left, tenter
+
+pytestmark = pytest.mark.slow
+
+HOSTILE = "a b 'c' \"d\"; $(touch /tmp/tenter-pwned) `id` \\n*"
+
+
+def test_run_gives_every_rank_the_planned_contract_and_hostile_values_arrive_verbatim() -> None:
+    done = tenter(
+        "run",
+        "--hosts",
+        "2",
+        "--procs-per-host",
+        "2",
+        "--hp",
+        f"note={HOSTILE}",
+        "--hp",
+        "lr=0.1",
+        "--channel",
+        f"training={SCRIPTS}",
+        str(SCRIPTS / "contract.py"),
+        "--",
+        "--extra",
+        HOSTILE,
+    )
+    assert done.returncode == 0, done.stderr
+    job_dir = done.job_dir
+    plan = Plan.from_json((job_dir / "plan.json").read_text())
+    for host in plan.hosts:
+        for rank in host.ranks:
+            seen = json.loads(
+                (Path(host.dir) / "output/data" / f"rank-{rank.rank}.json").read_text()
+            )
+            for key, planned in plan.rank_env(host, rank).items():
+                if planned == MASTER_PORT:
+                    assert seen["env"][key].isdigit()
+                else:
+                    assert seen["env"][key] == planned, key
+            assert seen["argv"] == ["--lr", "0.1", "--note", HOSTILE, "--extra", HOSTILE]
+            assert seen["env"]["SM_HP_NOTE"] == HOSTILE
+            assert seen["cwd"] == str(SCRIPTS)
+            assert seen["env"]["SM_CURRENT_HOST"] == host.name
+            assert seen["env"]["MASTER_ADDR"] == "127.100.0.1"
+            assert os.readlink(Path(host.dir) / "input/data/training") == str(SCRIPTS)
+    assert not Path("/tmp/tenter-pwned").exists()
+    assert "[algo-2,3]<stdout>: rank 3 of 4 on algo-2: all_reduce ok" in done.stdout
+    config = json.loads((job_dir / "hosts/algo-2/input/config/resourceconfig.json").read_text())
+    assert config["current_host"] == "algo-2"
+    assert config["hosts"] == ["algo-1", "algo-2"]
+    assert (job_dir / "hosts/algo-1/output/success").exists()
+    assert "succeeded" in done.stderr
+    assert_nothing_left(job_dir)
+
+
+@pytest.mark.parametrize(
+    ("mode", "exit_code", "expected"),
+    [
+        ("raise", 1, ["ValueError: boom at step 3", 'File "' + str(SCRIPTS / "fail.py")]),
+        ("kill", 137, ["signal 9 (SIGKILL, exit code 137)", "out-of-memory"]),
+    ],
+)
+def test_run_reports_the_failing_rank_as_root_cause_if_a_worker_dies(
+    mode: str, exit_code: int, expected: list[str]
+) -> None:
+    done = tenter(
+        "run",
+        "--hosts",
+        "2",
+        "--procs-per-host",
+        "2",
+        "--env",
+        f"FAIL_MODE={mode}",
+        str(SCRIPTS / "fail.py"),
+    )
+    assert done.returncode == exit_code
+    summary = done.stderr[done.stderr.index("FAILED after") :]
+    assert "root cause: rank 3 on host algo-2 (local rank 1" in summary
+    for text in expected:
+        assert text in summary
+    # The bootstrap's own frames are not the user's concern.
+    assert "bootstrap.py" not in summary
+    failure = (done.job_dir / "hosts/algo-2/output/failure").read_text()
+    assert failure.startswith("rank 3 on algo-2 failed")
+    assert_nothing_left(done.job_dir)
+
+
+def test_ctrl_c_stops_every_rank_and_leaves_nothing(tenter_home: Path) -> None:
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tenter",
+            "run",
+            "--hosts",
+            "2",
+            "--procs-per-host",
+            "2",
+            str(SCRIPTS / "block.py"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert launcher.stdout is not None
+    ready = 0
+    for line in launcher.stdout:  # every rank past its barrier: the job is fully up
+        ready += "ready" in line
+        if ready == 4:
+            break
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130
+    assert "was interrupted" in err
+    (job_dir,) = (tenter_home / "jobs").iterdir()
+    assert_nothing_left(job_dir)
+
+
+def test_two_jobs_at_once_do_not_clash(tenter_home: Path) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "tenter",
+        "run",
+        "--hosts",
+        "2",
+        "--procs-per-host",
+        "1",
+        str(SCRIPTS / "contract.py"),
+    ]
+    jobs = [
+        subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for job in jobs:
+        job.communicate(timeout=180)
+        assert job.returncode == 0
+    job_dirs = list((tenter_home / "jobs").iterdir())
+    assert len(job_dirs) == 2
+    ports = {json.loads((d / "summary.json").read_text())["rdzv_endpoint"] for d in job_dirs}
+    assert len(ports) == 2
+    for job_dir in job_dirs:
+        assert_nothing_left(job_dir)
+
+
+def test_digits_example_reaches_the_accuracy_target_on_2x2() -> None:
+    done = tenter("run", str(REPO / "examples/digits/job.yaml"), "--hp", "epochs=12")
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((done.job_dir / "hosts/algo-1/model/metrics.json").read_text())
+    assert metrics["test_accuracy"] >= 0.95
+    assert (done.job_dir / "hosts/algo-1/model/model.pt").exists()
+    assert "[algo-1,0]<stdout>: epoch  12" in done.stdout
+    assert "[algo-2," not in done.stdout  # logs.ranks: [0]
+    assert (done.job_dir / "logs/rank-3.stdout").exists()
+    assert_nothing_left(done.job_dir)
