@@ -8,7 +8,7 @@ TORCH_PIN := torch==2.13.0
 # A machine that keeps wheels on disk (CI here does) installs torch from there.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: setup demo test lint clean
+.PHONY: setup system-deps demo test lint clean
 
 $(BIN)/tenter: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,12 +21,16 @@ setup: $(BIN)/tenter
 demo: setup
 	$(BIN)/tenter run examples/digits/job.yaml
 
+# Debian packages some tests use for real (fi_info...): installs what is missing (as root).
+system-deps:
+	bash scripts/install-system-deps.sh
+
 lint: setup
 	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/ruff format --check src tests examples benchmarks
 	$(BIN)/mypy
 
-test: lint
+test: lint system-deps
 	$(BIN)/python -m pytest tests
 
 clean:

@@ -53,6 +53,7 @@ def test_the_run_flags_are_frozen() -> None:
             "--channel",
             "--ranks",
             "--no-tag",
+            "--skip-preflight",
         ]
     )
 

@@ -25,7 +25,7 @@ def plan_2x2() -> Plan:
         },
         HERE,
     )
-    return make_plan(spec, "demo-1", Path("/jobs"), "/usr/bin/python3")
+    return make_plan(spec, "demo-1", Path("/home"), "/usr/bin/python3")
 
 
 def test_plan_numbers_ranks_host_by_host() -> None:
@@ -70,7 +70,7 @@ def test_plan_gives_each_rank_the_torchrun_environment() -> None:
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_USE_AGENT_STORE": "True",
-        "TORCHELASTIC_ERROR_FILE": "/jobs/demo-1/logs/rank-3.error.json",
+        "TORCHELASTIC_ERROR_FILE": "/home/jobs/demo-1/logs/rank-3.error.json",
     }
     assert {k: env[k] for k in expected} == expected
     assert env["FOO"] == "bar"
@@ -79,14 +79,14 @@ def test_plan_gives_each_rank_the_torchrun_environment() -> None:
 def test_plan_gives_each_host_its_sagemaker_contract() -> None:
     plan = plan_2x2()
     host = plan.hosts[1]
-    assert host.dir == "/jobs/demo-1/hosts/algo-2"
+    assert host.dir == "/home/jobs/demo-1/hosts/algo-2"
     env = host.env
     assert env["SM_CURRENT_HOST"] == "algo-2"
     assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"]
-    assert env["SM_CHANNEL_TRAINING"] == "/jobs/demo-1/hosts/algo-2/input/data/training"
+    assert env["SM_CHANNEL_TRAINING"] == "/home/jobs/demo-1/hosts/algo-2/input/data/training"
     assert json.loads(env["SM_CHANNELS"]) == ["training"]
-    assert env["SM_MODEL_DIR"] == "/jobs/demo-1/hosts/algo-2/model"
-    assert env["SM_OUTPUT_DATA_DIR"] == "/jobs/demo-1/hosts/algo-2/output/data"
+    assert env["SM_MODEL_DIR"] == "/home/jobs/demo-1/hosts/algo-2/model"
+    assert env["SM_OUTPUT_DATA_DIR"] == "/home/jobs/demo-1/hosts/algo-2/output/data"
     assert json.loads(env["SM_HPS"]) == {"epochs": 3, "lr": 0.1, "verbose": True}
     assert env["SM_HP_EPOCHS"] == "3" and env["SM_HP_VERBOSE"] == "true"
     assert json.loads(env["SM_USER_ARGS"]) == ["--epochs", "3", "--lr", "0.1", "--verbose", "True"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from tenter.cli.options import add_job_arguments, load_job, stderr
+from tenter.cli.options import EXIT_USAGE, add_job_arguments, load_job, stderr
 
 
 def add_parser(sub: Any) -> None:
@@ -24,14 +24,28 @@ def add_parser(sub: Any) -> None:
         "and the summary names the first failure with its traceback.",
     )
     add_job_arguments(parser)
+    parser.add_argument(
+        "--skip-preflight",
+        action="store_true",
+        help="start even if the preflight checks of the hosts fail",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     spec = load_job(args)
-    from tenter.launch import api  # imports torch: only once the input is known good
+    from tenter.doctor import SKIP_WARNING, preflight
+    from tenter.launch import api
 
-    result = api.run(spec)
+    plan = api.dryrun(spec)
+    if args.skip_preflight:
+        stderr.print(SKIP_WARNING)
+    else:
+        checked = preflight(spec, plan)
+        checked.render(stderr)
+        if checked.blocking:
+            return EXIT_USAGE
+    result = api.submit(plan)
     style = "green" if result.ok else "bold red"
     stderr.print(f"[{style}]{escape(result.summary)}[/]")
     return result.exit_code

@@ -16,12 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from tenter import __version__
+from tenter.cli.options import EXIT_USAGE
 from tenter.spec import SpecError
 
-COMMANDS = ("run", "plan")
-
-EXIT_USAGE = 2
-"""Bad input (flags, spec): nothing was created and nothing launched."""
+COMMANDS = ("run", "plan", "perf", "doctor", "container")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,6 +13,8 @@ from rich.markup import escape
 from tenter.spec import JobSpec, Problem, SpecError, load, load_file
 
 SPEC_SUFFIXES = (".yaml", ".yml")
+EXIT_USAGE = 2
+"""Bad input (flags, spec, a failed preflight): nothing was created and nothing launched."""
 
 # soft_wrap: a log file or CI console must get the lines whole, not cut at 80 columns.
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -152,4 +152,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # Everything is written; skip interpreter finalisation (a second with torch loaded),
+    # which would only delay the launcher's view of this host's end.
+    logging.shutdown()
+    os._exit(code)

@@ -103,9 +103,14 @@ def dryrun(spec: JobSpec, job_id: str | None = None) -> Plan:
     return get_backend(spec.backend).dryrun(spec, job_id or new_job_id(spec.name))
 
 
+def submit(plan: Plan) -> JobResult:
+    """Execute a plan on its backend and return the result."""
+    return get_backend(plan.backend).submit(plan)
+
+
 def run(spec: JobSpec, job_id: str | None = None) -> JobResult:
     """Run a validated job and return its result (a failed job is a result, not an error)."""
-    return get_backend(spec.backend).submit(dryrun(spec, job_id))
+    return submit(dryrun(spec, job_id))
 
 
 def python_executable() -> str:

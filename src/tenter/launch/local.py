@@ -27,7 +27,7 @@ import psutil
 
 from tenter.launch import layout, report
 from tenter.launch.api import JobResult, python_executable, tenter_home
-from tenter.launch.plan import Plan, jobs_root, make_plan
+from tenter.launch.plan import Plan, make_plan
 from tenter.spec import JobSpec
 
 POLL_S = 0.02
@@ -39,7 +39,7 @@ class LocalBackend:
     name = "local"
 
     def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
-        return make_plan(spec, job_id, jobs_root(spec, tenter_home()), python_executable())
+        return make_plan(spec, job_id, tenter_home(), python_executable())
 
     def submit(self, plan: Plan) -> JobResult:
         return LocalJob(plan).run()
@@ -84,6 +84,7 @@ class LocalJob:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.agents: list[subprocess.Popen[bytes]] = []
+        self._errors_seen: set[str] = set()
 
     def _start_agents(self, rdzv_port: int) -> None:
         plan_file = str(Path(self.plan.job_dir) / "plan.json")
@@ -111,6 +112,22 @@ class LocalJob:
                     )
                 )
 
+    def _a_rank_failed(self) -> bool:
+        """A rank recorded a failure of its own in its error file. Without restarts the job
+        cannot succeed any more: stop now rather than after that process's slow teardown.
+
+        A peer's broken-connection error does not count: it follows another rank's death,
+        which that rank's agent is about to report, and stopping now would lose that report.
+        """
+        if self.plan.max_restarts:
+            return False
+        for entry in os.scandir(Path(self.plan.job_dir) / "logs"):
+            if entry.name.endswith(".error.json") and entry.name not in self._errors_seen:
+                self._errors_seen.add(entry.name)
+                if not report.is_peer_error(entry.path):
+                    return True
+        return False
+
     def _wait(self, stop_requested: threading.Event) -> str | None:
         """Block until the job ends; returns why it was stopped early, or None."""
         deadline = time.monotonic() + self.plan.max_run if self.plan.max_run else None
@@ -118,7 +135,7 @@ class LocalJob:
             codes = [a.poll() for a in self.agents]
             if all(c == 0 for c in codes):
                 return None
-            if any(c not in (None, 0) for c in codes):
+            if any(c not in (None, 0) for c in codes) or self._a_rank_failed():
                 return "failed"
             if stop_requested.is_set():
                 return "interrupted"

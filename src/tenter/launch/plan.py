@@ -126,8 +126,9 @@ def _command(spec: JobSpec, python: str) -> list[str]:
     return [*spec.command, *user_args]
 
 
-def make_plan(spec: JobSpec, job_id: str, jobs_dir: Path, python: str) -> Plan:
+def make_plan(spec: JobSpec, job_id: str, tenter_home: Path, python: str) -> Plan:
     """The plan of a validated, path-resolved spec on the local backend."""
+    jobs_dir = jobs_root(spec, tenter_home)
     itype = lookup(spec.instance_type)
     assert itype is not None, "the spec check rejects unknown instance types"
     procs = processes_per_host(spec, itype)
@@ -141,6 +142,8 @@ def make_plan(spec: JobSpec, job_id: str, jobs_dir: Path, python: str) -> Plan:
         "PYTHONUNBUFFERED": "1",
         # torchrun sets 1 thread per worker; simulated hosts also share this machine's cores.
         "OMP_NUM_THREADS": str(max(1, itype.cpus // world)),
+        # torch's compile cache, shared by jobs, instead of a directory left in /tmp.
+        "TORCHINDUCTOR_CACHE_DIR": str(tenter_home / "cache" / "torchinductor"),
         **spec.environment,
         "TENTER_JOB_ID": job_id,
         "TENTER_JOB_DIR": str(job_dir),

@@ -9,6 +9,7 @@ rank to notice a dead peer would be blamed for its death.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 from pathlib import Path
@@ -96,6 +97,12 @@ def _read_error_file(path: str) -> tuple[str, str]:
     return str(message), ""
 
 
+def is_peer_error(error_file: str) -> bool:
+    """The recorded failure is a consequence of a peer's (a broken connection)."""
+    message, traceback = _read_error_file(error_file)
+    return bool(_PEER_ERROR.search(message + traceback))
+
+
 def _tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
     try:
         return "".join(Path(path).read_text(errors="replace").splitlines(True)[-lines:])
@@ -103,34 +110,56 @@ def _tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
         return ""
 
 
+def _exit_code_of(message: str) -> int:
+    """What the bootstrap exited with for a recorded failure: sys.exit's status, else 1."""
+    match = re.fullmatch(r"SystemExit: (\d+)", message.strip())
+    return int(match.group(1)) if match else 1
+
+
 def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure], list[str]]:
-    """Worker failures from every agent's result file, and agent-level errors."""
-    failures: list[Failure] = []
+    """Every rank's failure, and agent-level errors.
+
+    A rank failed if its error file exists (it recorded an exception or a non-zero exit;
+    the file's mtime is when) or if its agent saw it exit badly (a signal, or a failure the
+    bootstrap could not record). Agents that tenter itself stopped report nothing, so the
+    error files are read for every rank.
+    """
+    reported: dict[int, dict[str, Any]] = {}
     agent_errors: list[str] = []
-    by_rank = {r.rank: (h, r) for h in plan.hosts for r in h.ranks}
     for host in plan.hosts:
         path = Path(host.dir) / AGENT_RESULT
-        if not path.exists():
-            continue
-        result = json.loads(path.read_text())
-        if result["state"] == "ERROR":
-            agent_errors.append(f"{host.name}: {result['message']}")
-        for f in result["failures"]:
-            _, rank = by_rank[f["rank"]]
-            message, traceback = _read_error_file(f["error_file"])
+        if path.exists():
+            result = json.loads(path.read_text())
+            if result["state"] == "ERROR":
+                agent_errors.append(f"{host.name}: {result['message']}")
+            reported.update({f["rank"]: f for f in result["failures"]})
+    failures: list[Failure] = []
+    for host in plan.hosts:
+        for rank in host.ranks:
+            seen = reported.get(rank.rank)
+            recorded = Path(rank.error_file).exists()
+            if seen is None and not recorded:
+                continue
+            message, traceback = _read_error_file(rank.error_file) if recorded else ("", "")
+            if recorded:
+                timestamp = os.stat(rank.error_file).st_mtime
+            else:
+                assert seen is not None
+                timestamp = seen["timestamp"]
+            exit_code = seen["exit_code"] if seen else _exit_code_of(message)
             killed_by_us = (
                 stopped_at is not None
-                and f["exit_code"] in (-signal.SIGTERM, -signal.SIGKILL)
-                and f["timestamp"] >= stopped_at
+                and exit_code in (-signal.SIGTERM, -signal.SIGKILL)
+                and timestamp >= stopped_at
             )
             failures.append(
                 Failure(
                     host=host.name,
-                    rank=f["rank"],
-                    local_rank=f["local_rank"],
-                    pid=f["pid"],
-                    exit_code=f["exit_code"],
-                    timestamp=f["timestamp"],
+                    rank=rank.rank,
+                    local_rank=rank.local_rank,
+                    pid=seen["pid"] if seen else None,
+                    exit_code=exit_code,
+                    timestamp=timestamp,
                     message=message,
                     traceback=traceback,
                     stderr_tail="" if traceback else _tail(rank.stderr),
@@ -169,9 +198,10 @@ def render_summary(result: JobResult, plan: Plan, extra: list[str]) -> str:
     lines = [head + f"{state} after {result.duration_s:.1f} s ({size})", *extra]
     root = result.root_cause
     if root is not None:
+        pid = f", pid {root.pid}" if root.pid else ""
         lines.append(
-            f"root cause: rank {root.rank} on host {root.host} (local rank {root.local_rank}, "
-            f"pid {root.pid}): {exit_meaning(root.exit_code)}"
+            f"root cause: rank {root.rank} on host {root.host} (local rank {root.local_rank}"
+            f"{pid}): {exit_meaning(root.exit_code)}"
         )
         body = root.traceback or root.message or root.stderr_tail
         if body:

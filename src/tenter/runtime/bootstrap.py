@@ -1,10 +1,14 @@
 """``python -m tenter.runtime.bootstrap SCRIPT [ARGS...]`` or ``... -m MODULE [ARGS...]``.
 
 Runs the user's Python entry point exactly as ``python SCRIPT`` / ``python -m MODULE``
-would (``sys.argv``, ``sys.path[0]``, ``__main__``), inside torch elastic's ``record``:
-an uncaught exception is written with its traceback and timestamp to the rank's error
-file (``TORCHELASTIC_ERROR_FILE``), which the launcher's failure summary reads. Scripts
-need no ``@record`` decorator of their own.
+would (``sys.argv``, ``sys.path[0]``, ``__main__``). When it fails (an uncaught exception,
+or ``sys.exit`` with a non-zero status) the traceback is printed as Python would, then
+recorded in the rank's error file (``TORCHELASTIC_ERROR_FILE``, in torch elastic's format).
+
+The error file is written the moment the failure happens, before the process's slow
+teardown (interpreter finalisation with torch loaded can take a second): the launcher
+watches for it to stop the job at once and to name the root cause with its traceback.
+Scripts need no ``@record`` decorator of their own.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import traceback
 
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
 
 def run(argv: list[str]) -> None:
@@ -28,5 +33,26 @@ def run(argv: list[str]) -> None:
         raise SystemExit("usage: python -m tenter.runtime.bootstrap SCRIPT|-m MODULE [ARGS...]")
 
 
+def main(argv: list[str]) -> int:
+    handler = get_error_handler()
+    handler.initialize()  # a fatal signal (SIGSEGV...) also leaves a Python stack in the file
+    try:
+        run(argv)
+    except SystemExit as e:
+        if e.code in (None, 0):
+            return 0
+        if not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+        sys.stderr.flush()
+        handler.record_exception(e)
+        return e.code if isinstance(e.code, int) else 1
+    except BaseException as e:
+        traceback.print_exc()
+        sys.stderr.flush()
+        handler.record_exception(e)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    record(run)(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

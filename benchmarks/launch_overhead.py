@@ -1,0 +1,116 @@
+"""Launch overhead of `tenter run` against torchrun, measured in the same run.
+
+    python benchmarks/launch_overhead.py [--reps 5]
+
+1. Wall time from starting the launcher to all ranks done, for a no-op job
+   (init_process_group + barrier) on 2 hosts x 2 processes: `tenter run --hosts 2
+   --procs-per-host 2` against two torchrun agents (c10d rendezvous) started together.
+   Target: tenter / torchrun <= 1.1.
+2. Time from a rank's failure (it records the time, then exits 3) to the launcher's exit.
+   Target: <= 2 s. torchrun is measured the same way, for reference.
+
+Runs are interleaved (tenter, torchrun, tenter, ...) so that load from elsewhere affects both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NOOP = str(Path(__file__).parent / "workloads" / "noop.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_tenter(env: dict[str, str]) -> float:
+    start = time.time()
+    subprocess.run(
+        [sys.executable, "-m", "tenter", "run", "--hosts", "2", "--procs-per-host", "2", NOOP],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    return time.time() - start
+
+
+def run_torchrun(env: dict[str, str]) -> float:
+    port, run_id = free_port(), f"bench{time.time_ns()}"
+    start = time.time()
+    agents = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                run_id,
+                NOOP,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    for agent in agents:
+        agent.wait()
+    return time.time() - start
+
+
+def failure_to_exit(launch: str, env: dict[str, str], tmp: str) -> float:
+    fail_file = os.path.join(tmp, f"fail-{time.time_ns()}")
+    env = {**env, "FAIL_AT_FILE": fail_file}
+    (run_tenter if launch == "tenter" else run_torchrun)(env)
+    exited = time.time()
+    return exited - float(Path(fail_file).read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "TENTER_HOME": tmp, "OMP_NUM_THREADS": "1"}
+        times: dict[str, list[float]] = {"tenter": [], "torchrun": []}
+        fails: dict[str, list[float]] = {"tenter": [], "torchrun": []}
+        for _ in range(args.reps):
+            times["tenter"].append(run_tenter(env))
+            times["torchrun"].append(run_torchrun(env))
+            fails["tenter"].append(failure_to_exit("tenter", env, tmp))
+            fails["torchrun"].append(failure_to_exit("torchrun", env, tmp))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    fmed = {k: statistics.median(v) for k, v in fails.items()}
+    print(f"no-op job, 2 hosts x 2 processes, {args.reps} repetitions (median; all runs)")
+    for name in times:
+        runs = " ".join(f"{t:.2f}" for t in times[name])
+        print(f"  {name:9s} {med[name]:6.2f} s   ({runs})")
+    print(f"  ratio tenter/torchrun: {med['tenter'] / med['torchrun']:.2f}   (target <= 1.1)")
+    print("failure of one rank -> launcher exit (median; all runs)")
+    for name in fails:
+        runs = " ".join(f"{t:.2f}" for t in fails[name])
+        print(f"  {name:9s} {fmed[name]:6.2f} s   ({runs})")
+    print("  target for tenter: <= 2 s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""``tenter doctor``: check this host, or every host of a job, before training.
+
+    tenter doctor                                   # this host
+    tenter doctor --instance-type ml.p4d.24xlarge   # this host, as a p4d host of a job
+    tenter doctor job.yaml                          # every host of the job: host x check matrix
+    tenter doctor job.yaml --json
+
+Exit code: 0 when no check fails (warnings allowed), 1 when one fails, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from tenter.cli.options import stderr
+from tenter.spec import Problem, SpecError, load_file, lookup
+from tenter.spec.catalog import known_types
+
+EXIT_FAILED = 1
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "doctor",
+        help="check this host (or every host of a job) for what breaks distributed training",
+        description="Run the doctor's checks (versions and NCCL, GPUs, EFA and libfabric, "
+        "hugepages and /dev/shm, limits, network, MPI) and print pass/warn/fail with what was "
+        "found and the fix. Given a job spec, check every host of the job against it.",
+    )
+    parser.add_argument("spec", nargs="?", metavar="SPEC", help="a job spec (.yaml)")
+    parser.add_argument(
+        "--instance-type",
+        metavar="TYPE",
+        help="judge this host as a host of that type (overrides the spec's instance_type)",
+    )
+    parser.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this check (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the reports as JSON")
+    parser.set_defaults(func=doctor)
+
+
+def doctor(args: argparse.Namespace) -> int:
+    from tenter.doctor import CHECKS, JobContext, System, check_job, run_checks
+    from tenter.doctor.checks import by_name
+    from tenter.doctor.render import differences, host_table, matrix, problems_table, to_json
+    from tenter.doctor.result import Status
+
+    try:
+        checks = by_name(args.check) if args.check else CHECKS
+    except ValueError as e:
+        raise SpecError([Problem("--check", str(e))]) from None
+    itype = None
+    if args.instance_type is not None:
+        itype = lookup(args.instance_type)
+        if itype is None:
+            raise SpecError(
+                [
+                    Problem(
+                        "--instance-type",
+                        f"'{args.instance_type}' is not in the catalog; choose one of: "
+                        f"{', '.join(known_types())}",
+                    )
+                ]
+            )
+    if args.spec is None:
+        job = JobContext(itype, procs_per_host=max(1, itype.gpus)) if itype else None
+        reports = [run_checks(System(), job, checks)]
+    else:
+        overrides = {"instance_type": args.instance_type} if args.instance_type else {}
+        spec, warnings = load_file(Path(args.spec), overrides)
+        for w in warnings:
+            stderr.print(f"[yellow]warning:[/] {escape(str(w))}", markup=True)
+        from tenter.launch import api
+
+        reports = check_job(spec, api.dryrun(spec), checks)
+
+    failed = any(r.failed for r in reports)
+    if args.json:
+        print(to_json(reports))
+        return EXIT_FAILED if failed else 0
+    console = Console(highlight=False)
+    if len(reports) == 1:
+        console.print(host_table(reports[0]))
+    else:
+        console.print(matrix(reports))
+        console.print(
+            problems_table(reports, (Status.FAIL, Status.WARN), "what is not a pass, per host")
+        )
+        for d in differences(reports):
+            console.print(
+                f"[bold]{escape(d.host)}[/] differs on [bold]{d.check}[/]: "
+                f"{d.result.status.value} ({escape(d.result.found)}) where most hosts have "
+                f"{d.usual.status.value} ({escape(d.usual.found)})",
+                markup=True,
+            )
+    if failed:
+        console.print("[bold red]doctor: some checks fail[/] (see the fix column)")
+    return EXIT_FAILED if failed else 0

@@ -1,0 +1,206 @@
+"""The EFA training image: a Dockerfile whose NCCL is exactly the one torch was built with.
+
+:func:`resolve` picks the versions from ``versions.yaml`` (a table of known torch, NCCL and
+CUDA pairs) and rejects an unknown combination; :func:`render` writes the Dockerfile. The
+image, in build order:
+
+1. a CUDA devel base image (toolkit and cuDNN) for the chosen CUDA;
+2. the EFA installer: libfabric with the efa provider and Open MPI, under /opt/amazon;
+3. NCCL built from source at torch's version, in /opt/nccl;
+4. aws-ofi-nccl built against that libfabric, CUDA and NCCL, in /opt/aws-ofi-nccl;
+5. optionally nccl-tests (MPI-enabled), in /opt/nccl-tests;
+6. torch from the PyTorch index of that CUDA, then tenter; the build fails if torch's NCCL
+   differs from the one built in step 3.
+
+FI_PROVIDER and FI_EFA_USE_DEVICE_RDMA are deliberately not set in the image: set on a host
+without EFA (p3.16xlarge) FI_PROVIDER=efa hangs NCCL, and only p4d/p5 have GPUDirect RDMA.
+Set them in the job's environment; ``tenter doctor`` says which the instance type wants.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from tenter import __version__
+
+_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+class RecipeError(ValueError):
+    """A version or combination the table does not know."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        self.flag = flag
+        self.message = message
+        super().__init__(f"{flag}: {message}")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    torch: str
+    cuda: str
+    nccl: str
+    base_image: str
+    torch_index: str
+    efa_installer: str
+    aws_ofi_nccl_version: str
+    aws_ofi_nccl_url: str
+    nvcc_gencode: str
+    nccl_tests_ref: str | None
+    """None: no nccl-tests."""
+    tenter_requirement: str
+
+
+@functools.cache
+def versions_table() -> dict[str, Any]:
+    text = resources.files("tenter.container").joinpath("versions.yaml").read_text()
+    table: dict[str, Any] = yaml.safe_load(text)
+    return table
+
+
+def _match_torch(requested: str, known: list[str]) -> str:
+    """``2.5`` or ``2.5.1`` -> the table's ``2.5.1``."""
+    hits = [v for v in known if v == requested or v.startswith(requested + ".")]
+    if not hits:
+        raise RecipeError(
+            "--torch",
+            f"'{requested}' is not a known torch build; choose one of: {', '.join(known)} "
+            "(or add a row to tenter/container/versions.yaml)",
+        )
+    return max(hits, key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def resolve(
+    torch: str | None = None,
+    cuda: str | None = None,
+    efa_version: str | None = None,
+    with_nccl_tests: bool = False,
+) -> Recipe:
+    """The versions of an image; RecipeError for an unknown torch, CUDA or pair of them."""
+    table = versions_table()
+    builds: dict[str, Any] = table["torch"]
+    torch_version = _match_torch(torch, list(builds)) if torch else list(builds)[-1]
+    build = builds[torch_version]
+    cudas: list[str] = build["cuda"]
+    cuda_version = cuda or cudas[0]
+    if cuda_version not in cudas:
+        pairs = "; ".join(f"torch {t}: CUDA {', '.join(b['cuda'])}" for t, b in builds.items())
+        raise RecipeError(
+            "--cuda",
+            f"torch {torch_version} has no CUDA '{cuda_version}' build; use --cuda "
+            f"{' or '.join(cudas)}. Known pairs: {pairs}",
+        )
+    efa = efa_version or table["efa_installer"]
+    if not _VERSION.match(efa):
+        raise RecipeError(
+            "--efa-version", f"'{efa}' is not an installer version; use one such as 1.37.0"
+        )
+    image = table["cuda"][cuda_version]
+    ofi = table["aws_ofi_nccl"]
+    return Recipe(
+        torch=torch_version,
+        cuda=cuda_version,
+        nccl=build["nccl"],
+        base_image=image["image"],
+        torch_index=image["index"],
+        efa_installer=efa,
+        aws_ofi_nccl_version=ofi["version"],
+        aws_ofi_nccl_url=ofi["url"],
+        nvcc_gencode=table["nvcc_gencode"],
+        nccl_tests_ref=table["nccl_tests_ref"] if with_nccl_tests else None,
+        tenter_requirement=f"tenter=={__version__}",
+    )
+
+
+def _nccl_tests(recipe: Recipe) -> str:
+    if recipe.nccl_tests_ref is None:
+        return ""
+    return f"""
+# nccl-tests (all_reduce_perf, ...), built with MPI against the same NCCL.
+ARG NCCL_TESTS_REF={recipe.nccl_tests_ref}
+RUN git clone https://github.com/NVIDIA/nccl-tests.git /opt/nccl-tests \\
+    && git -C /opt/nccl-tests checkout "${{NCCL_TESTS_REF}}" \\
+    && make -C /opt/nccl-tests -j"$(nproc)" MPI=1 MPI_HOME=/opt/amazon/openmpi \\
+        NCCL_HOME=/opt/nccl CUDA_HOME=/usr/local/cuda
+ENV PATH=/opt/nccl-tests/build:$PATH
+"""
+
+
+def render(recipe: Recipe, command: str) -> str:
+    """The Dockerfile of ``recipe``; ``command`` is the tenter command that generated it."""
+    return f"""# syntax=docker/dockerfile:1
+# Generated by `{command}` (tenter {__version__}).
+# torch {recipe.torch} (CUDA {recipe.cuda}) was built with NCCL {recipe.nccl}: this image
+# builds that NCCL, and libfabric, Open MPI and aws-ofi-nccl for EFA, so that `tenter doctor`
+# passes.
+# Build: docker build -t tenter-efa -f Dockerfile .
+# Run:   docker run --gpus all --shm-size=8g --ulimit memlock=-1 --ulimit nofile=65536:65536 \\
+#          --device /dev/infiniband/uverbs0 ... tenter-efa tenter doctor
+FROM {recipe.base_image}
+
+ARG EFA_INSTALLER_VERSION={recipe.efa_installer}
+ARG NCCL_VERSION={recipe.nccl}
+ARG AWS_OFI_NCCL_URL={recipe.aws_ofi_nccl_url}
+ARG TORCH_VERSION={recipe.torch}
+ARG TORCH_INDEX_URL={recipe.torch_index}
+ARG TENTER_REQUIREMENT={recipe.tenter_requirement}
+ARG NVCC_GENCODE="{recipe.nvcc_gencode}"
+ENV DEBIAN_FRONTEND=noninteractive
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# Build tools for NCCL and aws-ofi-nccl; versions come with the base image's Ubuntu release.
+# hadolint ignore=DL3008
+RUN apt-get update \\
+    && apt-get install -y --no-install-recommends autoconf automake build-essential \\
+        ca-certificates curl git libhwloc-dev libtool python3 python3-dev python3-pip \\
+    && rm -rf /var/lib/apt/lists/*
+
+# EFA software: libfabric with the efa provider and Open MPI, in /opt/amazon. No kernel
+# module (the host has it) and no limits.conf (give the container --ulimit memlock=-1).
+WORKDIR /tmp/efa
+RUN base="https://efa-installer.amazonaws.com" \\
+    && curl -fsSL "$base/aws-efa-installer-${{EFA_INSTALLER_VERSION}}.tar.gz" \\
+        | tar -xz --strip-components=1 \\
+    && ./efa_installer.sh -y -g -d --mpi=openmpi4 --skip-kmod --skip-limit-conf --no-verify \\
+    && rm -rf /tmp/efa
+
+# NCCL at exactly torch's version: a different libnccl on LD_LIBRARY_PATH shadows torch's own.
+WORKDIR /tmp/nccl
+RUN git clone --depth 1 --branch "v${{NCCL_VERSION}}-1" https://github.com/NVIDIA/nccl.git . \\
+    && make -j"$(nproc)" src.build CUDA_HOME=/usr/local/cuda NVCC_GENCODE="${{NVCC_GENCODE}}" \\
+    && make src.install PREFIX=/opt/nccl \\
+    && rm -rf /tmp/nccl
+
+# aws-ofi-nccl: NCCL's network plugin for libfabric, built against the three above.
+WORKDIR /tmp/aws-ofi-nccl
+RUN curl -fsSL "${{AWS_OFI_NCCL_URL}}" | tar -xz --strip-components=1 \\
+    && ./configure --prefix=/opt/aws-ofi-nccl --with-libfabric=/opt/amazon/efa \\
+        --with-cuda=/usr/local/cuda --with-nccl=/opt/nccl --with-mpi=/opt/amazon/openmpi \\
+        --enable-platform-aws --disable-tests \\
+    && make -j"$(nproc)" \\
+    && make install \\
+    && rm -rf /tmp/aws-ofi-nccl
+WORKDIR /
+
+# RDMAV_FORK_SAFE: DataLoader workers fork; harmless without EFA, so it is safe to bake in.
+# NCCL and its plugin first: they must shadow any other libnccl on the loader path.
+ENV PATH=/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:$PATH \\
+    LD_LIBRARY_PATH=/opt/nccl/lib:/opt/aws-ofi-nccl/lib:/opt/amazon/openmpi/lib:$LD_LIBRARY_PATH \\
+    RDMAV_FORK_SAFE=1
+ENV LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/opt/amazon/efa/lib:/usr/local/cuda/lib64
+{_nccl_tests(recipe)}
+# torch from the index of this CUDA, then tenter; fail the build if torch's NCCL differs.
+# (hadolint cannot see that TENTER_REQUIREMENT is pinned: tenter==VERSION.)
+# hadolint ignore=DL3013
+RUN python3 -m pip install --no-cache-dir --index-url "${{TORCH_INDEX_URL}}" \\
+        "torch==${{TORCH_VERSION}}" \\
+    && python3 -m pip install --no-cache-dir "${{TENTER_REQUIREMENT}}" \\
+    && python3 -c "import torch; v = '.'.join(map(str, torch.cuda.nccl.version())); \\
+assert v == '${{NCCL_VERSION}}', f'torch has NCCL {{v}}, the image ${{NCCL_VERSION}}'"
+"""

@@ -1,0 +1,114 @@
+"""Showing reports: one host's table, the host x check matrix of a job, and JSON."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from tenter.doctor.result import CheckResult, HostReport, Status
+
+STYLES = {
+    Status.PASS: "green",
+    Status.WARN: "yellow",
+    Status.FAIL: "bold red",
+    Status.SKIP: "dim",
+}
+
+
+def _status(status: Status) -> Text:
+    return Text(status.value, style=STYLES[status])
+
+
+def host_table(report: HostReport, title: str | None = None) -> Table:
+    """Every check of one host: status, what was found, and the fix."""
+    table = Table(title=title or f"tenter doctor: {report.host}", show_lines=False)
+    for column in ("check", "status", "found", "fix"):
+        table.add_column(column, overflow="fold")
+    for o in report.outcomes:
+        table.add_row(
+            o.check, _status(o.result.status), escape(o.result.found), escape(o.result.remedy)
+        )
+    return table
+
+
+def problems_table(reports: list[HostReport], statuses: tuple[Status, ...], title: str) -> Table:
+    """The outcomes of the given statuses on every host: host, check, found, fix."""
+    table = Table(title=title)
+    for column in ("host", "check", "status", "found", "fix"):
+        table.add_column(column, overflow="fold")
+    for report in reports:
+        for o in report.outcomes:
+            if o.result.status in statuses:
+                table.add_row(
+                    report.host,
+                    o.check,
+                    _status(o.result.status),
+                    escape(o.result.found),
+                    escape(o.result.remedy),
+                )
+    return table
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A host whose result of a check differs from most hosts'."""
+
+    check: str
+    host: str
+    result: CheckResult
+    usual: CheckResult
+
+
+def differences(reports: list[HostReport]) -> list[Difference]:
+    """Hosts that differ from the others, check by check (the node with another driver)."""
+    out = []
+    checks = list(dict.fromkeys(o.check for r in reports for o in r.outcomes))
+    for check in checks:
+        results = {r.host: r.result(check) for r in reports}
+        present = [res for res in results.values() if res is not None]
+        if len(present) < 2:
+            continue
+        # On a tie the first host's result counts as the usual one.
+        usual = Counter(present).most_common(1)[0][0]
+        out += [
+            Difference(check, host, res, usual)
+            for host, res in results.items()
+            if res is not None and res != usual
+        ]
+    return out
+
+
+def matrix(reports: list[HostReport]) -> Table:
+    """Checks down, hosts across; a cell that differs from most hosts is marked ``≠``."""
+    odd = {(d.check, d.host) for d in differences(reports)}
+    table = Table(title="tenter doctor: host x check (≠: differs from most hosts)")
+    table.add_column("check")
+    for r in reports:
+        table.add_column(r.host, justify="center")
+    checks = list(dict.fromkeys(o.check for r in reports for o in r.outcomes))
+    for check in checks:
+        cells: list[Text | str] = [check]
+        for r in reports:
+            res = r.result(check)
+            if res is None:
+                cells.append(Text("-", style="dim"))
+                continue
+            cell = _status(res.status)
+            if (check, r.host) in odd:
+                cell = Text(f"≠ {res.status.value}", style=f"{STYLES[res.status]} reverse")
+            cells.append(cell)
+        table.add_row(*cells)
+    return table
+
+
+def to_json(reports: list[HostReport]) -> str:
+    failed = sum(len(r.failed) for r in reports)
+    return json.dumps(
+        {"ok": failed == 0, "failed": failed, "hosts": [r.to_dict() for r in reports]},
+        indent=2,
+    )

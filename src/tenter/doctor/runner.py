@@ -1,0 +1,64 @@
+"""Running checks: on one host (:func:`run_checks`) or on every host of a planned job."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+from tenter.doctor.checks import CHECKS
+from tenter.doctor.result import Check, CheckResult, Context, HostReport, JobContext, Outcome
+from tenter.doctor.system import System
+from tenter.launch.plan import Plan
+from tenter.spec import JobSpec, lookup
+
+
+def run_checks(
+    system: System,
+    job: JobContext | None = None,
+    checks: tuple[Check, ...] = CHECKS,
+    host: str = "localhost",
+) -> HostReport:
+    outcomes = []
+    for check in checks:
+        try:
+            result = check.run(Context(system, job))
+        except Exception as e:
+            # A bug in one check must not hide the others' findings, nor block a run
+            # (a warning never does): show it loudly instead.
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            result = CheckResult.warn(
+                f"the check crashed: {type(e).__name__}: {e} ({where.filename}:{where.lineno})",
+                "report this tenter bug; `tenter doctor --json` shows the other checks",
+            )
+        outcomes.append(Outcome(check.name, check.description, result))
+    return HostReport(host, outcomes)
+
+
+def job_context(spec: JobSpec, plan: Plan) -> JobContext:
+    itype = lookup(spec.instance_type)
+    assert itype is not None, "the spec check rejects unknown instance types"
+    dist = spec.distribution
+    return JobContext(
+        instance_type=itype,
+        procs_per_host=plan.procs_per_host,
+        hosts=tuple(h.addr for h in plan.hosts),
+        # The local backend's hosts are all this machine.
+        simulated=plan.backend == "local",
+        # SageMaker starts smdistributed jobs with mpirun too.
+        uses_mpi=dist.mpi.enabled or dist.data_parallel or dist.model_parallel is not None,
+    )
+
+
+def check_job(spec: JobSpec, plan: Plan, checks: tuple[Check, ...] = CHECKS) -> list[HostReport]:
+    """Every host's report for a planned job.
+
+    On the local backend every host is this machine, seen with that host's environment (the
+    plan's variables over this process's). A cluster backend sends back the same
+    :class:`HostReport` per host (``tenter doctor --json`` run there), and the host x check
+    matrix is built from those reports alike.
+    """
+    job = job_context(spec, plan)
+    return [
+        run_checks(System(env={**os.environ, **host.env}), job, checks, host=host.name)
+        for host in plan.hosts
+    ]

@@ -1,0 +1,5 @@
+import sys
+
+from tenter.perf.worker import main
+
+sys.exit(main())

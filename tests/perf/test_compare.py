@@ -1,0 +1,85 @@
+"""``tenter perf compare``: side-by-side table, JSON and plot of real logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tenter.cli.main import main
+
+DATA = Path(__file__).parent / "data"
+P5 = str(DATA / "new_tagged_aws_batch_all_reduce.log")
+P4D = str(DATA / "old_tagged_aws_efa_eks_all_reduce.log")
+P3DN = str(DATA / "old_untagged_efa_p3dn_all_reduce.log")
+
+
+def test_compare_prints_busbw_per_size_with_ratios(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json, png = tmp_path / "cmp.json", tmp_path / "busbw.png"
+    code = main(
+        [
+            "perf",
+            "compare",
+            P5,
+            P4D,
+            P3DN,
+            "--labels",
+            "p5,p4d,p3dn",
+            "--json",
+            str(out_json),
+            "--plot",
+            str(png),
+        ]
+    )
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == '# tenter perf compare: in-place busbw (GB/s) per size; ratio = run / "p5"'
+    assert lines[1].split() == ["#", "size", "type", "redop", "p5", "p4d", "ratio", "p3dn", "ratio"]
+    row_1g = next(line for line in lines if line.split()[0] == "1073741824")
+    assert row_1g.split() == [
+        "1073741824",
+        "float",
+        "sum",
+        "441.57",
+        "32.84",
+        "0.07",
+        "2.59",
+        "0.01",
+    ]
+    # Sizes only one log has show "-" for the others (the p5 log goes to 16 GB).
+    row_16g = next(line for line in lines if line.split()[0] == "17179869184")
+    assert row_16g.split()[3:] == ["483.35", "-", "-", "-", "-"]
+    assert lines[-2].split()[:5] == ["#", "max", "busbw", "483.35", "32.84"]
+    assert lines[-1].split()[:3] == ["#", "avg", "busbw"]
+
+    doc = json.loads(out_json.read_text())
+    assert [r["label"] for r in doc["runs"]] == ["p5", "p4d", "p3dn"]
+    assert doc["runs"][1]["max_busbw"] == pytest.approx(32.84)
+    assert doc["runs"][1]["reported_avg_busbw"] == pytest.approx(7.80081)
+    first = doc["table"][0]
+    assert first["size"] == 8 and first["busbw"] == [0.0, 0.0, 0.0]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_labels_default_to_file_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["perf", "compare", P4D, P3DN]) == 0
+    header = capsys.readouterr().out.splitlines()[1].split()
+    assert header[4:] == [
+        "old_tagged_aws_efa_eks_all_reduce",
+        "old_untagged_efa_p3dn_all_reduce",
+        "ratio",
+    ]
+
+
+def test_compare_rejects_a_file_without_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing here\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["perf", "compare", str(empty)])
+    assert exit_info.value.code == 2
+    assert "has no benchmark rows" in capsys.readouterr().err
