@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,32 @@ def tenter_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
     return home
+
+
+def own_children() -> list[psutil.Process]:
+    """This test process's descendants, less Python's multiprocessing resource tracker:
+    spawn-mode tests start it once and it lives as long as pytest, by design."""
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "multiprocessing.resource_tracker" not in " ".join(proc.cmdline()):
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes() -> Iterator[None]:
+    """Fail the test that leaves a child process running (those of longer-lived fixtures,
+    started before the test, are not its own)."""
+    before = {p.pid for p in own_children()}
+    yield
+    new = [p for p in own_children() if p.pid not in before]
+    _, alive = psutil.wait_procs(new, timeout=10)
+    for proc in alive:
+        proc.kill()
+    assert not alive, f"the test left processes running: {[p.cmdline() for p in alive]}"
 
 
 @dataclass
@@ -82,7 +109,7 @@ def assert_nothing_left(job_dir: Path) -> None:
     """No process of the job, no port it bound, no temp file it made."""
     job_id = job_dir.name
     assert job_processes(job_id) == []
-    assert psutil.Process().children(recursive=True) == []
+    assert own_children() == []
     summary = json.loads((job_dir / "summary.json").read_text())
     host, port = summary["rdzv_endpoint"].rsplit(":", 1)
     assert port_is_free(host, int(port))

@@ -10,6 +10,7 @@ so the result does not depend on how many hosts run it.
 """
 
 import argparse
+import gc
 import json
 import os
 from pathlib import Path
@@ -74,6 +75,7 @@ def main() -> None:
         f"training on {tenter.world_size()} ranks ({os.environ.get('SM_HOSTS', '1 host')}), "
         f"global batch {args.batch_size}"
     )
+    step, total_steps = 0, args.epochs * len(loader)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         total = torch.zeros(2)
@@ -82,7 +84,13 @@ def main() -> None:
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
-            total += torch.tensor([loss.item() * len(y), len(y)])
+            step += 1
+            step_loss = loss.item()
+            total += torch.tensor([step_loss * len(y), len(y)])
+            # Progress for the launcher's live view, `tenter report` and `tenter scale`.
+            tenter.report(
+                step=step, samples=len(y), loss=step_loss, total_steps=total_steps, epoch=epoch + 1
+            )
         dist.all_reduce(total)
         accuracy = evaluate(model, test)
         tenter.print0(
@@ -95,8 +103,12 @@ def main() -> None:
         torch.save(model.module.state_dict(), model_dir / "model.pt")
         (model_dir / "metrics.json").write_text(json.dumps({"test_accuracy": accuracy}))
         print(f"final test accuracy {accuracy:.4f}; model saved to {model_dir / 'model.pt'}")
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    # DDP holds the process group in a reference cycle; collect it while the group is alive,
+    # or the GC may destroy it later under the GIL and deadlock with gloo's threads
+    # (pytorch/pytorch#56297).
+    gc.collect()
+    dist.destroy_process_group()

@@ -27,12 +27,18 @@ _LAZY = {
     "sampler": "tenter.runtime.data",
     "Estimator": "tenter.estimator",
     "JobFailedError": "tenter.launch.api",
+    "report": "tenter.monitor.reporter",
 }
 
-__all__ = ["__version__", *_LAZY]
+SUBPACKAGES = ("checkpoint", "parallel")
+"""``tenter.checkpoint.Checkpointer(...)`` works after a plain ``import tenter``."""
+
+__all__ = ["__version__", *_LAZY, *SUBPACKAGES]
 
 
 def __getattr__(name: str) -> Any:
+    if name in SUBPACKAGES:
+        return importlib.import_module(f"tenter.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tenter' has no attribute '{name}'")

@@ -54,6 +54,11 @@ def test_the_run_flags_are_frozen() -> None:
             "--ranks",
             "--no-tag",
             "--skip-preflight",
+            "--detach",
+            "--live",
+            "--no-live",
+            "--metrics-port",
+            "--metrics-addr",
         ]
     )
 

@@ -112,7 +112,11 @@ def test_plan_gives_each_host_its_sagemaker_contract() -> None:
         "lr": "0.1",
         "verbose": "true",
     }
-    assert host.links == {"input/data/training": str(HERE)}
+    assert host.links == {
+        "input/data/training": str(HERE),
+        "checkpoints": "/home/jobs/demo-1/checkpoints",
+    }
+    assert env["TENTER_CHECKPOINT_DIR"] == "/home/jobs/demo-1/checkpoints"
 
 
 def test_plan_round_trips_through_json() -> None:

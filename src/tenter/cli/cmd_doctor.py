@@ -81,8 +81,20 @@ def doctor(args: argparse.Namespace) -> int:
         for w in warnings:
             stderr.print(f"[yellow]warning:[/] {escape(str(w))}", markup=True)
         from tenter.launch import api
+        from tenter.launch.plan import Plan
 
-        reports = check_job(spec, api.dryrun(spec), checks)
+        plan = api.dryrun(spec)
+        if not isinstance(plan, Plan):
+            raise SpecError(
+                [
+                    Problem(
+                        "backend",
+                        f"the doctor checks hosts that tenter starts its agents on; a "
+                        f"{spec.backend} job's pods are not: run `tenter doctor` in its image",
+                    )
+                ]
+            )
+        reports = check_job(spec, plan, checks)
 
     failed = any(r.failed for r in reports)
     if args.json:

@@ -2,6 +2,7 @@
 
     tenter perf all_reduce -b 8 -e 128M -f 2 -n 20 -w 5 -c 1 --hosts 2 --procs-per-host 2
     tenter perf alltoall -b 1K -e 1M -f 4 -d all --json a2a.json
+    tenter perf all_reduce -b 8 -e 1M --launcher mpi   # ranks started by mpirun
     tenter perf compare a.log b.log --labels "4 EFA,socket" --plot busbw.png
 
 A collective runs as a tenter job (module ``tenter.perf``, console showing rank 0 untagged,
@@ -40,6 +41,13 @@ def add_parser(sub: Any) -> None:
         )
         job.add_argument(
             "--procs-per-host", type=int, default=2, metavar="N", help="ranks per host (default 2)"
+        )
+        # --backend already names the torch.distributed backend (gloo, nccl, mpi).
+        job.add_argument(
+            "--launcher",
+            default="local",
+            metavar="NAME",
+            help="the launch backend that starts the ranks: local (default), mpi or slurm",
         )
         coll.set_defaults(func=partial(run_collective, name, coll))
     cmp = perf.add_parser("compare", help="compare nccl-tests / tenter perf logs")
@@ -83,6 +91,7 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
             "args": opts.argv(),
             "instance_count": args.hosts,
             "processes_per_host": args.procs_per_host,
+            "backend": args.launcher,
             "logs": {"ranks": [0], "tag": False},
         },
         base_dir=Path.cwd(),

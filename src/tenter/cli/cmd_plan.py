@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 from typing import Any
 
 from tenter.cli.options import add_job_arguments, load_job
 from tenter.launch.plan import RDZV_PORT, Plan
+from tenter.spec import JobSpec, Problem, SpecError
 
 LONG_VALUE = 100
 
@@ -27,6 +29,9 @@ def add_parser(sub: Any) -> None:
     add_job_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the complete plan as JSON")
     parser.add_argument("--job-id", help="use this job id (default: a new one)")
+    parser.add_argument(
+        "--out", metavar="DIR", help="write the manifests there, one file each (kubernetes)"
+    )
     parser.set_defaults(func=show_plan)
 
 
@@ -34,9 +39,37 @@ def show_plan(args: argparse.Namespace) -> int:
     spec = load_job(args)
     from tenter.launch import api
 
-    plan = api.dryrun(spec, args.job_id)
-    print(plan.to_json() if args.json else render(plan))
+    request = api.dryrun(spec, args.job_id)
+    if args.out:
+        write = getattr(request, "write", None)
+        if write is None:
+            raise SpecError(
+                [
+                    Problem(
+                        "--out",
+                        f"the {spec.backend} backend has no manifests to write; "
+                        "use --json for its plan",
+                    )
+                ]
+            )
+        for path in write(Path(args.out)):
+            print(path)
+        return 0
+    if args.json:
+        print(request.to_json())
+    elif isinstance(request, Plan):
+        print(render(request))
+        if spec.distribution.model_parallel is not None:
+            print(_parallel_layout(spec, request.world_size))
+    else:
+        print(request)
     return 0
+
+
+def _parallel_layout(spec: JobSpec, world_size: int) -> str:
+    from tenter.parallel.mapping import from_distribution, layout
+
+    return "\nmodel parallelism:\n" + layout(from_distribution(spec.distribution), world_size)
 
 
 def _short(value: str) -> str:
@@ -45,6 +78,17 @@ def _short(value: str) -> str:
 
 def _env_lines(env: dict[str, str], indent: str) -> list[str]:
     return [f"{indent}{k}={_short(v)}" for k, v in sorted(env.items())]
+
+
+def render_command(argv: list[str]) -> str:
+    """An argv as a shell command, one option per line (mpirun's can be hundreds long)."""
+    lines = [shlex.quote(argv[0])]
+    for arg in argv[1:]:
+        if arg in ("-x", "-np", ":") or arg.startswith("--"):
+            lines.append("  " + shlex.quote(arg))
+        else:
+            lines[-1] += " " + shlex.quote(arg)
+    return " \\\n".join(lines)
 
 
 def render(plan: Plan) -> str:
@@ -62,6 +106,10 @@ def render(plan: Plan) -> str:
     ]
     if plan.max_run:
         lines.append(f"max run     {plan.max_run} s")
+    if plan.launcher:
+        lines += ["", "launcher:", render_command(plan.launcher)]
+    for name, text in sorted(plan.files.items()):
+        lines += ["", f"file {name}:", text.rstrip("\n")]
     lines += ["", "environment of every process:", *_env_lines(common, "  ")]
     for host in plan.hosts:
         lines += ["", f"host {host.name} ({host.addr})  {host.dir}"]

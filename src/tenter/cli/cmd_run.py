@@ -8,11 +8,14 @@ tenter run -m mypkg.train --hosts 2
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from rich.markup import escape
 
 from tenter.cli.options import EXIT_USAGE, add_job_arguments, load_job, stderr
+from tenter.launch.plan import Plan
+from tenter.spec import Problem, SpecError
 
 
 def add_parser(sub: Any) -> None:
@@ -29,6 +32,28 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="start even if the preflight checks of the hosts fail",
     )
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="return once a scheduler (--backend slurm) accepted the job; then use "
+        "`tenter status|logs|cancel JOB`",
+    )
+    monitor = parser.add_argument_group("monitoring")
+    monitor.add_argument(
+        "--live",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="draw the live per-rank table (default: when the console is a terminal)",
+    )
+    monitor.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics there"
+    )
+    monitor.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address of the metrics endpoint (default: loopback only)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,13 +63,36 @@ def run(args: argparse.Namespace) -> int:
     from tenter.launch import api
 
     plan = api.dryrun(spec)
+    if isinstance(plan, Plan):
+        plan = dataclasses.replace(
+            plan, live=args.live, metrics_port=args.metrics_port, metrics_addr=args.metrics_addr
+        )
     if args.skip_preflight:
         stderr.print(SKIP_WARNING)
-    else:
+    elif isinstance(plan, Plan):  # the checks look at this machine: not for Kubernetes pods
         checked = preflight(spec, plan)
         checked.render(stderr)
         if checked.blocking:
             return EXIT_USAGE
+    if args.detach:
+        backend = api.get_backend(plan.backend)
+        if not isinstance(backend, api.DetachableBackend):
+            raise SpecError(
+                [
+                    Problem(
+                        "--detach",
+                        f"a {plan.backend} job lives as long as `tenter run` does; detach with "
+                        "a scheduler (--backend slurm), or run this one in the background",
+                    )
+                ]
+            )
+        scheduler_id = backend.start(plan)
+        print(plan.job_id)
+        stderr.print(
+            f"submitted {plan.job_id} ({plan.backend} job {scheduler_id}); follow it with "
+            f"`tenter logs {plan.job_id} --follow`, stop it with `tenter cancel {plan.job_id}`"
+        )
+        return 0
     result = api.submit(plan)
     style = "green" if result.ok else "bold red"
     stderr.print(f"[{style}]{escape(result.summary)}[/]")

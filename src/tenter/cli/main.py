@@ -19,7 +19,21 @@ from tenter import __version__
 from tenter.cli.options import EXIT_USAGE
 from tenter.spec import SpecError
 
-COMMANDS = ("run", "plan", "perf", "doctor", "container")
+COMMANDS = (
+    "run",
+    "plan",
+    "perf",
+    "doctor",
+    "container",
+    "join",
+    "k8s",
+    "status",
+    "logs",
+    "cancel",
+    "report",
+    "scale",
+    "data",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,7 +44,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--hosts", type=int, metavar="N", help="number of hosts (instance_count)")
     job.add_argument("--procs-per-host", type=int, metavar="M", help="processes per host")
     job.add_argument("--instance-type", metavar="TYPE", help="e.g. local, ml.p4d.24xlarge")
-    job.add_argument("--backend", metavar="NAME", help="where to run: local")
+    job.add_argument("--backend", metavar="NAME", help="where to run: local, mpi or slurm")
     job.add_argument("--name", metavar="NAME", help="job name (the job id starts with it)")
     job.add_argument("--source-dir", metavar="DIR", help="working directory of the processes")
     job.add_argument("--output-dir", metavar="DIR", help="where job directories are created")

@@ -41,11 +41,15 @@ def job_context(spec: JobSpec, plan: Plan) -> JobContext:
     return JobContext(
         instance_type=itype,
         procs_per_host=plan.procs_per_host,
-        hosts=tuple(h.addr for h in plan.hosts),
+        # Slurm names the nodes when it allocates them: nothing to resolve before.
+        hosts=() if plan.backend == "slurm" else tuple(h.addr for h in plan.hosts),
         # The local backend's hosts are all this machine.
         simulated=plan.backend == "local",
         # SageMaker starts smdistributed jobs with mpirun too.
-        uses_mpi=dist.mpi.enabled or dist.data_parallel or dist.model_parallel is not None,
+        uses_mpi=plan.backend == "mpi"
+        or dist.mpi.enabled
+        or dist.data_parallel
+        or dist.model_parallel is not None,
     )
 
 

@@ -18,17 +18,23 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from torch.distributed.elastic.agent.server.api import RunResult, WorkerSpec, WorkerState
+from torch.distributed.elastic.agent.server.api import (
+    RunResult,
+    WorkerGroup,
+    WorkerSpec,
+    WorkerState,
+)
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, SignalException
-from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
-from tenter.launch.plan import HostPlan, Plan
+from tenter.launch.plan import RDZV_PORT, HostPlan, Plan
+from tenter.launch.records import EVENTS_FILE, append_line, record_worker_logs
 
 RESULT_FILE = "agent-result.json"
-RDZV_JOIN_TIMEOUT_S = 120
 PARENT_POLL_S = 0.5
 
 
@@ -51,28 +57,72 @@ class AgentResult:
 
 
 class HostLogsSpecs(LogsSpecs):
-    """Each worker writes to the plan's per-rank files, named by global rank."""
+    """Each worker writes to files named by the plan's :meth:`Plan.log_stem`; every file set
+    opened is listed in ``logs/index.jsonl`` for the launcher's console and report."""
 
-    def __init__(self, host: HostPlan) -> None:
-        super().__init__(log_dir=str(Path(host.ranks[0].stdout).parent))
-        self._by_rank = {r.rank: r for r in host.ranks}
+    def __init__(self, plan: Plan, host: HostPlan) -> None:
+        super().__init__(log_dir=str(Path(plan.job_dir) / "logs"))
+        self._plan, self._host = plan, host
+        self.attempt = -1
+        """Rendezvous rounds this host joined, minus one. torch's TORCHELASTIC_RESTART_COUNT
+        cannot name files: it counts this host's failures only, and a restart caused by a
+        membership change leaves it unchanged."""
 
     @property
     def root_log_dir(self) -> str:
         return str(self._root_log_dir)
 
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
-        ranks = {local: self._by_rank[int(env["RANK"])] for local, env in envs.items()}
-        for local, rank in ranks.items():
-            # torch's `record` writes the worker's uncaught exception there.
-            envs[local]["TORCHELASTIC_ERROR_FILE"] = rank.error_file
+        stems = {}
+        for local, env in envs.items():
+            rank = int(env["RANK"])
+            stem = self._plan.log_stem(self._host.name, rank, self.attempt)
+            stems[local] = stem
+            # torch's `record` (and tenter's bootstrap) write the worker's failure there.
+            env["TORCHELASTIC_ERROR_FILE"] = f"{stem}.error.json"
+            if self._plan.hang_timeout:
+                env["TENTER_WATCH_FILE"] = f"{stem}.watch"
+            record_worker_logs(
+                Path(self.root_log_dir), stem, rank, local, self._host.name, self.attempt
+            )
         return LogsDest(
-            stdouts={local: r.stdout for local, r in ranks.items()},
-            stderrs={local: r.stderr for local, r in ranks.items()},
+            stdouts={local: f"{stem}.stdout" for local, stem in stems.items()},
+            stderrs={local: f"{stem}.stderr" for local, stem in stems.items()},
             tee_stdouts={},
             tee_stderrs={},
-            error_files={local: r.error_file for local, r in ranks.items()},
+            error_files={local: f"{stem}.error.json" for local, stem in stems.items()},
         )
+
+
+class HostAgent(LocalElasticAgent):
+    """torch's local agent, telling the launcher about rendezvous rounds and restarts."""
+
+    def __init__(self, plan: Plan, host: HostPlan, spec: WorkerSpec) -> None:
+        self.logs = HostLogsSpecs(plan, host)
+        super().__init__(spec=spec, logs_specs=self.logs, start_method="spawn")
+        self._events = Path(plan.job_dir) / EVENTS_FILE
+        self._host = host.name
+
+    def _event(self, event: str, **fields: Any) -> None:
+        append_line(
+            self._events, {"event": event, "host": self._host, "time": time.time(), **fields}
+        )
+
+    def _rendezvous(self, worker_group: WorkerGroup) -> None:
+        super()._rendezvous(worker_group)
+        self.logs.attempt += 1
+        hosts = worker_group.group_world_size or 0
+        self._event(
+            "rendezvous",
+            group_rank=worker_group.group_rank,
+            hosts=hosts,
+            world_size=hosts * worker_group.spec.local_world_size,
+            attempt=self.logs.attempt,
+        )
+
+    def _restart_workers(self, worker_group: WorkerGroup) -> None:
+        self._event("restart", remaining=self._remaining_restarts)
+        super()._restart_workers(worker_group)
 
 
 def _stop_when_orphaned() -> None:
@@ -87,11 +137,10 @@ def _stop_when_orphaned() -> None:
     threading.Thread(target=watch, name="tenter-orphan-watch", daemon=True).start()
 
 
-def _failures(result: RunResult, host: HostPlan) -> list[WorkerFailure]:
-    error_files = {r.rank: r.error_file for r in host.ranks}
+def _failures(result: RunResult, plan: Plan, host: HostPlan, attempt: int) -> list[WorkerFailure]:
     out = []
     for rank, f in result.failures.items():
-        error_file = error_files[rank]
+        error_file = f"{plan.log_stem(host.name, rank, attempt)}.error.json"
         # The error file's mtime is when the exception was recorded, to the nanosecond;
         # torch's own timestamp is whole seconds, too coarse to find the first failure.
         stamp = os.stat(error_file).st_mtime if os.path.exists(error_file) else time.time()
@@ -101,14 +150,16 @@ def _failures(result: RunResult, host: HostPlan) -> list[WorkerFailure]:
 
 def run_host(plan: Plan, host: HostPlan, rdzv_port: int) -> AgentResult:
     params = RendezvousParameters(
-        backend="c10d",
-        endpoint=plan.rdzv_endpoint.replace("${rdzv_port}", str(rdzv_port)),
+        backend=plan.rdzv_backend,
+        endpoint=plan.rdzv_endpoint.replace(RDZV_PORT, str(rdzv_port)),
         run_id=plan.job_id,
-        min_nodes=len(plan.hosts),
-        max_nodes=len(plan.hosts),
+        min_nodes=plan.min_hosts,
+        max_nodes=plan.max_hosts,
         local_addr=host.addr,
-        is_host=False,  # the launcher serves the rendezvous store
-        join_timeout=RDZV_JOIN_TIMEOUT_S,
+        is_host=False,  # the launcher serves the c10d store
+        join_timeout=plan.join_timeout,
+        last_call_timeout=plan.last_call_timeout,
+        keep_alive_interval=plan.keep_alive_s,
     )
     spec = WorkerSpec(
         role="default",
@@ -120,7 +171,7 @@ def run_host(plan: Plan, host: HostPlan, rdzv_port: int) -> AgentResult:
         monitor_interval=0.1,
         local_addr=host.addr,
     )
-    agent = LocalElasticAgent(spec=spec, logs_specs=HostLogsSpecs(host), start_method="spawn")
+    agent = HostAgent(plan, host, spec)
     try:
         result = agent.run()
     except SignalException as e:
@@ -128,7 +179,23 @@ def run_host(plan: Plan, host: HostPlan, rdzv_port: int) -> AgentResult:
     finally:
         spec.rdzv_handler.shutdown()
     state = "SUCCEEDED" if result.state == WorkerState.SUCCEEDED else "FAILED"
-    return AgentResult(state, _failures(result, host))
+    return AgentResult(state, _failures(result, plan, host, agent.logs.attempt))
+
+
+def _explain(error: Exception, plan: Plan, rdzv_port: str) -> str:
+    """What went wrong, naming the rendezvous endpoint and the underlying cause."""
+    text = f"{type(error).__name__}: {error}"
+    if error.__cause__ is not None:
+        text += f" (cause: {str(error.__cause__)[:300]})"
+    if isinstance(error, RendezvousError):
+        endpoint = plan.rdzv_endpoint.replace(RDZV_PORT, rdzv_port)
+        text = f"rendezvous ({plan.rdzv_backend} at {endpoint}) failed: {text}"
+        if plan.rdzv_backend == "etcd-v2":
+            text += (
+                "; check that etcd is reachable there and serves the v2 API "
+                "(etcd <= 3.5 started with --enable-v2; etcd 3.6 removed it)"
+            )
+    return text
 
 
 def main(argv: list[str]) -> int:
@@ -144,7 +211,7 @@ def main(argv: list[str]) -> int:
         result = run_host(plan, host, int(rdzv_port))
     except Exception as e:  # rendezvous timeouts and the like: report, don't just die
         logging.exception("agent of %s failed", host.name)
-        result = AgentResult("ERROR", [], f"{type(e).__name__}: {e}")
+        result = AgentResult("ERROR", [], _explain(e, plan, rdzv_port))
     tmp = Path(host.dir) / f".{RESULT_FILE}.tmp"
     tmp.write_text(json.dumps(asdict(result)))
     tmp.replace(Path(host.dir) / RESULT_FILE)

@@ -8,16 +8,19 @@ heavy client library it needs) is imported only when that backend is used.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from tenter.launch.plan import Plan
 from tenter.spec import JobSpec
 
-BACKENDS = {"local": "tenter.launch.local"}
+BACKENDS = {
+    "local": "tenter.launch.local",
+    "mpi": "tenter.launch.mpirun",
+    "slurm": "tenter.launch.slurm",
+    "kubernetes": "tenter.launch.kubernetes",
+}
 """Backend name -> module exposing ``create_backend() -> Backend``."""
 
 
@@ -73,15 +76,57 @@ class JobFailedError(RuntimeError):
         super().__init__(summary)
 
 
+class Request(Protocol):
+    """What a backend's dry run produces and its submit executes: a :class:`Plan` for the
+    backends that run tenter's agents, manifests for Kubernetes. ``str()`` is what
+    ``tenter plan`` prints, ``to_json()`` what ``--json`` prints."""
+
+    backend: str
+    job_id: str
+
+    def to_json(self) -> str: ...
+
+
 class Backend(Protocol):
     name: str
 
-    def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
-        """The exact plan of ``spec``: pure, deterministic for a given job id."""
+    def dryrun(self, spec: JobSpec, job_id: str) -> Request:
+        """The exact request of ``spec``: pure, deterministic for a given job id."""
         ...
 
-    def submit(self, plan: Plan) -> JobResult:
-        """Execute ``plan``; blocks until the job ends."""
+    def submit(self, request: Any) -> JobResult:
+        """Execute a request this backend's dryrun made; blocks until the job ends."""
+        ...
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Where a started job is now, as its backend sees it."""
+
+    running: bool
+    text: str
+    """One line: ``RUNNING (Slurm job 12)``, ``running: 5 processes``..."""
+
+
+@runtime_checkable
+class ControllableBackend(Backend, Protocol):
+    """A backend whose jobs ``tenter status`` and ``tenter cancel`` can reach by job id."""
+
+    def status(self, plan: Plan) -> JobStatus:
+        """The job's state now (``summary.json``, once written, is its outcome)."""
+        ...
+
+    def cancel(self, plan: Plan) -> str:
+        """Stop the running job (as Ctrl-C on ``tenter run`` would); says what was done."""
+        ...
+
+
+@runtime_checkable
+class DetachableBackend(Backend, Protocol):
+    """A backend whose jobs outlive ``tenter run`` (a scheduler): ``tenter run --detach``."""
+
+    def start(self, request: Any) -> str:
+        """Submit the job and return at once with the scheduler's id for it."""
         ...
 
 
@@ -93,19 +138,15 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-def tenter_home() -> Path:
-    return Path(os.environ.get("TENTER_HOME") or Path.home() / ".tenter")
-
-
-def dryrun(spec: JobSpec, job_id: str | None = None) -> Plan:
+def dryrun(spec: JobSpec, job_id: str | None = None) -> Request:
     from tenter.launch.plan import new_job_id
 
     return get_backend(spec.backend).dryrun(spec, job_id or new_job_id(spec.name))
 
 
-def submit(plan: Plan) -> JobResult:
-    """Execute a plan on its backend and return the result."""
-    return get_backend(plan.backend).submit(plan)
+def submit(request: Request) -> JobResult:
+    """Execute a request on its backend and return the result."""
+    return get_backend(request.backend).submit(request)
 
 
 def run(spec: JobSpec, job_id: str | None = None) -> JobResult:

@@ -25,9 +25,11 @@ from pathlib import Path
 
 import psutil
 
-from tenter.launch import layout, report
-from tenter.launch.api import JobResult, python_executable, tenter_home
-from tenter.launch.plan import Plan, make_plan
+from tenter.launch import hang, layout, report
+from tenter.launch.api import JobResult, JobStatus, python_executable
+from tenter.launch.console import ConsoleTail, EventFeed, say
+from tenter.launch.jobs import tenter_home
+from tenter.launch.plan import HostPlan, Plan, make_plan
 from tenter.spec import JobSpec
 
 POLL_S = 0.02
@@ -43,6 +45,16 @@ class LocalBackend:
 
     def submit(self, plan: Plan) -> JobResult:
         return LocalJob(plan).run()
+
+    def status(self, plan: Plan) -> JobStatus:
+        from tenter.launch import processes  # built on this module's job_processes
+
+        return processes.process_status(plan)
+
+    def cancel(self, plan: Plan) -> str:
+        from tenter.launch import processes
+
+        return processes.stop_processes(plan)
 
 
 def create_backend() -> LocalBackend:
@@ -67,6 +79,20 @@ def _stop_requests() -> Iterator[threading.Event]:
             signal.signal(sig, handler)
 
 
+def control_dir(plan: Plan) -> Path:
+    """Requests to a running job (``tenter join`` writes ``join-*`` files here)."""
+    path = Path(plan.job_dir) / "control"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _env(proc: psutil.Process, name: str) -> str | None:
+    try:
+        return proc.environ().get(name)
+    except psutil.Error:
+        return None
+
+
 def job_processes(job_id: str) -> list[psutil.Process]:
     """Every process of this job: they all carry TENTER_JOB_ID in their environment,
     including workers whose agent died (they run in sessions of their own)."""
@@ -81,36 +107,50 @@ def job_processes(job_id: str) -> list[psutil.Process]:
 
 
 class LocalJob:
+    listen_addr = "127.0.0.1"
+    """Where the job's store listens (the mpi backend serves remote hosts: all interfaces)."""
+
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.agents: list[subprocess.Popen[bytes]] = []
+        self.lost: set[int] = set()
+        """Indexes of hosts whose agent was killed while the job went on without them."""
+        self.rdzv_port = 0
+        self.events = EventFeed(plan)
+        self.extra: list[str] = []
+        """Lines for the summary beyond the failures (a hang report...)."""
         self._errors_seen: set[str] = set()
+        self._next_hang_check = 0.0
 
-    def _start_agents(self, rdzv_port: int) -> None:
-        plan_file = str(Path(self.plan.job_dir) / "plan.json")
+    def _start(self) -> None:
+        """Start the job's processes: one agent per host (the mpi backend: mpirun)."""
         for host in self.plan.hosts:
-            log = open(Path(self.plan.job_dir) / "logs" / f"agent-{host.name}.log", "wb")  # noqa: SIM115
-            with log:
-                self.agents.append(
-                    subprocess.Popen(
-                        [
-                            python_executable(),
-                            "-m",
-                            "tenter.launch.agent",
-                            plan_file,
-                            str(host.index),
-                            str(rdzv_port),
-                        ],
-                        env={**os.environ, **host.env},
-                        cwd=self.plan.cwd,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        # Ctrl-C in a terminal reaches the launcher only, which stops the
-                        # hosts in order rather than all processes at once.
-                        start_new_session=True,
-                    )
+            self._start_agent(host)
+
+    def _start_agent(self, host: HostPlan) -> None:
+        plan_file = str(Path(self.plan.job_dir) / "plan.json")
+        log_path = Path(self.plan.job_dir) / "logs" / f"agent-{host.name}.log"
+        with open(log_path, "wb") as log:
+            self.agents.append(
+                subprocess.Popen(
+                    [
+                        python_executable(),
+                        "-m",
+                        "tenter.launch.agent",
+                        plan_file,
+                        str(host.index),
+                        str(self.rdzv_port),
+                    ],
+                    env={**os.environ, **host.env},
+                    cwd=self.plan.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    # Ctrl-C in a terminal reaches the launcher only, which stops the
+                    # hosts in order rather than all processes at once.
+                    start_new_session=True,
                 )
+            )
 
     def _a_rank_failed(self) -> bool:
         """A rank recorded a failure of its own in its error file. Without restarts the job
@@ -132,16 +172,90 @@ class LocalJob:
         """Block until the job ends; returns why it was stopped early, or None."""
         deadline = time.monotonic() + self.plan.max_run if self.plan.max_run else None
         while True:
-            codes = [a.poll() for a in self.agents]
-            if all(c == 0 for c in codes):
-                return None
-            if any(c not in (None, 0) for c in codes) or self._a_rank_failed():
+            verdict = self._check_agents()
+            if verdict != "running":
+                return None if verdict == "succeeded" else verdict
+            if self._a_rank_failed():
                 return "failed"
             if stop_requested.is_set():
                 return "interrupted"
             if deadline is not None and time.monotonic() > deadline:
                 return "max_run"
+            self.events.print_new()
+            self._admit_joining_hosts()
+            if self._hung():
+                if self.plan.on_hang == "stop":
+                    return "hang"
+                self._restart_hung_workers()
             time.sleep(POLL_S)
+
+    def _check_agents(self) -> str:
+        """running, succeeded, or failed. An agent killed by a signal is a lost host: the job
+        goes on while ``min_hosts`` remain (torch elastic re-forms the world without it)."""
+        active = [i for i in range(len(self.agents)) if i not in self.lost]
+        for i in active:
+            code = self.agents[i].poll()
+            if code is None or code == 0:
+                continue
+            if code < 0 and len(active) - 1 >= self.plan.min_hosts and self.plan.max_restarts:
+                self._lose_host(i, signal.Signals(-code).name)
+                return "running"
+            return "failed"
+        codes = [self.agents[i].poll() for i in active]
+        return "succeeded" if codes and all(c == 0 for c in codes) else "running"
+
+    def _lose_host(self, index: int, why: str) -> None:
+        self.lost.add(index)
+        name = self.plan.hosts[index].name
+        # Its workers run in sessions of their own and outlive their killed agent.
+        orphans = [p for p in job_processes(self.plan.job_id) if _env(p, "TENTER_HOST") == name]
+        for proc in orphans:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(orphans, timeout=STOP_GRACE_S)
+        left = len(self.agents) - len(self.lost)
+        say(f"host {name} lost (its agent was killed by {why}); going on with {left} hosts")
+
+    def _admit_joining_hosts(self) -> None:
+        """``tenter join JOB`` leaves a request file; start one more host per request."""
+        for request in sorted(control_dir(self.plan).glob("join-*")):
+            request.unlink()
+            active = len(self.agents) - len(self.lost)
+            if active >= self.plan.max_hosts:
+                say(f"cannot add a host: the job has {active} of max_hosts {self.plan.max_hosts}")
+                continue
+            spec = JobSpec.model_validate(self.plan.spec)
+            grown = spec.model_copy(update={"instance_count": len(self.plan.hosts) + 1})
+            host = make_plan(grown, self.plan.job_id, tenter_home(), python_executable()).hosts[-1]
+            self.plan = dataclasses.replace(self.plan, hosts=[*self.plan.hosts, host])
+            layout.create_host(host)
+            layout.write_plan(self.plan)
+            self._start_agent(host)
+            say(f"host {host.name} joining; it enters at the next rendezvous")
+
+    def _hung(self) -> bool:
+        if not self.plan.hang_timeout or time.monotonic() < self._next_hang_check:
+            return False
+        self._next_hang_check = time.monotonic() + 0.5
+        progress = hang.read_progress(self.plan)
+        if not progress:
+            return False
+        now = time.time()
+        if now - max(p.time for p in progress) < self.plan.hang_timeout:
+            return False
+        text = hang.report(progress, hang.collect_stacks(progress), time.time())
+        text = f"hang: no rank made progress for {self.plan.hang_timeout} s\n{text}"
+        (Path(self.plan.job_dir) / "hang-report.txt").write_text(text + "\n")
+        self.extra.append(text)
+        say(text)
+        return True
+
+    def _restart_hung_workers(self) -> None:
+        """on_hang: restart. Kill the workers; their agents restart the group (one restart)."""
+        for p in hang.read_progress(self.plan):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        self._next_hang_check = time.monotonic() + (self.plan.hang_timeout or 0)
 
     def _stop(self) -> None:
         for agent in self.agents:
@@ -168,38 +282,50 @@ class LocalJob:
         layout.create(self.plan)
         # The kernel picks the port and we keep the socket: no window in which another job
         # could take it (the classic fixed 29500 clash).
-        listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
-        port = listener.getsockname()[1]
+        listener = socket.create_server((self.listen_addr, 0), backlog=1024)
+        port = self.rdzv_port = listener.getsockname()[1]
         stopped_at: float | None = None
         reason: str | None = None
-        tail = None
+        tail = view = None
         try:
             with _stop_requests() as stop_requested:
-                self._start_agents(port)
+                self._start()
                 # Imported once the agents are starting, so that their start-up and ours overlap.
                 import torch.distributed as dist
 
-                from tenter.launch.console import ConsoleTail
+                from tenter.monitor.live import LiveView
 
+                # Before the tail: a live table redirects stdout, where the tail must print.
+                view = LiveView(
+                    self.plan,
+                    live=self.plan.live,
+                    metrics_port=self.plan.metrics_port,
+                    metrics_addr=self.plan.metrics_addr,
+                ).start()
                 tail = ConsoleTail(self.plan).start()
-                # The store owns the listening socket from here on (and closes it).
-                store = dist.TCPStore(
-                    "127.0.0.1",
-                    port,
-                    is_master=True,
-                    master_listen_fd=listener.detach(),
-                    wait_for_workers=False,
-                    timeout=timedelta(seconds=300),
-                )
+                store = None
+                if self.plan.rdzv_backend == "c10d":
+                    # The store owns the listening socket from here on (and closes it).
+                    store = dist.TCPStore(
+                        "127.0.0.1",
+                        port,
+                        is_master=True,
+                        master_listen_fd=listener.detach(),
+                        wait_for_workers=False,
+                        timeout=timedelta(seconds=300),
+                    )
                 reason = self._wait(stop_requested)
                 if reason is not None:
                     stopped_at = time.time()
                     self._stop()
+                self.events.print_new()
                 del store
         finally:
             self._sweep()
             if tail is not None:
                 tail.stop()
+            if view is not None:  # after the tail: the last log lines print above the table
+                view.stop()
             listener.close()
         return self._result(reason, stopped_at, time.monotonic() - started, port)
 
@@ -207,7 +333,7 @@ class LocalJob:
         self, reason: str | None, stopped_at: float | None, duration: float, port: int
     ) -> JobResult:
         failures, agent_errors = report.collect_failures(self.plan, stopped_at)
-        extra = list(agent_errors)
+        extra = [*agent_errors, *self.extra]
         if reason == "max_run":
             extra.insert(0, f"stopped: max_run of {self.plan.max_run} s exceeded")
         result = JobResult(
@@ -219,12 +345,12 @@ class LocalJob:
             procs_per_host=self.plan.procs_per_host,
             failures=failures,
             interrupted=reason == "interrupted",
-            rdzv_endpoint=f"127.0.0.1:{port}",
+            rdzv_endpoint=f"{self.listen_addr}:{port}",
         )
         if reason is not None:
-            code = {"interrupted": 130, "max_run": 124}.get(reason) or report.job_exit_code(
-                result.root_cause
-            )
+            code = {"interrupted": 130, "max_run": 124, "hang": 124}.get(
+                reason
+            ) or report.job_exit_code(result.root_cause)
             result = dataclasses.replace(result, exit_code=code)
         summary = report.render_summary(result, self.plan, extra)
         why = None if result.ok else report.failure_reason(result)

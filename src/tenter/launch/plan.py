@@ -15,13 +15,15 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tenter.runtime import contract
 from tenter.spec import JobSpec, lookup, processes_per_host
 
 RDZV_PORT = "${rdzv_port}"
+
 MASTER_PORT = "${master_port}"
 LOOPBACK_NIC = "lo"
 
@@ -67,14 +69,45 @@ class Plan:
     hosts: list[HostPlan]
     procs_per_host: int
     rdzv_endpoint: str
+    spec: dict[str, Any]
+    """The resolved spec: ``tenter join`` derives a new host's plan from it."""
+    rdzv_backend: str = "c10d"
+    min_hosts: int = 1
+    max_hosts: int = 1
+    join_timeout: int = 600
+    last_call_timeout: int = 30
+    keep_alive_s: int = 5
+    """Rendezvous heartbeat interval; a host missing 3 in a row is dropped from the next round."""
     max_restarts: int = 0
+    hang_timeout: int | None = None
+    on_hang: str = "stop"
     max_run: int | None = None
     console_ranks: list[int] | None = None
     tag_output: bool = True
+    live: bool | None = None
+    """Draw the live per-rank table (None: when the console is a terminal)."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port (0: any free one); None: no endpoint."""
+    metrics_addr: str = "127.0.0.1"
+    launcher: list[str] = field(default_factory=list)
+    """What starts the job on a cluster backend: the mpirun or sbatch argv (empty on the local
+    backend, which starts one agent per host itself)."""
+    files: dict[str, str] = field(default_factory=dict)
+    """Files a cluster backend writes into ``job_dir`` before ``launcher`` runs: path -> text."""
 
     @property
     def world_size(self) -> int:
         return self.procs_per_host * len(self.hosts)
+
+    def log_stem(self, host: str, rank: int, attempt: int) -> str:
+        """Where a worker's logs go: ``logs/rank-N`` for the planned first attempt, and a
+        name with host and attempt for any other (a restart must not overwrite the output of
+        earlier attempts; after a membership change a rank number may move to another host)."""
+        planned = any(r.rank == rank for h in self.hosts if h.name == host for r in h.ranks)
+        name = f"rank-{rank}"
+        if attempt or not planned:
+            name += f".{host}.attempt-{attempt}"
+        return str(Path(self.job_dir) / "logs" / name)
 
     def rank_env(self, host: HostPlan, rank: RankPlan) -> dict[str, str]:
         """Everything the worker of ``rank`` gets beyond the launcher's own environment."""
@@ -126,18 +159,38 @@ def _command(spec: JobSpec, python: str) -> list[str]:
     return [*spec.command, *user_args]
 
 
-def make_plan(spec: JobSpec, job_id: str, tenter_home: Path, python: str) -> Plan:
-    """The plan of a validated, path-resolved spec on the local backend."""
+def make_plan(
+    spec: JobSpec,
+    job_id: str,
+    tenter_home: Path,
+    python: str,
+    *,
+    addrs: list[str] | None = None,
+    network_interface: str = LOOPBACK_NIC,
+) -> Plan:
+    """The plan of a validated, path-resolved spec on the local backend.
+
+    Cluster backends (mpirun, Slurm) pass the hosts' real ``addrs`` and ``network_interface``;
+    by default the hosts are simulated on this machine's loopback interface."""
     jobs_dir = jobs_root(spec, tenter_home)
+    elastic = spec.elastic
     itype = lookup(spec.instance_type)
     assert itype is not None, "the spec check rejects unknown instance types"
     procs = processes_per_host(spec, itype)
     job_dir = jobs_dir / job_id
     names = contract.host_names(spec.instance_count)
-    addrs = [simulated_host_addr(i) for i in range(spec.instance_count)]
+    if addrs is None:
+        addrs = [simulated_host_addr(i) for i in range(spec.instance_count)]
     world = procs * len(names)
     entry = spec.entry_point or spec.module or " ".join(spec.command or [])
     distribution = spec.distribution.model_dump()
+    checkpoint_dir = spec.checkpoint.dir or str(job_dir / "checkpoints")
+    checkpoint_env = {
+        "TENTER_CHECKPOINT_DIR": checkpoint_dir,
+        "TENTER_CHECKPOINT_KEEP": str(spec.checkpoint.keep),
+    }
+    if spec.checkpoint.every:
+        checkpoint_env["TENTER_CHECKPOINT_EVERY"] = str(spec.checkpoint.every)
     common_env = {
         "PYTHONUNBUFFERED": "1",
         # torchrun sets 1 thread per worker; simulated hosts also share this machine's cores.
@@ -148,7 +201,16 @@ def make_plan(spec: JobSpec, job_id: str, tenter_home: Path, python: str) -> Pla
         "TENTER_JOB_ID": job_id,
         "TENTER_JOB_DIR": str(job_dir),
         "TENTER_NUM_HOSTS": str(len(names)),
+        # The job's distribution config, for the libraries that act on it (tenter.parallel).
+        "TENTER_DISTRIBUTION": json.dumps(distribution, separators=(",", ":")),
+        **checkpoint_env,
     }
+    restartable = elastic.max_restarts > 0
+    if restartable:
+        # torch reuses rank 0's shared store across rendezvous rounds without a per-round
+        # prefix, so a restarted group would read the previous attempt's gloo addresses.
+        # Opting out gives each attempt a fresh store, served by its rank 0 worker.
+        common_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     hosts = []
     for index, (name, addr) in enumerate(zip(names, addrs, strict=True)):
         host_dir = job_dir / "hosts" / name
@@ -158,7 +220,6 @@ def make_plan(spec: JobSpec, job_id: str, tenter_home: Path, python: str) -> Pla
             "TENTER_HOST": name,
             "TENTER_HOST_INDEX": str(index),
             "TENTER_HOST_ADDR": addr,
-            "TENTER_CHECKPOINT_DIR": str(host_dir / "checkpoints"),
             **contract.sagemaker_env(
                 job_name=job_id,
                 current_host=name,
@@ -168,7 +229,7 @@ def make_plan(spec: JobSpec, job_id: str, tenter_home: Path, python: str) -> Pla
                 num_gpus=itype.gpus,
                 num_cpus=itype.cpus,
                 num_neurons=itype.neuron_cores,
-                network_interface=LOOPBACK_NIC,
+                network_interface=network_interface,
                 hyperparameters=spec.hyperparameters,
                 channels=channel_dirs,
                 entry_point=entry,
@@ -178,7 +239,7 @@ def make_plan(spec: JobSpec, job_id: str, tenter_home: Path, python: str) -> Pla
         }
         config = {
             "resourceconfig.json": contract.resource_config(
-                name, names, itype.sagemaker_name, LOOPBACK_NIC
+                name, names, itype.sagemaker_name, network_interface
             ),
             "hyperparameters.json": contract.hyperparameters_json(spec.hyperparameters),
             "inputdataconfig.json": contract.input_data_config(spec.channels),
@@ -201,7 +262,8 @@ def make_plan(spec: JobSpec, job_id: str, tenter_home: Path, python: str) -> Pla
                             master_addr=addrs[0],
                             master_port=MASTER_PORT,
                             run_id=job_id,
-                            max_restarts=0,
+                            max_restarts=elastic.max_restarts,
+                            use_agent_store=not restartable,
                         ),
                         "TORCHELASTIC_ERROR_FILE": f"{log}.error.json",
                     },
@@ -221,7 +283,11 @@ def make_plan(spec: JobSpec, job_id: str, tenter_home: Path, python: str) -> Pla
                     f"input/config/{fname}": json.dumps(content, indent=2)
                     for fname, content in config.items()
                 },
-                links={f"input/data/{ch}": path for ch, path in spec.channels.items()},
+                links={
+                    **{f"input/data/{ch}": path for ch, path in spec.channels.items()},
+                    # SageMaker's /opt/ml/checkpoints, shared by all hosts of the job.
+                    "checkpoints": checkpoint_dir,
+                },
                 ranks=ranks,
             )
         )
@@ -233,7 +299,21 @@ def make_plan(spec: JobSpec, job_id: str, tenter_home: Path, python: str) -> Pla
         cwd=spec.source_dir,
         hosts=hosts,
         procs_per_host=procs,
-        rdzv_endpoint=f"127.0.0.1:{RDZV_PORT}",
+        rdzv_endpoint=elastic.rendezvous.endpoint or f"127.0.0.1:{RDZV_PORT}",
+        spec=spec.model_dump(mode="json"),
+        # torch's name for the etcd backend of its dynamic rendezvous (the one that orders
+        # hosts by address, as c10d does).
+        rdzv_backend="etcd-v2" if elastic.rendezvous.backend == "etcd" else "c10d",
+        min_hosts=elastic.min_hosts or spec.instance_count,
+        max_hosts=elastic.max_hosts or spec.instance_count,
+        join_timeout=elastic.rendezvous.join_timeout,
+        last_call_timeout=elastic.rendezvous.last_call_timeout,
+        # Simulated hosts share a loopback: heartbeats are free, and a lost host is then
+        # dropped in 3 s instead of torch's default 15 s.
+        keep_alive_s=1,
+        max_restarts=elastic.max_restarts,
+        hang_timeout=elastic.hang_timeout,
+        on_hang=elastic.on_hang,
         max_run=spec.max_run,
         console_ranks=spec.logs.ranks,
         tag_output=spec.logs.tag,

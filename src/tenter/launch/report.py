@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.launch.api import Failure, JobResult
+from tenter.launch.console import read_index
 from tenter.launch.plan import Plan
 
 AGENT_RESULT = "agent-result.json"
@@ -117,14 +118,15 @@ def _exit_code_of(message: str) -> int:
 
 
 def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure], list[str]]:
-    """Every rank's failure, and agent-level errors.
+    """Every rank's failure in each host's last attempt, and agent-level errors.
 
     A rank failed if its error file exists (it recorded an exception or a non-zero exit;
     the file's mtime is when) or if its agent saw it exit badly (a signal, or a failure the
     bootstrap could not record). Agents that tenter itself stopped report nothing, so the
-    error files are read for every rank.
+    error files are read for every rank. Failures of earlier attempts were recovered by a
+    restart and are not the job's.
     """
-    reported: dict[int, dict[str, Any]] = {}
+    reported: dict[str, dict[str, Any]] = {}
     agent_errors: list[str] = []
     for host in plan.hosts:
         path = Path(host.dir) / AGENT_RESULT
@@ -132,41 +134,51 @@ def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure
             result = json.loads(path.read_text())
             if result["state"] == "ERROR":
                 agent_errors.append(f"{host.name}: {result['message']}")
-            reported.update({f["rank"]: f for f in result["failures"]})
+            reported.update({f["error_file"]: f for f in result["failures"]})
+    entries = read_index(plan)
+    last_attempt: dict[object, object] = {}
+    for entry in entries:
+        last_attempt[entry["host"]] = entry["attempt"]
     failures: list[Failure] = []
-    for host in plan.hosts:
-        for rank in host.ranks:
-            seen = reported.get(rank.rank)
-            recorded = Path(rank.error_file).exists()
-            if seen is None and not recorded:
-                continue
-            message, traceback = _read_error_file(rank.error_file) if recorded else ("", "")
-            if recorded:
-                timestamp = os.stat(rank.error_file).st_mtime
-            else:
-                assert seen is not None
-                timestamp = seen["timestamp"]
-            exit_code = seen["exit_code"] if seen else _exit_code_of(message)
-            killed_by_us = (
-                stopped_at is not None
-                and exit_code in (-signal.SIGTERM, -signal.SIGKILL)
-                and timestamp >= stopped_at
+    for entry in entries:
+        if entry["attempt"] != last_attempt[entry["host"]]:
+            continue
+        stem = str(entry["stem"])
+        error_file = f"{stem}.error.json"
+        seen = reported.get(error_file)
+        recorded = Path(error_file).exists()
+        if seen is None and not recorded:
+            continue
+        message, traceback = _read_error_file(error_file) if recorded else ("", "")
+        if recorded:
+            timestamp = os.stat(error_file).st_mtime
+        else:
+            assert seen is not None
+            timestamp = seen["timestamp"]
+        # A rank that recorded a Python exception exited with the bootstrap's status; a
+        # SIGABRT in its teardown after that (gloo's threads with a peer still mid-collective)
+        # is incidental, not the failure.
+        exit_code = seen["exit_code"] if seen and not traceback else _exit_code_of(message)
+        killed_by_us = (
+            stopped_at is not None
+            and exit_code in (-signal.SIGTERM, -signal.SIGKILL)
+            and timestamp >= stopped_at
+        )
+        failures.append(
+            Failure(
+                host=str(entry["host"]),
+                rank=int(str(entry["rank"])),
+                local_rank=int(str(entry["local_rank"])),
+                pid=seen["pid"] if seen else None,
+                exit_code=exit_code,
+                timestamp=timestamp,
+                message=message,
+                traceback=traceback,
+                stderr_tail="" if traceback else _tail(f"{stem}.stderr"),
+                log=f"{stem}.stderr",
+                secondary=killed_by_us or bool(_PEER_ERROR.search(message + traceback)),
             )
-            failures.append(
-                Failure(
-                    host=host.name,
-                    rank=rank.rank,
-                    local_rank=rank.local_rank,
-                    pid=seen["pid"] if seen else None,
-                    exit_code=exit_code,
-                    timestamp=timestamp,
-                    message=message,
-                    traceback=traceback,
-                    stderr_tail="" if traceback else _tail(rank.stderr),
-                    log=rank.stderr,
-                    secondary=killed_by_us or bool(_PEER_ERROR.search(message + traceback)),
-                )
-            )
+        )
     return failures, agent_errors
 
 

@@ -91,6 +91,8 @@ def init(backend: str | None = None, timeout: datetime.timedelta | None = None) 
         for torch_name, mpi_name in _MPI_ENV.items():
             os.environ.setdefault(torch_name, os.environ[mpi_name])
     backend = backend or default_backend()
+    if "tenter" in backend:
+        import tenter.comm  # noqa: F401  (registers the "tenter" backend with torch)
     if "RANK" not in os.environ:
         # A plain `python train.py`: a world of one, no rendezvous needed.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)

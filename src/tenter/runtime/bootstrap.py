@@ -36,6 +36,11 @@ def run(argv: list[str]) -> None:
 def main(argv: list[str]) -> int:
     handler = get_error_handler()
     handler.initialize()  # a fatal signal (SIGSEGV...) also leaves a Python stack in the file
+    watch_file = os.environ.get("TENTER_WATCH_FILE")
+    if watch_file:
+        from tenter.runtime import watchdog
+
+        watchdog.install(watch_file)
     try:
         run(argv)
     except SystemExit as e:

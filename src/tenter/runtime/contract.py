@@ -210,6 +210,7 @@ def torchrun_env(
     run_id: str,
     max_restarts: int,
     restart_count: int = 0,
+    use_agent_store: bool = True,
 ) -> dict[str, str]:
     """The variables torch elastic's local agent sets for one worker (role ``default``)."""
     world = local_world_size * num_hosts
@@ -228,5 +229,5 @@ def torchrun_env(
         "TORCHELASTIC_RUN_ID": run_id,
         "TORCHELASTIC_RESTART_COUNT": str(restart_count),
         "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
-        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_USE_AGENT_STORE": str(use_agent_store),
     }

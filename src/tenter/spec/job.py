@@ -20,6 +20,8 @@ from pydantic import (
 
 from tenter.spec.base import StrictModel
 from tenter.spec.distribution import Distribution
+from tenter.spec.elastic import Checkpoint, Elastic
+from tenter.spec.kubernetes import KubernetesOptions
 
 
 class LogOptions(StrictModel):
@@ -64,9 +66,14 @@ class JobSpec(StrictModel):
     distribution: Distribution = Distribution()
     max_run: PositiveInt | None = None
     """Seconds after which the job is stopped (SageMaker's max_run)."""
+    elastic: Elastic = Elastic()
+    checkpoint: Checkpoint = Checkpoint()
     backend: str = "local"
-    """Where the job runs: ``local`` (this machine, hosts simulated)."""
+    """Where the job runs: ``local`` (this machine, hosts simulated), ``mpi`` (mpirun) or
+    ``slurm`` (sbatch); see docs/backends.md."""
     logs: LogOptions = LogOptions()
+    kubernetes: KubernetesOptions = KubernetesOptions()
+    """Image, namespace and volumes of the job on ``backend: kubernetes``."""
 
     @field_validator("environment", mode="before")
     @classmethod

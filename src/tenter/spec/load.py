@@ -52,6 +52,11 @@ def resolve_paths(spec: JobSpec, base_dir: Path) -> JobSpec:
             "source_dir": _absolute(spec.source_dir, base_dir),
             "channels": {k: _absolute(v, base_dir) for k, v in spec.channels.items()},
             "output_dir": _absolute(spec.output_dir, base_dir) if spec.output_dir else None,
+            "checkpoint": spec.checkpoint.model_copy(
+                update={"dir": _absolute(spec.checkpoint.dir, base_dir)}
+            )
+            if spec.checkpoint.dir
+            else spec.checkpoint,
         }
     )
 

@@ -20,7 +20,7 @@ from tenter.spec import catalog
 from tenter.spec.errors import Problem, SpecError, did_you_mean
 from tenter.spec.job import JobSpec
 
-KNOWN_BACKENDS = ("local",)
+KNOWN_BACKENDS = ("local", "mpi", "slurm", "kubernetes")
 """Launch backends this version can run."""
 
 # Set per rank by the launcher; a user value would be silently overwritten.
@@ -251,6 +251,7 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                 )
             )
         errors += spec.distribution.problems(world)
+        errors += spec.elastic.problems(spec.instance_count)
         for rank in spec.logs.ranks or []:
             if rank >= world:
                 errors.append(

@@ -1,0 +1,134 @@
+"""Failover time: from a worker's SIGKILL to training resumed, tenter against torchrun.
+
+    python benchmarks/failover.py [--reps 3]
+
+Both run examples/elastic/train.py (checkpoints every 10 steps) on 2 hosts x 2 processes with
+one restart allowed; on the first attempt rank 1 SIGKILLs itself right after the checkpoint
+of step 20 (tests/launch/scripts/kill_after_checkpoint.py). Measured: from the kill to the
+first training step completed after the restart (rank 0). torchrun runs as two agents with a
+c10d rendezvous, as on two hosts. Runs alternate so that load from elsewhere hits both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WRAPPER = str(REPO / "tests/launch/scripts/kill_after_checkpoint.py")
+TRAIN = str(REPO / "examples/elastic/train.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_tenter(env: dict[str, str], spec: Path) -> int:
+    return subprocess.run(
+        [sys.executable, "-m", "tenter", "run", str(spec)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    ).returncode
+
+
+def run_torchrun(env: dict[str, str], ckpt: Path, share_store: bool) -> int:
+    port, run_id = free_port(), f"failover{time.time_ns()}"
+    if not share_store:
+        env = {**env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    agents = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--max-restarts",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                run_id,
+                WRAPPER,
+                TRAIN,
+                "--checkpoint_dir",
+                str(ckpt),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    return max(agent.wait() for agent in agents)
+
+
+def measure(times: Path) -> float | None:
+    try:
+        return float((times / "resumed").read_text()) - float((times / "killed").read_text())
+    except OSError:
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    results: dict[str, list[float]] = {"tenter": [], "torchrun": [], "torchrun (fresh store)": []}
+    failures: dict[str, int] = dict.fromkeys(results, 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.reps):
+            for name in results:
+                times = Path(tmp) / f"{name}-{rep}"
+                times.mkdir()
+                env = {
+                    **os.environ,
+                    "TENTER_HOME": str(Path(tmp) / "home"),
+                    "OMP_NUM_THREADS": "1",
+                    "KILL_AT_STEP": "20",
+                    "KILL_RANK": "1",
+                    "TIMES_DIR": str(times),
+                }
+                if name == "tenter":
+                    spec = times / "job.yaml"
+                    spec.write_text(
+                        f"entry_point: {WRAPPER}\nargs: [{TRAIN}]\ninstance_count: 2\n"
+                        "processes_per_host: 2\nelastic: {max_restarts: 1}\n"
+                    )
+                    code = run_tenter(env, spec)
+                else:
+                    code = run_torchrun(env, times / "ckpt", share_store=name == "torchrun")
+                took = measure(times)
+                if code != 0 or took is None:
+                    failures[name] += 1
+                else:
+                    results[name].append(took)
+    print("SIGKILL of rank 1 after the checkpoint of step 20 -> first step after the restart")
+    for name, values in results.items():
+        runs = " ".join(f"{v:.2f}" for v in values)
+        med = f"{statistics.median(values):6.2f} s" if values else "   n/a  "
+        print(f"  {name:24s} {med}  ({runs}; {failures[name]} failed runs)")
+    if results["tenter"] and results["torchrun (fresh store)"]:
+        ratio = statistics.median(results["tenter"]) / statistics.median(
+            results["torchrun (fresh store)"]
+        )
+        print(f"  ratio tenter / torchrun (fresh store): {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()

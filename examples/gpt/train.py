@@ -1,0 +1,158 @@
+"""A small character-level GPT on Shakespeare, pipelined and data-parallel with tenter.parallel.
+
+    tenter run examples/gpt/job.yaml                                  # pp 2 x dp 2, from the job
+    tenter run --hosts 2 --procs-per-host 2 examples/gpt/train.py -- --pp 2
+    python examples/gpt/train.py --pp 1 --steps 20                    # one process
+
+The model is an ``nn.Sequential`` (embedding, blocks, head) written for one device;
+``parallel.pipeline`` splits it into balanced stages. Each step trains on the same global
+batch whatever the layout: data-parallel replica d takes the d-th slice, so pp 1 and
+pp 2 x dp 2 see the same data.
+"""
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import tenter
+from tenter import parallel
+
+CORPUS = Path(__file__).parent / "data" / "shakespeare.txt"
+
+
+class Embedding(nn.Module):
+    def __init__(self, vocab: int, seq: int, dim: int) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, dim)
+        self.positions = nn.Embedding(seq, dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
+
+
+class Block(nn.Module):
+    """Pre-norm causal self-attention and MLP, as in nanoGPT."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+class Head(nn.Module):
+    def __init__(self, dim: int, vocab: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+        self.out = nn.Linear(dim, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.ln(x))
+
+
+def gpt(vocab: int, seq: int, dim: int, layers: int, heads: int) -> nn.Sequential:
+    blocks = [Block(dim, heads) for _ in range(layers)]
+    return nn.Sequential(Embedding(vocab, seq, dim), *blocks, Head(dim, vocab))
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def batches(
+    data: torch.Tensor, batch: int, seq: int, seed: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Random windows of the corpus, the same sequence on every rank."""
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        starts = torch.randint(len(data) - seq - 1, (batch,), generator=gen)
+        x = torch.stack([data[s : s + seq] for s in starts])
+        y = torch.stack([data[s + 1 : s + seq + 1] for s in starts])
+        yield x, y
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pp", type=int, help="pipeline stages (default: the job's)")
+    ap.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved"])
+    ap.add_argument("--microbatches", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--batch_size", type=int, default=32, help="global batch (sequences)")
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    device = tenter.init()
+    text = CORPUS.read_text(encoding="utf-8")
+    chars = sorted(set(text))
+    data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+
+    mesh = parallel.mesh(pp=args.pp)
+    info = parallel.rank_info()
+    torch.manual_seed(args.seed)  # every rank builds the same model, then keeps its stages
+    model = gpt(len(chars), args.seq, args.dim, args.layers, args.heads)
+    per_replica = args.batch_size // info.dp_size
+    example = data[: per_replica * args.seq].view(per_replica, args.seq)
+    pipe = parallel.pipeline(
+        model,
+        mesh,
+        loss_fn=loss_fn,
+        microbatches=args.microbatches,
+        schedule=args.schedule,
+        example_input=example[: per_replica // args.microbatches],
+    )
+    tenter.print0(parallel.describe(pipe))
+    optimizer = torch.optim.AdamW(pipe.parameters(), lr=args.lr)
+    # The last stage of replica 0 knows the loss; it reports for everyone.
+    reporter = pipe.is_last and info.dp_rank == 0
+    losses = []
+    stream = batches(data, args.batch_size, args.seq, args.seed)
+    for step in range(args.steps):
+        x, y = next(stream)
+        x = x.chunk(info.dp_size)[info.dp_rank].to(device)
+        y = y.chunk(info.dp_size)[info.dp_rank].to(device)
+        loss = pipe.step(x, target=y)
+        optimizer.step()
+        optimizer.zero_grad()
+        if reporter and loss is not None:
+            losses.append(loss.item())
+            if step % 10 == 0 or step == args.steps - 1:
+                print(f"step {step:3d}  loss {loss.item():.3f}", flush=True)
+    if reporter:
+        window = min(5, len(losses))
+        result = {
+            "pp": info.pp_size,
+            "dp": info.dp_size,
+            "uniform_loss": math.log(len(chars)),
+            "first_loss": sum(losses[:window]) / window,
+            "last_loss": sum(losses[-window:]) / window,
+        }
+        print(json.dumps(result), flush=True)
+        out = Path(os.environ.get("SM_OUTPUT_DATA_DIR", "."))
+        (out / "gpt-result.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""``tenter join JOB``: add a host to a running elastic job (scale out).
+
+The job's launcher starts one more simulated host, which enters at the next rendezvous
+round (the running hosts restart their workers to let it in), up to ``elastic.max_hosts``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from typing import Any
+
+from tenter.launch.jobs import find_job, is_running
+from tenter.spec import Problem, SpecError
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "join",
+        help="add a host to a running elastic job",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    parser.add_argument("job", metavar="JOB", help="job id or job directory")
+    parser.add_argument("--hosts", type=int, default=1, metavar="N", help="hosts to add")
+    parser.set_defaults(func=join)
+
+
+def join(args: argparse.Namespace) -> int:
+    job_dir = find_job(args.job)
+    if not is_running(job_dir):
+        raise SpecError([Problem("JOB", f"job {job_dir.name} has finished; nothing can join it")])
+    if args.hosts < 1:
+        raise SpecError([Problem("--hosts", f"{args.hosts} must be at least 1")])
+    control = job_dir / "control"
+    control.mkdir(exist_ok=True)
+    for _ in range(args.hosts):
+        # The launcher takes each request file; a unique name keeps them apart.
+        (control / f"join-{uuid.uuid4().hex}").write_text("")
+    print(f"asked job {job_dir.name} for {args.hosts} more host(s)")
+    return 0

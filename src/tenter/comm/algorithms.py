@@ -1,0 +1,446 @@
+"""Collectives among the ranks of one host, over a shared-memory :class:`Channel`.
+
+Every function takes flat (1-D, contiguous) CPU tensors and runs in rounds of at most one
+chunk per rank (see :mod:`tenter.comm.shm`). The data moves with torch's own vectorised
+kernels (``copy_``, ``sum``, ``amax``, ...) on tensors that view the shared memory, so
+there is no compiled extension and no Python loop over elements.
+
+AllReduce picks its algorithm by size:
+
+* small (``<= small_bytes``): every rank copies its tensor into its slot, one barrier, and
+  every rank reduces all slots in rank order into its own tensor. One barrier, no second
+  pass: the latency path.
+* large: per chunk, every rank copies into its slot, barrier, rank ``r`` reduces the
+  ``r``-th portion of all slots into the shared result (reduce-scatter), barrier, every
+  rank copies the whole result out (all-gather). The reduction work is split across ranks
+  and the chunks alternate between two buffers.
+
+Results are deterministic: the small path reduces the same inputs in the same order with
+the same kernel on every rank, and the large path computes each element on one rank only
+and copies it to the others; integer arithmetic is exact (wrapping like C, as gloo does).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tenter.comm.errors import CollectiveMismatchError
+from tenter.comm.shm import DESC_FIXED, Channel
+
+
+class Op(enum.IntEnum):
+    """Collective codes written into the descriptors."""
+
+    BARRIER = 1
+    ALL_REDUCE = 2
+    ALL_GATHER = 3
+    REDUCE_SCATTER = 4
+    BROADCAST = 5
+    REDUCE = 6
+    ALL_TO_ALL = 7
+    GATHER = 8
+    SCATTER = 9
+
+
+class Reduction(enum.IntEnum):
+    """Reductions the kernels implement (AVG is SUM followed by a division)."""
+
+    SUM = 0
+    PRODUCT = 1
+    MIN = 2
+    MAX = 3
+    BAND = 4
+    BOR = 5
+    BXOR = 6
+
+
+DTYPES: tuple[torch.dtype, ...] = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+)
+_DTYPE_CODE = {dtype: i for i, dtype in enumerate(DTYPES)}
+_BITWISE: dict[Reduction, Callable[..., torch.Tensor]] = {
+    Reduction.BAND: torch.bitwise_and,
+    Reduction.BOR: torch.bitwise_or,
+    Reduction.BXOR: torch.bitwise_xor,
+}
+_ALIGN = 16  # elements; portions start on 64-byte boundaries for 4-byte types
+
+
+@dataclass
+class _Pending:
+    """A small all_reduce between its two halves."""
+
+    parity: int
+    mine: tuple[int, ...]
+    stack: torch.Tensor
+    out: torch.Tensor
+    red: Reduction
+
+
+def reduce_into(stack: torch.Tensor, out: torch.Tensor, red: Reduction) -> None:
+    """``out = stack[0] (op) stack[1] (op) ...``, reducing along dim 0 in rank order."""
+    is_bool = out.dtype == torch.bool
+    if red is Reduction.SUM:
+        # bool SUM is logical OR, as NCCL treats bool as uint8 and any nonzero is True.
+        if is_bool:
+            torch.any(stack, 0, out=out)
+        else:
+            torch.sum(stack, 0, out=out)
+    elif red is Reduction.PRODUCT:
+        if is_bool:
+            torch.all(stack, 0, out=out)
+        else:
+            torch.prod(stack, 0, out=out)
+    elif red is Reduction.MIN:
+        torch.amin(stack, 0, out=out)
+    elif red is Reduction.MAX:
+        torch.amax(stack, 0, out=out)
+    else:
+        fn = _BITWISE[red]
+        out.copy_(stack[0])
+        for i in range(1, stack.shape[0]):
+            fn(out, stack[i], out=out)
+
+
+def _portion(count: int, parts: int, index: int) -> tuple[int, int]:
+    """The ``index``-th of ``parts`` near-equal, aligned ranges of ``range(count)``."""
+    step = -(-count // parts)
+    step = -(-step // _ALIGN) * _ALIGN
+    lo = min(index * step, count)
+    return lo, min(lo + step, count)
+
+
+def _clamp(count: int, lo: int, width: int) -> int:
+    return max(0, min(width, count - lo))
+
+
+class ShmCollectives:
+    """The collectives of the ranks of one host. ``describe_rank`` names a local rank in
+    error messages (its group and global rank)."""
+
+    def __init__(
+        self, channel: Channel, small_bytes: int, describe_rank: Callable[[int], str]
+    ) -> None:
+        self.ch = channel
+        self.size = channel.size
+        self.me = channel.me
+        self.small_bytes = min(small_bytes, channel.chunk_bytes)
+        self._describe_rank = describe_rank
+        self._views: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
+
+    # -- descriptors -------------------------------------------------------------------
+
+    def _begin(
+        self,
+        op: Op,
+        seq: int,
+        dtype: torch.dtype | None,
+        numel: int,
+        red: int = -1,
+        root: int = -1,
+        extra: Sequence[int] = (),
+    ) -> tuple[int, tuple[int, ...]]:
+        parity = self.ch.next_round()
+        code = -1 if dtype is None else _DTYPE_CODE[dtype]
+        mine = (int(op), seq, code, numel, red, root, len(extra), 0)
+        self.ch.post(parity, (*mine, *extra))
+        self.ch.op_label = f"{op.name.lower()} (collective #{seq} of this group)"
+        return parity, mine
+
+    def _check(self, parity: int, mine: tuple[int, ...], same_numel: bool) -> list[int]:
+        """Compare every rank's descriptor with this rank's; return each rank's numel."""
+        numels: list[int] = []
+        for j in range(self.size):
+            theirs = mine if j == self.me else self.ch.peer_desc(parity, j, DESC_FIXED)
+            same = theirs[:6] == mine[:6] or (
+                not same_numel and theirs[:3] == mine[:3] and theirs[4:6] == mine[4:6]
+            )
+            if not same:
+                raise CollectiveMismatchError(
+                    "tenter.comm: ranks called different collectives at the same point: "
+                    f"rank {self._describe_rank(self.me)} called {_describe(mine)} but rank "
+                    f"{self._describe_rank(j)} called {_describe(theirs)}. Every rank of a "
+                    "process group must call the same collectives in the same order with "
+                    "matching sizes, dtypes, ops and roots."
+                )
+            numels.append(theirs[3])
+        return numels
+
+    def _extra(self, parity: int, index: int) -> tuple[int, ...]:
+        return self.ch.peer_desc(parity, index, DESC_FIXED + self.size)[DESC_FIXED:]
+
+    def _mismatch(self, what: str) -> CollectiveMismatchError:
+        return CollectiveMismatchError(f"tenter.comm: {self.ch.op_label}: {what}")
+
+    # -- collectives -------------------------------------------------------------------
+
+    def barrier(self, seq: int) -> None:
+        parity, mine = self._begin(Op.BARRIER, seq, None, 0)
+        self.ch.sync()
+        self._check(parity, mine, True)
+
+    def _stack(self, parity: int, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
+        """``[size, n]`` view of every rank's slot; cached because slicing costs
+        microseconds and the same sizes recur (DDP buckets, optimizer scalars)."""
+        key = (parity, nbytes, dtype)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) >= 256:
+                self._views.clear()
+            view = self._views[key] = self.ch.slots[parity, :, :nbytes].view(dtype)
+        return view
+
+    def small_all_reduce_start(self, t: torch.Tensor, red: Reduction, seq: int) -> _Pending:
+        """First half of the latency path: publish ``t`` and arrive; never blocks."""
+        parity, mine = self._begin(Op.ALL_REDUCE, seq, t.dtype, t.numel(), red)
+        stack = self._stack(parity, t.numel() * t.element_size(), t.dtype)
+        stack[self.me].copy_(t)
+        self.ch.arrive()
+        return _Pending(parity, mine, stack, t, red)
+
+    def small_all_reduce_finish(self, p: _Pending) -> None:
+        """Second half: wait for the peers, check they agree, reduce in rank order."""
+        self.ch.wait()
+        self._check(p.parity, p.mine, True)
+        reduce_into(p.stack, p.out, p.red)
+
+    def all_reduce(self, t: torch.Tensor, red: Reduction, seq: int) -> None:
+        ch, dtype, es, n = self.ch, t.dtype, t.element_size(), t.numel()
+        if n * es <= self.small_bytes:
+            self.small_all_reduce_finish(self.small_all_reduce_start(t, red, seq))
+            return
+        per = ch.chunk_bytes // es
+        for lo in range(0, n, per):
+            if lo == 0:
+                parity, mine = self._begin(Op.ALL_REDUCE, seq, dtype, n, red)
+            else:
+                parity = ch.next_round()
+            width = min(per, n - lo)
+            chunk = t[lo : lo + width]
+            stack = ch.slots[parity, :, : width * es].view(dtype)
+            result = ch.result[parity, : width * es].view(dtype)
+            stack[self.me].copy_(chunk)
+            ch.sync()
+            if lo == 0:
+                self._check(parity, mine, True)
+            a, b = _portion(width, self.size, self.me)
+            reduce_into(stack[:, a:b], result[a:b], red)
+            ch.sync()
+            chunk.copy_(result)
+
+    def reduce(self, t: torch.Tensor, root: int, red: Reduction, seq: int) -> None:
+        """Reduce into ``t`` on local rank ``root``; other ranks' ``t`` is unchanged."""
+        ch, dtype, es, n = self.ch, t.dtype, t.element_size(), t.numel()
+        per = ch.chunk_bytes // es
+        for k in range(max(1, math.ceil(n / per))):
+            if k == 0:
+                parity, mine = self._begin(Op.REDUCE, seq, dtype, n, red, root)
+            else:
+                parity = ch.next_round()
+            lo = k * per
+            width = _clamp(n, lo, per)
+            stack = ch.slots[parity, :, : width * es].view(dtype)
+            stack[self.me].copy_(t[lo : lo + width])
+            ch.sync()
+            if k == 0:
+                self._check(parity, mine, True)
+            if self.me == root:
+                reduce_into(stack, t[lo : lo + width], red)
+
+    def broadcast(self, t: torch.Tensor, root: int, seq: int) -> None:
+        ch, dtype, es, n = self.ch, t.dtype, t.element_size(), t.numel()
+        per = ch.chunk_bytes // es
+        for k in range(max(1, math.ceil(n / per))):
+            if k == 0:
+                parity, mine = self._begin(Op.BROADCAST, seq, dtype, n, -1, root)
+            else:
+                parity = ch.next_round()
+            lo = k * per
+            width = _clamp(n, lo, per)
+            staged = ch.slots[parity, root, : width * es].view(dtype)
+            if self.me == root:
+                staged.copy_(t[lo : lo + width])
+            ch.sync()
+            if k == 0:
+                self._check(parity, mine, True)
+            if self.me != root:
+                t[lo : lo + width].copy_(staged)
+
+    def all_gather(
+        self,
+        inp: torch.Tensor,
+        outs: Sequence[torch.Tensor],
+        matrix: torch.Tensor | None = None,
+        *,
+        root: int = -1,
+        seq: int,
+    ) -> None:
+        """Gather every rank's ``inp`` into ``outs[j]`` (flat, one per local rank).
+
+        ``matrix`` (``[size, n]``, optional) is ``outs`` as one tensor, for equal sizes: one
+        copy per round instead of one per rank. With ``root >= 0`` this is a gather: only
+        ``root`` reads, and only ``root`` needs ``outs``.
+        """
+        ch, dtype, es, n = self.ch, inp.dtype, inp.element_size(), inp.numel()
+        per = ch.chunk_bytes // es
+        op = Op.ALL_GATHER if root < 0 else Op.GATHER
+        reads = root < 0 or self.me == root
+        rounds, k, numels = 1, 0, [n]
+        while k < rounds:
+            if k == 0:
+                parity, mine = self._begin(op, seq, dtype, n, -1, root)
+            else:
+                parity = ch.next_round()
+            lo = k * per
+            width = _clamp(n, lo, per)
+            if width:
+                ch.slots[parity, self.me, : width * es].view(dtype).copy_(inp[lo : lo + width])
+            ch.sync()
+            if k == 0:
+                numels = self._check(parity, mine, False)
+                rounds = max(1, max(math.ceil(m / per) for m in numels))
+                if reads:
+                    self._check_sizes("output", [o.numel() for o in outs], numels)
+            if reads:
+                if matrix is not None and len(set(numels)) == 1:
+                    if width:
+                        matrix[:, lo : lo + width].copy_(
+                            ch.slots[parity, :, : width * es].view(dtype)
+                        )
+                else:
+                    for j, out in enumerate(outs):
+                        w = _clamp(numels[j], lo, per)
+                        if w:
+                            out[lo : lo + w].copy_(ch.slots[parity, j, : w * es].view(dtype))
+            k += 1
+
+    def reduce_scatter(
+        self,
+        ins: Sequence[torch.Tensor],
+        out: torch.Tensor,
+        red: Reduction,
+        seq: int,
+        matrix: torch.Tensor | None = None,
+    ) -> None:
+        """``out = reduce over ranks of their ins[me]``; ``matrix`` is ``ins`` as one
+        ``[size, n]`` tensor when the caller has it (one copy per round)."""
+        ch, dtype, es, n = self.ch, out.dtype, out.element_size(), out.numel()
+        size = self.size
+        m = ch.chunk_bytes // es // size
+        for k in range(max(1, math.ceil(n / m))):
+            if k == 0:
+                parity, mine = self._begin(Op.REDUCE_SCATTER, seq, dtype, n, red)
+            else:
+                parity = ch.next_round()
+            lo = k * m
+            width = _clamp(n, lo, m)
+            staged = ch.slots[parity, :, : size * m * es].view(dtype).view(size, size, m)
+            if width:
+                if matrix is not None:
+                    staged[self.me, :, :width].copy_(matrix[:, lo : lo + width])
+                else:
+                    for j, piece in enumerate(ins):
+                        staged[self.me, j, :width].copy_(piece[lo : lo + width])
+            ch.sync()
+            if k == 0:
+                self._check(parity, mine, True)
+            if width:
+                reduce_into(staged[:, self.me, :width], out[lo : lo + width], red)
+
+    def scatter(self, ins: Sequence[torch.Tensor], out: torch.Tensor, root: int, seq: int) -> None:
+        """``out = ins[me]`` of local rank ``root`` (only ``root`` needs ``ins``)."""
+        ch, dtype, es, n = self.ch, out.dtype, out.element_size(), out.numel()
+        size = self.size
+        m = ch.chunk_bytes // es // size
+        for k in range(max(1, math.ceil(n / m))):
+            if k == 0:
+                parity, mine = self._begin(Op.SCATTER, seq, dtype, n, -1, root)
+                if self.me == root:
+                    self._check_sizes("input", [i.numel() for i in ins], [n] * size)
+            else:
+                parity = ch.next_round()
+            lo = k * m
+            width = _clamp(n, lo, m)
+            staged = ch.slots[parity, root, : size * m * es].view(dtype).view(size, m)
+            if self.me == root and width:
+                for d, piece in enumerate(ins):
+                    staged[d, :width].copy_(piece[lo : lo + width])
+            ch.sync()
+            if k == 0:
+                self._check(parity, mine, True)
+            if width:
+                out[lo : lo + width].copy_(staged[self.me, :width])
+
+    def all_to_all(
+        self, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor], seq: int
+    ) -> None:
+        """Rank ``i`` sends ``ins[j]`` to rank ``j``, which receives it in ``outs[i]``;
+        blocks may differ in size (uneven splits)."""
+        ch, size = self.ch, self.size
+        dtype = outs[0].dtype if outs else ins[0].dtype
+        es = torch.empty((), dtype=dtype).element_size()
+        m = ch.chunk_bytes // es // size
+        in_sizes = [i.numel() for i in ins]
+        rounds, k = 1, 0
+        while k < rounds:
+            if k == 0:
+                parity, mine = self._begin(Op.ALL_TO_ALL, seq, dtype, sum(in_sizes), extra=in_sizes)
+            else:
+                parity = ch.next_round()
+            lo = k * m
+            staged = ch.slots[parity, self.me, : size * m * es].view(dtype).view(size, m)
+            for d, piece in enumerate(ins):
+                w = _clamp(in_sizes[d], lo, m)
+                if w:
+                    staged[d, :w].copy_(piece[lo : lo + w])
+            ch.sync()
+            if k == 0:
+                self._check(parity, mine, False)
+                sent_to_me = [self._extra(parity, j)[self.me] for j in range(size)]
+                self._check_sizes("output split", [o.numel() for o in outs], sent_to_me)
+                longest = max(max(self._extra(parity, j)) for j in range(size))
+                rounds = max(1, math.ceil(longest / m))
+            for j, out in enumerate(outs):
+                w = _clamp(out.numel(), lo, m)
+                if w:
+                    src = ch.slots[parity, j, : size * m * es].view(dtype).view(size, m)
+                    out[lo : lo + w].copy_(src[self.me, :w])
+            k += 1
+
+    def _check_sizes(self, what: str, have: list[int], expected: list[int]) -> None:
+        if have != expected:
+            raise self._mismatch(
+                f"this rank's {what} sizes {have} do not match what the ranks "
+                f"contribute {expected} (elements, in local-rank order)."
+            )
+
+
+def _describe(desc: Sequence[int]) -> str:
+    op, seq, dtype, numel, red, root = desc[:6]
+    try:
+        name = Op(op).name.lower()
+    except ValueError:
+        name = f"<unknown op {op}>"
+    parts = [f"dtype={DTYPES[dtype]}" if 0 <= dtype < len(DTYPES) else "", f"numel={numel}"]
+    if red >= 0:
+        parts.append(f"op={Reduction(red).name}")
+    if root >= 0:
+        parts.append(f"root={root}")
+    args = ", ".join(p for p in parts if p)
+    return f"{name}({args}) as collective #{seq}"

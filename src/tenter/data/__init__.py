@@ -1,0 +1,1 @@
+"""Dataset preparation: ``tenter data ...`` (see :mod:`tenter.data.imagenet`)."""

@@ -1,0 +1,598 @@
+"""Kubernetes manifests of a job: pure functions of a validated spec and its job id.
+
+One spec renders as one of three Kubeflow objects:
+
+- ``PyTorchJob`` (``kubeflow.org/v1``, Training Operator): one Master and N-1 Workers, each
+  pod running ``torchrun`` (``python -m torch.distributed.run``), which reads the ``PET_*``
+  variables the operator sets; an elastic spec (``elastic.min_hosts``/``max_hosts`` or an etcd
+  rendezvous) gets an ``elasticPolicy`` and Workers only, as the operator requires.
+- ``MPIJob`` (``kubeflow.org/v2beta1``, MPI Operator) for ``mpi`` and ``smdistributed`` jobs:
+  one Launcher running the mpirun command of :mod:`tenter.launch.mpi_command` (the mpi
+  backend's own), and N Workers running ``sshd``; every variable of the worker contract
+  reaches the ranks through mpirun's ``-x``, because processes started over ssh do not see
+  the pod's environment.
+- ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``, Kubeflow Trainer v2), when asked for by
+  ``kubernetes.kind``: the trainer of a ``ClusterTrainingRuntime`` (``torch-distributed``).
+
+Every training pod gets the instance type's resources from the catalog (GPUs, EFA interfaces,
+hugepages, CPU and memory), a memory-backed ``/dev/shm``, a node selector on the instance
+type, the EFA/NCCL variables (:data:`tenter.launch.mpi_command.EFA_ENV`, shared with mpirun)
+and the spec's claimed volumes; none is privileged: EFA devices come from the EFA device
+plugin as ``vpc.amazonaws.com/efa`` resources.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from tenter.launch.mpi_command import CLUSTER_NIC, EFA_ENV, mpirun_command
+from tenter.runtime import contract
+from tenter.spec import JobSpec, Problem, SpecError, lookup, processes_per_host
+from tenter.spec.catalog import InstanceType
+from tenter.spec.kubernetes import KubernetesOptions
+
+Manifest = dict[str, Any]
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+HUGEPAGES_RESOURCE = "hugepages-2Mi"
+HUGEPAGES_EFA = "5120Mi"
+"""libfabric's EFA provider allocates its buffers from 2 MiB huge pages; AWS's EKS EFA
+examples request this much per pod."""
+ALLOCATABLE_FRACTION = 0.9
+"""Share of the catalog's CPUs and memory a pod requests: the kubelet keeps the rest for the
+system, its eviction threshold and the per-node daemons (CNI, device plugins)."""
+LAUNCHER_RESOURCES: Manifest = {"requests": {"cpu": 1, "memory": "2Gi"}}
+"""mpirun and its ssh sessions only: the launcher runs no rank."""
+SHM_VOLUME = "dshm"
+BOOTSTRAP = "tenter.runtime.bootstrap"
+SSHD = ["/usr/sbin/sshd", "-De"]
+"""MPI workers serve ssh for the launcher's mpirun (the MPI Operator mounts the keys)."""
+POD_TENTER_HOME = Path("/opt/ml/tenter")
+"""tenter's home inside MPI pods: the mpirun command's job directory lies under it."""
+POD_SM_DIR = PurePosixPath("/opt/ml")
+"""SageMaker's directory in the container, as SM_MODEL_DIR and friends name it."""
+TRAINJOB_REPLICATED_JOB = "node"
+"""The replicated job (and container) of the torch-distributed ClusterTrainingRuntime."""
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """What the API server calls an object kind, and what submitting it needs."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    log_container: str
+    """The container whose output is the job's output."""
+    install: str
+    """How to install the operator that serves this kind, for the error when it is missing."""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+KINDS = {
+    "PyTorchJob": JobKind(
+        "PyTorchJob",
+        "kubeflow.org",
+        "v1",
+        "pytorchjobs",
+        "pytorch",
+        "install the Kubeflow Training Operator: kubectl apply --server-side -k "
+        '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0"',
+    ),
+    "MPIJob": JobKind(
+        "MPIJob",
+        "kubeflow.org",
+        "v2beta1",
+        "mpijobs",
+        "launcher",
+        "install the MPI Operator: kubectl apply --server-side -f "
+        "https://raw.githubusercontent.com/kubeflow/mpi-operator/v0.6.0/deploy/v2beta1/"
+        "mpi-operator.yaml",
+    ),
+    "TrainJob": JobKind(
+        "TrainJob",
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "trainjobs",
+        TRAINJOB_REPLICATED_JOB,
+        "install Kubeflow Trainer v2 and its training runtimes: "
+        "https://www.kubeflow.org/docs/components/trainer/operator-guides/installation/",
+    ),
+}
+
+
+def literal(value: str) -> str:
+    """``value`` as Kubernetes passes it on: the kubelet expands ``$(VAR)`` in commands and
+    environment values and turns ``$$`` into ``$``, so doubling every ``$`` keeps a user's
+    ``$(...)`` or ``$HOME`` verbatim (the worker contract promises values arrive unchanged)."""
+    return value.replace("$", "$$")
+
+
+def labels(name: str) -> dict[str, str]:
+    """The labels of the job and of its pods (Kubernetes' recommended ones); the instance
+    label selects the pods of one job."""
+    return {"app.kubernetes.io/name": "tenter", "app.kubernetes.io/instance": name}
+
+
+def pod_selector(kind: str, name: str) -> str:
+    # TrainJob pods are made by JobSet from the runtime's template, without our labels.
+    if kind == "TrainJob":
+        return f"jobset.sigs.k8s.io/jobset-name={name}"
+    return f"app.kubernetes.io/instance={name}"
+
+
+def choose_kind(spec: JobSpec) -> str:
+    """``kubernetes.kind``, or for ``auto`` the operator that launches this distribution."""
+    if spec.kubernetes.kind != "auto":
+        return spec.kubernetes.kind
+    dist = spec.distribution
+    mpi_launched = dist.mpi.enabled or dist.data_parallel or dist.model_parallel is not None
+    return "MPIJob" if mpi_launched else "PyTorchJob"
+
+
+def is_elastic(spec: JobSpec) -> bool:
+    """The job may change size, or meets on an etcd rendezvous: torchrun's elastic mode."""
+    e = spec.elastic
+    lo, hi = e.min_hosts or spec.instance_count, e.max_hosts or spec.instance_count
+    return lo != hi or e.rendezvous.backend == "etcd"
+
+
+def spec_problems(spec: JobSpec, kind: str) -> list[Problem]:
+    """What a spec that passed the general rules still lacks to run on Kubernetes."""
+    out = []
+    if spec.kubernetes.image is None:
+        out.append(
+            Problem(
+                "kubernetes.image",
+                "is required on backend kubernetes: an image with your code at "
+                f"kubernetes.working_dir ({spec.kubernetes.working_dir}), torch and tenter "
+                "(`tenter container` writes such a Dockerfile)",
+            )
+        )
+    itype = lookup(spec.instance_type)
+    if itype is not None and itype.is_local:
+        out.append(
+            Problem(
+                "instance_type",
+                f"'{spec.instance_type}' means this machine; on Kubernetes give a catalog type "
+                "(e.g. ml.p5.48xlarge) so that pods get its GPUs, EFA and node selector",
+            )
+        )
+    if spec.channels:
+        out.append(
+            Problem(
+                "channels",
+                "local input channels cannot reach pods; put the data on a volume "
+                "(kubernetes.volumes) and pass its path as a hyperparameter",
+            )
+        )
+    if kind != "PyTorchJob" and is_elastic(spec):
+        out.append(
+            Problem(
+                "elastic",
+                f"a {kind} cannot change size or use an etcd rendezvous; use kubernetes.kind "
+                "PyTorchJob (torch_distributed), or remove min_hosts/max_hosts",
+            )
+        )
+    if kind == "TrainJob" and spec.max_run:
+        out.append(
+            Problem(
+                "max_run",
+                "a TrainJob (v1alpha1) has no deadline; remove max_run or use kubernetes.kind "
+                "PyTorchJob or MPIJob",
+            )
+        )
+    return out
+
+
+def node_resources(itype: InstanceType) -> Manifest:
+    """A whole node of ``itype`` for one pod: its GPUs and EFA interfaces, hugepages for EFA,
+    and most of its CPUs and memory. Extended resources and hugepages need limits equal to
+    requests; CPU is left unlimited so that a busy data loader may use idle cores."""
+    memory = f"{int(itype.memory_gib * ALLOCATABLE_FRACTION)}Gi"
+    devices: dict[str, Any] = {}
+    if itype.gpus:
+        devices[GPU_RESOURCE] = itype.gpus
+    if itype.efa:
+        devices[EFA_RESOURCE] = itype.efa
+        devices[HUGEPAGES_RESOURCE] = HUGEPAGES_EFA
+    return {
+        "requests": {
+            "cpu": max(1, int(itype.cpus * ALLOCATABLE_FRACTION)),
+            "memory": memory,
+            **devices,
+        },
+        "limits": {"memory": memory, **devices},
+    }
+
+
+def _volumes(opts: KubernetesOptions) -> tuple[list[Manifest], list[Manifest]]:
+    """The pod's volumes and the container's mounts: /dev/shm in memory (Docker's default
+    64 MiB breaks NCCL and DataLoader workers), then the claimed volumes."""
+    volumes: list[Manifest] = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
+    mounts: list[Manifest] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    for i, vol in enumerate(opts.volumes):
+        name = f"volume-{i}"
+        claim: Manifest = {"claimName": vol.claim}
+        mount: Manifest = {"name": name, "mountPath": vol.mount_path}
+        if vol.read_only:
+            claim["readOnly"] = True
+            mount["readOnly"] = True
+        if vol.sub_path:
+            mount["subPath"] = vol.sub_path
+        volumes.append({"name": name, "persistentVolumeClaim": claim})
+        mounts.append(mount)
+    return volumes, mounts
+
+
+def _env_list(env: Mapping[str, str]) -> list[Manifest]:
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def efa_env(itype: InstanceType) -> dict[str, str]:
+    """The EFA/NCCL variables of ``itype``: the mpirun backend's data, same values."""
+    env = {name: value for name, value, needed in EFA_ENV if needed(itype)}
+    if itype.gpus:
+        env["NCCL_SOCKET_IFNAME"] = CLUSTER_NIC
+    return env
+
+
+def worker_env(
+    spec: JobSpec, itype: InstanceType, job_id: str, hosts: list[str], procs: int
+) -> list[Manifest]:
+    """The environment of a torchrun pod: EFA/NCCL defaults, the spec's, tenter's and
+    SageMaker's (torchrun adds the per-rank variables).
+
+    One pod template serves every host, so the host's own name comes from the downward API
+    (``TENTER_HOST``, the pod name) and the per-host SageMaker values refer to it as
+    ``$(TENTER_HOST)``, which the kubelet expands; ``SM_TRAINING_ENV``, whose ``is_master``
+    differs per host, is left out.
+    """
+    host_ref = "$(TENTER_HOST)"
+    sm = contract.sagemaker_env(
+        job_name=job_id,
+        current_host=hosts[0],
+        hosts=hosts,
+        host_dir=POD_SM_DIR,
+        instance_type=itype.sagemaker_name,
+        num_gpus=itype.gpus,
+        num_cpus=itype.cpus,
+        num_neurons=itype.neuron_cores,
+        network_interface=CLUSTER_NIC,
+        hyperparameters=spec.hyperparameters,
+        channels={},
+        entry_point=spec.entry_point or spec.module or " ".join(spec.command or []),
+        module_dir=spec.kubernetes.working_dir,
+        distribution=spec.distribution.model_dump(),
+    )
+    per_host = ("SM_CURRENT_HOST", "SM_RESOURCE_CONFIG", "SM_TRAINING_ENV")
+    values = {
+        "PYTHONUNBUFFERED": "1",
+        **efa_env(itype),
+        # torchrun's default, made explicit: one OpenMP thread per rank.
+        "OMP_NUM_THREADS": str(max(1, itype.cpus // procs)),
+        **spec.environment,
+        "TENTER_JOB_ID": job_id,
+        "TENTER_NUM_HOSTS": str(len(hosts)),
+        **({"TENTER_CHECKPOINT_DIR": spec.checkpoint.dir} if spec.checkpoint.dir else {}),
+        **{k: v for k, v in sm.items() if k not in per_host},
+    }
+    own = {
+        "SM_CURRENT_HOST": host_ref,
+        "SM_RESOURCE_CONFIG": json.dumps(
+            contract.resource_config(host_ref, hosts, itype.sagemaker_name, CLUSTER_NIC)
+        ),
+    }
+    return [
+        {"name": "TENTER_HOST", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        *_env_list({k: literal(v) for k, v in values.items()}),
+        *_env_list(own),
+    ]
+
+
+def torchrun_command(spec: JobSpec, max_restarts: int) -> list[str]:
+    """``python -m torch.distributed.run`` around the entry point; the nodes, node rank and
+    master (or rendezvous) come from the operator's ``PET_*`` variables."""
+    opts = spec.kubernetes
+    run = [opts.python, "-m", "torch.distributed.run"]
+    if max_restarts:
+        run += ["--max-restarts", str(max_restarts)]
+    user_args = [*contract.hyperparameter_args(spec.hyperparameters), *spec.args]
+    if spec.entry_point is not None:
+        script = posixpath.join(opts.working_dir, spec.entry_point)
+        argv = [*run, "-m", BOOTSTRAP, script, *user_args]
+    elif spec.module is not None:
+        argv = [*run, "-m", BOOTSTRAP, "-m", spec.module, *user_args]
+    else:
+        assert spec.command is not None, "the spec check requires one entry"
+        argv = [*run, "--no-python", *spec.command, *user_args]
+    return [literal(a) for a in argv]
+
+
+def _metadata(spec: JobSpec, name: str) -> Manifest:
+    return {"name": name, "namespace": spec.kubernetes.namespace, "labels": labels(name)}
+
+
+def _pod_spec(spec: JobSpec, itype: InstanceType | None, containers: list[Manifest]) -> Manifest:
+    """A pod on a node of ``itype`` (None: anywhere, for the MPI launcher)."""
+    pod: Manifest = {}
+    if spec.kubernetes.service_account:
+        pod["serviceAccountName"] = spec.kubernetes.service_account
+    if itype is not None:
+        pod["nodeSelector"] = {INSTANCE_TYPE_LABEL: itype.name}
+    pod["containers"] = containers
+    if itype is not None:
+        pod["volumes"] = _volumes(spec.kubernetes)[0]
+    return pod
+
+
+def _container(
+    spec: JobSpec,
+    name: str,
+    command: list[str],
+    resources: Manifest,
+    env: list[Manifest] | None = None,
+    mounts: bool = True,
+) -> Manifest:
+    container: Manifest = {
+        "name": name,
+        "image": spec.kubernetes.image,
+        "command": command,
+        "workingDir": spec.kubernetes.working_dir,
+    }
+    if env:
+        container["env"] = env
+    container["resources"] = resources
+    if mounts:
+        container["volumeMounts"] = _volumes(spec.kubernetes)[1]
+    # Spelled out so that a reader (and the rule check) sees it: EFA needs no privileges.
+    container["securityContext"] = {"privileged": False}
+    return container
+
+
+def _run_policy(spec: JobSpec, backoff_limit: int) -> Manifest:
+    # Running: finished pods stay for their logs; pods still running when the job ends go.
+    policy: Manifest = {"cleanPodPolicy": "Running", "backoffLimit": backoff_limit}
+    if spec.max_run:
+        policy["activeDeadlineSeconds"] = spec.max_run
+    return policy
+
+
+def pytorch_hosts(spec: JobSpec, name: str) -> list[str]:
+    """The PyTorchJob's pod names in node-rank order (the operator's Master, then Workers;
+    elastic jobs have Workers only)."""
+    n = spec.instance_count
+    if is_elastic(spec):
+        return [f"{name}-worker-{i}" for i in range(n)]
+    return [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(n - 1))]
+
+
+def pytorchjob(spec: JobSpec, itype: InstanceType, name: str, procs: int) -> Manifest:
+    elastic = is_elastic(spec)
+    e = spec.elastic
+    n = spec.instance_count
+    hosts = pytorch_hosts(spec, name)
+    # Elastic pods are restarted by the operator (and torchrun restarts the group in-pod, up
+    # to maxRestarts); a static job restarts its group in-pod only.
+    restart = "OnFailure" if elastic and e.max_restarts else "Never"
+    container = _container(
+        spec,
+        KINDS["PyTorchJob"].log_container,
+        torchrun_command(spec, 0 if elastic else e.max_restarts),
+        node_resources(itype),
+        worker_env(spec, itype, name, hosts, procs),
+    )
+    template = {"metadata": {"labels": labels(name)}, "spec": _pod_spec(spec, itype, [container])}
+
+    def replica(count: int) -> Manifest:
+        # A copy each: the same dict twice would print as a YAML anchor and alias.
+        return {"replicas": count, "restartPolicy": restart, "template": copy.deepcopy(template)}
+
+    job_spec: Manifest = {"nprocPerNode": str(procs)}
+    if elastic:
+        rdzv = e.rendezvous
+        policy: Manifest = {
+            "minReplicas": e.min_hosts or n,
+            "maxReplicas": e.max_hosts or n,
+            "rdzvBackend": rdzv.backend,
+            "maxRestarts": e.max_restarts,
+            "rdzvConf": [
+                {"key": "join_timeout", "value": str(rdzv.join_timeout)},
+                {"key": "last_call_timeout", "value": str(rdzv.last_call_timeout)},
+            ],
+        }
+        if rdzv.endpoint:
+            host, _, port = rdzv.endpoint.rpartition(":")
+            policy["rdzvHost"], policy["rdzvPort"] = host, int(port)
+        job_spec["elasticPolicy"] = policy
+        replicas = {"Worker": replica(n)}
+    else:
+        replicas = {"Master": replica(1), **({"Worker": replica(n - 1)} if n > 1 else {})}
+    job_spec["runPolicy"] = _run_policy(spec, e.max_restarts if elastic else 0)
+    job_spec["pytorchReplicaSpecs"] = replicas
+    return _object("PyTorchJob", spec, name, job_spec)
+
+
+def mpi_hosts(name: str, namespace: str, count: int) -> list[str]:
+    """The workers' names in the MPI Operator's headless service (its hostfile's names)."""
+    return [f"{name}-worker-{i}.{name}.{namespace}.svc" for i in range(count)]
+
+
+def mpijob(spec: JobSpec, itype: InstanceType, name: str, procs: int) -> Manifest:
+    # The spec as the pods see it: code at working_dir, no local output directory.
+    in_pod = spec.model_copy(update={"source_dir": spec.kubernetes.working_dir, "output_dir": None})
+    argv = mpirun_command(
+        in_pod,
+        mpi_hosts(name, spec.kubernetes.namespace, spec.instance_count),
+        procs,
+        spec.kubernetes.python,
+        job_id=name,
+        tenter_home=POD_TENTER_HOME,
+        # Containers run as root unless the image says otherwise; not a privilege.
+        allow_run_as_root=True,
+    )
+    launcher = _container(
+        spec, "launcher", [literal(a) for a in argv], LAUNCHER_RESOURCES, mounts=False
+    )
+    worker = _container(spec, "worker", SSHD, node_resources(itype))
+    restart = "Never"
+    job_spec: Manifest = {
+        "slotsPerWorker": procs,
+        "runPolicy": _run_policy(spec, spec.elastic.max_restarts),
+        "mpiImplementation": "OpenMPI",
+        # mpirun's ssh to a worker whose sshd is not up yet fails the job.
+        "launcherCreationPolicy": "WaitForWorkersReady",
+        "mpiReplicaSpecs": {
+            "Launcher": {
+                "replicas": 1,
+                "restartPolicy": restart,
+                "template": {
+                    "metadata": {"labels": labels(name)},
+                    "spec": _pod_spec(spec, None, [launcher]),
+                },
+            },
+            "Worker": {
+                "replicas": spec.instance_count,
+                "restartPolicy": restart,
+                "template": {
+                    "metadata": {"labels": labels(name)},
+                    "spec": _pod_spec(spec, itype, [worker]),
+                },
+            },
+        },
+    }
+    return _object("MPIJob", spec, name, job_spec)
+
+
+def trainjob(spec: JobSpec, itype: InstanceType, name: str, procs: int) -> Manifest:
+    n = spec.instance_count
+    # JobSet's pod host names: <jobset>-<replicated job>-<job index>-<pod index>.
+    hosts = [f"{name}-{TRAINJOB_REPLICATED_JOB}-0-{i}" for i in range(n)]
+    volumes, mounts = _volumes(spec.kubernetes)
+    override: Manifest = {"targetJobs": [{"name": TRAINJOB_REPLICATED_JOB}]}
+    if spec.kubernetes.service_account:
+        override["serviceAccountName"] = spec.kubernetes.service_account
+    override["nodeSelector"] = {INSTANCE_TYPE_LABEL: itype.name}
+    override["volumes"] = volumes
+    override["containers"] = [{"name": TRAINJOB_REPLICATED_JOB, "volumeMounts": mounts}]
+    job_spec: Manifest = {
+        "runtimeRef": {"name": spec.kubernetes.runtime},
+        "trainer": {
+            "image": spec.kubernetes.image,
+            "command": torchrun_command(spec, spec.elastic.max_restarts),
+            "env": worker_env(spec, itype, name, hosts, procs),
+            "numNodes": n,
+            "numProcPerNode": procs,
+            "resourcesPerNode": node_resources(itype),
+        },
+        "podSpecOverrides": [override],
+    }
+    return _object("TrainJob", spec, name, job_spec)
+
+
+def _object(kind: str, spec: JobSpec, name: str, job_spec: Manifest) -> Manifest:
+    return {
+        "apiVersion": KINDS[kind].api_version,
+        "kind": kind,
+        "metadata": _metadata(spec, name),
+        "spec": job_spec,
+    }
+
+
+RENDERERS = {"PyTorchJob": pytorchjob, "MPIJob": mpijob, "TrainJob": trainjob}
+
+
+def render(spec: JobSpec, name: str) -> Manifest:
+    """The job object of a validated spec, named ``name`` (the job id). Raises SpecError
+    for what the spec lacks to run on Kubernetes."""
+    kind = choose_kind(spec)
+    problems = spec_problems(spec, kind)
+    if problems:
+        raise SpecError(problems)
+    itype = lookup(spec.instance_type)
+    assert itype is not None, "the spec check rejects unknown instance types"
+    return RENDERERS[kind](spec, itype, name, processes_per_host(spec, itype))
+
+
+EKSCTL_API_VERSION = "eksctl.io/v1alpha5"
+NODE_VOLUME_GIB = 500
+"""Root volume of each node: images of CUDA, NCCL and torch take tens of GiB each."""
+
+
+def node_group_name(itype: InstanceType) -> str:
+    return itype.name.replace(".", "-")
+
+
+def cluster_config(
+    name: str,
+    region: str,
+    itype: InstanceType,
+    nodes: int,
+    azs: list[str],
+    volume_size: int = NODE_VOLUME_GIB,
+    version: str | None = None,
+) -> Manifest:
+    """An eksctl ``ClusterConfig``: one managed node group of ``nodes`` x ``itype`` in private
+    subnets, EFA-enabled when the type has EFA (eksctl then adds every EFA interface, the EFA
+    security group and the EFA device plugin). The node group lies in the first of ``azs``:
+    eksctl requires an EFA node group to be in one zone, EKS the cluster in at least two."""
+    metadata: Manifest = {"name": name, "region": region}
+    if version:
+        metadata["version"] = version
+    group: Manifest = {
+        "name": node_group_name(itype),
+        "instanceType": itype.name,
+        "minSize": nodes,
+        "maxSize": nodes,
+        "desiredCapacity": nodes,
+        "volumeSize": volume_size,
+        "privateNetworking": True,
+    }
+    if itype.efa:
+        group["efaEnabled"] = True
+    if azs:
+        group["availabilityZones"] = azs[:1]
+    # The FSx for Lustre CSI driver runs with the nodes' role: volumes claimed from FSx.
+    group["iam"] = {"withAddonPolicies": {"fsx": True}}
+    config: Manifest = {"apiVersion": EKSCTL_API_VERSION, "kind": "ClusterConfig"}
+    config["metadata"] = metadata
+    if azs:
+        config["availabilityZones"] = azs
+    config["iam"] = {"withOIDC": True}
+    config["managedNodeGroups"] = [group]
+    return config
+
+
+def device_plugin_hint(itype: InstanceType) -> str:
+    """What to check (or install) once eksctl made the cluster."""
+    lines = ["create it:  eksctl create cluster -f CLUSTER.yaml"]
+    if itype.efa:
+        lines += [
+            "EFA: eksctl installs the EFA device plugin for efaEnabled node groups; check it with",
+            "  kubectl get daemonset -n kube-system aws-efa-k8s-device-plugin-daemonset",
+            "  otherwise: helm repo add eks https://aws.github.io/eks-charts && helm install "
+            "aws-efa-k8s-device-plugin eks/aws-efa-k8s-device-plugin -n kube-system",
+        ]
+    if itype.gpus:
+        lines += [
+            "GPUs: check that nodes offer nvidia.com/gpu:",
+            "  kubectl get nodes -o custom-columns=NAME:.metadata.name,"
+            "GPU:.status.allocatable.nvidia\\.com/gpu",
+            "  otherwise: helm repo add nvdp https://nvidia.github.io/k8s-device-plugin && "
+            "helm install nvdp nvdp/nvidia-device-plugin -n kube-system",
+        ]
+    lines.append(f"jobs: {KINDS['MPIJob'].install}")
+    lines.append(f"      {KINDS['PyTorchJob'].install}")
+    return "\n".join(lines)

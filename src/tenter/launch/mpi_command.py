@@ -1,0 +1,201 @@
+"""The ``mpirun`` command of a job: a pure function, shared by the mpi backend and by launchers
+that run mpirun themselves (a Kubernetes MPIJob's launcher pod).
+
+One MPMD app context per host::
+
+    mpirun <global flags: --tag-output, binding, mapping, --mca ...>
+        -np 8 --host algo-1:8 -x <host 1's contract> python -m tenter.runtime.mpi_shim CMD
+      : -np 8 --host algo-2:8 -x <host 2's contract> python -m tenter.runtime.mpi_shim CMD
+
+Why per-host app contexts: the worker contract has per-host values (``SM_CURRENT_HOST``,
+``SM_TRAINING_ENV``, ``SM_RESOURCE_CONFIG``, the host's ``/opt/ml`` paths, ``TENTER_HOST*``).
+SageMaker's toolkit runs a single context with ``-x SM_CURRENT_HOST``, which forwards the
+master's value to every rank (every rank believes it is on algo-1; the toolkit then
+``LD_PRELOAD``s a gethostname shim to paper over it). Open MPI's ``-x`` belongs to its app
+context, so each context carries its host's exact environment, visible in ``tenter plan``;
+the alternative, a wrapper that rebuilds host values on each host from
+``OMPI_COMM_WORLD_NODE_RANK``, would need the whole spec on every host and would hide them.
+Ranks are numbered in context order, so host ``i`` holds ranks ``i*P .. i*P+P-1``, the
+same ranks as on every other backend; ``tenter.runtime.mpi_shim`` adds the per-rank torchrun
+variables (``RANK``, ``LOCAL_RANK``, ...) from ``OMPI_COMM_WORLD_*`` before the command runs.
+
+Every default is data below (``mca_defaults``, ``FLAG_DEFAULTS``, ``EFA_ENV``); the user's
+``custom_mpi_options`` replace a default of the same MCA parameter, ``-x`` variable or flag
+instead of repeating it (mpirun rejects a repeated ``--bind-to``; SageMaker cannot remove its
+defaults, sagemaker-training-toolkit issue #70).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tenter.launch.plan import MASTER_PORT, Plan, make_plan
+from tenter.spec import JobSpec, lookup
+from tenter.spec.catalog import InstanceType
+from tenter.spec.mpi_options import MpiOptions
+
+MPIRUN = "mpirun"
+SHIM_MODULE = "tenter.runtime.mpi_shim"
+CLUSTER_NIC = "eth0"
+"""The network interface of cluster hosts, as SageMaker names it in resourceconfig.json."""
+
+
+def mca_defaults(nic: str) -> dict[str, str]:
+    """The MCA parameters SageMaker's toolkit sets (sagemaker_training/mpi.py), as data."""
+    return {
+        # TCP traffic (MPI's own and its out-of-band channel) only on the hosts' interface:
+        # Docker bridges and other interfaces are unroutable between hosts.
+        "btl_tcp_if_include": nic,
+        "oob_tcp_if_include": nic,
+        # ssh from the launcher to every host directly (hosts cannot ssh to each other).
+        "plm_rsh_no_tree_spawn": "1",
+        "pml": "ob1",
+        "btl": "^openib",
+        # One failing rank stops the job instead of leaving the others hanging.
+        "orte_abort_on_non_zero_status": "1",
+        # CMA (process_vm_readv) is not allowed in containers without SYS_PTRACE.
+        "btl_vader_single_copy_mechanism": "none",
+    }
+
+
+FLAG_DEFAULTS: dict[str, tuple[str, ...]] = {
+    # Lines arrive as [job,rank]<stream>: ... when a rank writes to mpirun's console.
+    "--tag-output": (),
+    # torch sets its own thread affinity; binding ranks to cores would pin a rank's
+    # data-loader workers to one core.
+    "--bind-to": ("none",),
+    # Fill each host's slots in order: rank i*P+j is on host i.
+    "--map-by": ("slot",),
+}
+"""mpirun's own flags: flag -> its values. A flag in custom_mpi_options replaces ours."""
+
+_FLAG_ALIASES = {"-bind-to": "--bind-to", "-map-by": "--map-by", "-tag-output": "--tag-output"}
+
+EFA_ENV: tuple[tuple[str, str, Callable[[InstanceType], bool]], ...] = (
+    # libfabric's EFA provider, not its TCP fallback.
+    ("FI_PROVIDER", "efa", lambda t: t.efa > 0),
+    # GPUDirect RDMA where the instance's EFA supports it (catalog field gpu_rdma).
+    ("FI_EFA_USE_DEVICE_RDMA", "1", lambda t: t.gpu_rdma),
+    # EFA registers memory; a fork() in a data loader must not corrupt it.
+    ("RDMAV_FORK_SAFE", "1", lambda t: t.efa > 0),
+    # aws-ofi-nccl before 1.7 needs NCCL's simple protocol on EFA (LL/LL128 assume ordering
+    # EFA does not give); pass `-x NCCL_PROTO=...` in custom_mpi_options to change it.
+    ("NCCL_PROTO", "simple", lambda t: t.efa > 0 and t.gpus > 0),
+)
+"""Variables exported to every rank: (name, value, whether the instance type needs it)."""
+
+FORWARDED_ENV: tuple[tuple[str, Callable[[InstanceType], bool]], ...] = (
+    ("PATH", lambda t: True),
+    # CUDA, NCCL and EFA libraries are found through it on GPU hosts.
+    ("LD_LIBRARY_PATH", lambda t: t.gpus > 0),
+)
+"""The launcher's variables forwarded to remote hosts (``-x NAME``, no value)."""
+
+
+def default_options(itype: InstanceType, nic: str) -> MpiOptions:
+    """tenter's defaults for an instance type: MCA parameters and ``-x`` variables."""
+    env: dict[str, str | None] = {name: None for name, needed in FORWARDED_ENV if needed(itype)}
+    env.update({name: value for name, value, needed in EFA_ENV if needed(itype)})
+    if itype.gpus > 0:
+        env["NCCL_SOCKET_IFNAME"] = nic
+    return MpiOptions(mca=mca_defaults(nic), env=env)
+
+
+def _flags(user_other: Sequence[str]) -> list[str]:
+    """Our mpirun flags, less those the user gives, then the user's."""
+    given = {_FLAG_ALIASES.get(token, token) for token in user_other}
+    ours: list[str] = []
+    for flag, values in FLAG_DEFAULTS.items():
+        if flag not in given:
+            ours += [flag, *values]
+    return [*ours, *user_other]
+
+
+def mpirun_argv(
+    plan: Plan,
+    hosts: Sequence[str],
+    slots_per_host: int,
+    python: str,
+    *,
+    user_options: MpiOptions,
+    network_interface: str,
+    master_port: str = MASTER_PORT,
+    host_slots: int | None = None,
+    hostfile: str | None = None,
+    allow_run_as_root: bool = False,
+    agent_store: bool = False,
+    rank_logs: bool = False,
+) -> list[str]:
+    """The mpirun argv that runs ``plan``: host ``i`` of the plan on ``hosts[i]``.
+
+    ``master_port``: the placeholder ``${master_port}`` until the launcher picks the port.
+    ``host_slots``: the slots each host offers (default ``slots_per_host``; simulated hosts
+    that share this machine each name all of its slots).
+    ``hostfile``: passed as ``--hostfile`` (slots come from it; each context still names its
+    host). ``agent_store``: the launcher serves ``MASTER_ADDR:MASTER_PORT`` (torch elastic's
+    agent store) instead of rank 0. ``rank_logs``: each rank writes ``logs/rank-N.*`` in the
+    job directory (which must be on a shared file system) instead of mpirun's console.
+    """
+    if len(hosts) != len(plan.hosts):
+        raise ValueError(f"the plan has {len(plan.hosts)} hosts but {len(hosts)} were given")
+    itype = lookup(str(plan.spec["instance_type"]))
+    assert itype is not None, "the spec check rejects unknown instance types"
+    options = user_options.merged_over(default_options(itype, network_interface))
+    argv = [MPIRUN]
+    if allow_run_as_root:
+        argv.append("--allow-run-as-root")
+    argv += _flags(options.other)
+    for name, value in options.mca.items():
+        argv += ["--mca", name, value]
+    if hostfile is not None:
+        argv += ["--hostfile", hostfile]
+    job_env = {
+        "MASTER_ADDR": plan.hosts[0].ranks[0].env["MASTER_ADDR"],
+        "MASTER_PORT": master_port,
+        "TORCHELASTIC_USE_AGENT_STORE": str(agent_store),
+    }
+    if rank_logs:
+        job_env["TENTER_RANK_LOGS"] = str(Path(plan.job_dir) / "logs")
+    for host, target in zip(plan.hosts, hosts, strict=True):
+        env: dict[str, str | None] = {**host.env, **job_env}
+        # The user's -x replaces the contract's value as well as tenter's defaults.
+        env = {**env, **options.env}
+        argv += ["-np", str(slots_per_host)]
+        argv += ["--host", target if hostfile else f"{target}:{host_slots or slots_per_host}"]
+        for name, env_value in env.items():
+            argv += ["-x", name if env_value is None else f"{name}={env_value}"]
+        argv += [python, "-m", SHIM_MODULE, *plan.command, ":"]
+    return argv[:-1]
+
+
+def mpirun_command(
+    spec: JobSpec,
+    hosts: Sequence[str],
+    slots_per_host: int,
+    python: str,
+    *,
+    job_id: str,
+    tenter_home: Path,
+    master_port: str = "29500",
+    network_interface: str = CLUSTER_NIC,
+    hostfile: str | None = None,
+    allow_run_as_root: bool = False,
+) -> list[str]:
+    """The full mpirun argv of a validated spec on ``hosts`` (host names, one per host of the
+    job; with ``hostfile`` their slots come from that file). Rank 0 serves the store at
+    ``hosts[0]:master_port``; ranks' output goes to mpirun's console, tagged."""
+    plan = make_plan(
+        spec, job_id, tenter_home, python, addrs=list(hosts), network_interface=network_interface
+    )
+    return mpirun_argv(
+        plan,
+        hosts,
+        slots_per_host,
+        python,
+        user_options=spec.distribution.user_mpi_options(),
+        network_interface=network_interface,
+        master_port=master_port,
+        hostfile=hostfile,
+        allow_run_as_root=allow_run_as_root,
+    )

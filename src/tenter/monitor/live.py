@@ -1,0 +1,480 @@
+"""The launcher's live view of a running job: one row per rank, the job's progress and ETA.
+
+Every ``interval_s`` :meth:`LiveView.poll` reads what the ranks reported
+(``metrics/rank-N.jsonl``, written by ``tenter.report``), samples the ranks' processes (CPU,
+resident memory; GPU utilisation and memory through NVML when there are GPUs) and appends one
+line per rank to ``<job_dir>/metrics.jsonl``. On a terminal it draws a table below the
+streaming logs (rich's ``Live``, which takes over stdout and stderr so that the logs print
+above it); otherwise it prints a one-line status every ``status_every_s`` seconds, and one
+at the end. With ``metrics_port`` it also serves the samples to Prometheus
+(:mod:`tenter.monitor.prometheus`), on the loopback interface unless told otherwise.
+
+Processes are found among the launcher's descendants (the local and mpi backends start the
+workers there): a rank's worker is the process whose environment holds this job's
+``TENTER_JOB_ID`` and a ``RANK``; its children (data loader workers) count towards its CPU and
+memory. Ranks on other machines (Slurm, Kubernetes) show what they reported, without CPU,
+memory or GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+
+from tenter.launch.console import read_index, say
+from tenter.launch.plan import Plan
+from tenter.monitor.gpu import GpuUsage, Nvml, open_nvml
+from tenter.monitor.records import METRICS_FILE, JsonlFollower, Sample, rank_file
+
+if TYPE_CHECKING:
+    from tenter.monitor.prometheus import MetricsServer
+
+WINDOW_S = 10.0
+"""Rates (samples/s, step time) are averaged over the last this many seconds of reports."""
+MAX_ROWS = 32
+"""More ranks than this: the table shows the slowest ones (metrics.jsonl has them all)."""
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    rank: int
+    host: str
+    state: str
+    """pending (not started), starting (no report yet), running, done (reported its last
+    step), failed (its error file exists) or exited."""
+    step: int | None = None
+    samples: int = 0
+    """Samples this rank reported in all."""
+    samples_per_s: float | None = None
+    step_time_s: float | None = None
+    loss: float | None = None
+    total_steps: int | None = None
+    cpu_percent: float | None = None
+    """Of one core: 200 is two cores busy."""
+    rss_bytes: int | None = None
+    gpu_util_percent: float | None = None
+    gpu_memory_bytes: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float
+    elapsed_s: float
+    ranks: list[RankStatus]
+    samples_per_s: float | None
+    """The job's: the sum over live ranks."""
+    step: int | None
+    """The slowest reporting rank's step."""
+    total_steps: int | None
+    eta_s: float | None
+    gpus: bool
+
+    @property
+    def reporting(self) -> bool:
+        return any(r.step is not None or r.samples for r in self.ranks)
+
+
+class _RankFeed:
+    """What one rank reported: the last values and a window of recent (time, step, samples)."""
+
+    def __init__(self, path: Path) -> None:
+        self.follower = JsonlFollower(path)
+        self.last: Sample | None = None
+        self.samples = 0
+        self.window: deque[tuple[float, int | None, int]] = deque()
+        self.loss: float | None = None
+        self.total_steps: int | None = None
+        self.metrics: dict[str, float] = {}
+
+    def read(self) -> None:
+        for data in self.follower.read_new():
+            sample = Sample.from_json(data)
+            self.samples += sample.samples or 0
+            self.loss = sample.loss if sample.loss is not None else self.loss
+            self.total_steps = sample.total_steps or self.total_steps
+            self.metrics.update(sample.metrics)
+            self.window.append((sample.time, sample.step, self.samples))
+            self.last = sample
+        while len(self.window) > 2 and self.window[-1][0] - self.window[0][0] > WINDOW_S:
+            self.window.popleft()
+
+    def rates(self) -> tuple[float | None, float | None]:
+        """(samples/s, seconds per step) over the window; None until two reports."""
+        if len(self.window) < 2:
+            return None, None
+        (t0, step0, n0), (t1, step1, n1) = self.window[0], self.window[-1]
+        if t1 <= t0:
+            return None, None
+        rate = (n1 - n0) / (t1 - t0) if n1 > n0 else None
+        step_time = None
+        if step0 is not None and step1 is not None and step1 > step0:
+            step_time = (t1 - t0) / (step1 - step0)
+        return rate, step_time
+
+
+@dataclass
+class _Usage:
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    pids: list[int] = field(default_factory=list)
+    alive: bool = True
+
+
+class _WorkerProcesses:
+    """The job's worker processes among the launcher's descendants, by rank."""
+
+    def __init__(self, job_id: str) -> None:
+        self._job_id = job_id
+        self._known: dict[int, tuple[int | None, psutil.Process]] = {}
+        """pid -> (the rank it belongs to or None, the Process: cpu_percent needs the same
+        object from one call to the next)."""
+        self.seen: set[int] = set()
+        """Ranks that had a process at some point."""
+
+    def _rank_of(self, proc: psutil.Process) -> int | None:
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            return None
+        if env.get("TENTER_JOB_ID") != self._job_id or "RANK" not in env:
+            return None
+        return int(env["RANK"])
+
+    def sample(self) -> dict[int, _Usage]:
+        try:
+            procs = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return {}
+        current = {p.pid for p in procs}
+        for pid in list(self._known):
+            if pid not in current:
+                del self._known[pid]
+        for proc in procs:
+            if proc.pid not in self._known:
+                rank = self._rank_of(proc)
+                self._known[proc.pid] = (rank, proc)
+                if rank is not None:
+                    proc.cpu_percent()  # the first call starts the measurement
+        usage: dict[int, _Usage] = {}
+        for rank, proc in self._known.values():
+            if rank is None:
+                continue
+            self.seen.add(rank)
+            with contextlib.suppress(psutil.Error):
+                one = usage.setdefault(rank, _Usage())
+                one.cpu_percent += proc.cpu_percent()
+                one.rss_bytes += proc.memory_info().rss
+                one.pids.append(proc.pid)
+        return usage
+
+
+class LiveView:
+    """Shows and records a running job; ``start()`` once it runs, ``stop()`` when it ended."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        live: bool | None = None,
+        interval_s: float = 1.0,
+        status_every_s: float = 30.0,
+        metrics_port: int | None = None,
+        metrics_addr: str = "127.0.0.1",
+        console: Console | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``live``: draw the table (default: when stdout and stderr are terminals), else
+        print status lines. ``metrics_port``: serve Prometheus metrics there (0: any free
+        port, see :attr:`metrics_url`)."""
+        self.plan = plan
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+        self.live = live if live is not None else sys.stdout.isatty() and sys.stderr.isatty()
+        self.interval_s = interval_s
+        self.status_every_s = status_every_s
+        self._clock = clock
+        self._started = clock()
+        self._last_status = self._started
+        self._feeds: dict[int, _RankFeed] = {}
+        self._processes = _WorkerProcesses(plan.job_id)
+        self._nvml: Nvml | None = None
+        self.gpu_note = ""
+        self._nvml, self.gpu_note = open_nvml()
+        self.latest: Snapshot | None = None
+        self._lock = threading.Lock()
+        """poll() runs in the view's thread and, at the end, in the caller's."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tenter-live", daemon=True)
+        self._live: Live | None = None
+        self._server: MetricsServer | None = None
+        if metrics_port is not None:
+            from tenter.monitor.prometheus import MetricsServer
+
+            self._server = MetricsServer(self, metrics_port, metrics_addr)
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self._server.url if self._server is not None else None
+
+    def start(self) -> LiveView:
+        if self.live:
+            self._live = Live(
+                console=self.console,
+                auto_refresh=False,
+                redirect_stdout=True,
+                redirect_stderr=True,
+            )
+            self._live.start()
+        if self._server is not None:
+            say(f"Prometheus metrics at {self._server.url}")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """A last sample (the final reports), shown; then release the terminal and the port."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        snapshot = self.poll()
+        if self._live is not None:
+            self._live.update(render(snapshot), refresh=True)
+            self._live.stop()
+        elif snapshot.reporting:
+            say(status_line(snapshot))
+        if self._server is not None:
+            self._server.close()
+        if self._nvml is not None:
+            self._nvml.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            snapshot = self.poll()
+            if self._live is not None:
+                self._live.update(render(snapshot), refresh=True)
+            elif snapshot.reporting and snapshot.time - self._last_status >= self.status_every_s:
+                self._last_status = snapshot.time
+                say(status_line(snapshot))
+
+    def poll(self) -> Snapshot:
+        """Sample every rank once, append the samples to metrics.jsonl and return them."""
+        with self._lock:
+            snapshot = self._sample()
+            self._record(snapshot)
+            self.latest = snapshot
+        return snapshot
+
+    def _sample(self) -> Snapshot:
+        now = self._clock()
+        entries: dict[int, dict[str, Any]] = {}
+        for opened in read_index(self.plan):  # in order: a restart's entry replaces the last
+            entries[int(str(opened["rank"]))] = opened
+        planned = {r.rank: h.name for h in self.plan.hosts for r in h.ranks}
+        usage = self._processes.sample()
+        gpu: dict[int, GpuUsage] = {}
+        if self._nvml is not None:
+            gpu = self._nvml.usage(pid for u in usage.values() for pid in u.pids)
+        ranks = []
+        for rank in sorted(planned.keys() | entries.keys()):
+            feed = self._feeds.get(rank)
+            if feed is None:
+                feed = self._feeds[rank] = _RankFeed(rank_file(self.plan.job_dir, rank))
+            feed.read()
+            entry = entries.get(rank)
+            host = str(entry["host"]) if entry else planned[rank]
+            used = usage.get(rank)
+            rate, step_time = feed.rates()
+            on_gpu = [gpu[p] for p in used.pids if p in gpu] if used else []
+            ranks.append(
+                RankStatus(
+                    rank=rank,
+                    host=host,
+                    state=self._state(rank, entry, used, feed),
+                    step=feed.last.step if feed.last else None,
+                    samples=feed.samples,
+                    samples_per_s=rate,
+                    step_time_s=step_time,
+                    loss=feed.loss,
+                    total_steps=feed.total_steps,
+                    cpu_percent=used.cpu_percent if used else None,
+                    rss_bytes=used.rss_bytes if used else None,
+                    gpu_util_percent=max(g.utilization_percent for g in on_gpu) if on_gpu else None,
+                    gpu_memory_bytes=sum(g.memory_bytes for g in on_gpu) if on_gpu else None,
+                    metrics=dict(feed.metrics),
+                )
+            )
+        return _summarise(now, now - self._started, ranks, self._nvml is not None)
+
+    def _state(
+        self, rank: int, entry: dict[str, Any] | None, used: _Usage | None, feed: _RankFeed
+    ) -> str:
+        if entry is None and used is None:
+            return "pending"
+        if entry is not None and Path(f"{entry['stem']}.error.json").exists():
+            return "failed"
+        if used is None and rank in self._processes.seen:
+            return "exited"
+        if feed.last is None:
+            return "starting"
+        done = feed.total_steps is not None and (feed.last.step or 0) >= feed.total_steps
+        return "done" if done else "running"
+
+    def _record(self, snapshot: Snapshot) -> None:
+        path = Path(self.plan.job_dir) / METRICS_FILE
+        if not path.parent.is_dir():
+            return  # the job directory is not there yet
+        lines = []
+        for status in snapshot.ranks:
+            if status.state == "pending":
+                continue
+            row = {"time": snapshot.time, **asdict(status)}
+            lines.append(json.dumps({k: v for k, v in row.items() if v is not None}) + "\n")
+        with open(path, "a") as fp:
+            fp.write("".join(lines))
+
+
+def _summarise(now: float, elapsed: float, ranks: list[RankStatus], gpus: bool) -> Snapshot:
+    alive = [r for r in ranks if r.state in ("starting", "running")]
+    rates = [r.samples_per_s for r in alive if r.samples_per_s is not None]
+    steps = [r.step for r in ranks if r.step is not None]
+    totals = [r.total_steps for r in ranks if r.total_steps is not None]
+    step_times = [r.step_time_s for r in alive if r.step_time_s is not None]
+    step = min(steps) if steps else None
+    total = max(totals) if totals else None
+    eta = None
+    if step is not None and total is not None and step_times:
+        eta = max(0, total - step) * statistics.median(step_times)
+    return Snapshot(
+        time=now,
+        elapsed_s=elapsed,
+        ranks=ranks,
+        samples_per_s=sum(rates) if rates else None,
+        step=step,
+        total_steps=total,
+        eta_s=eta,
+        gpus=gpus,
+    )
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if 0 < seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def format_bytes(count: int | None) -> str:
+    if count is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024:
+            return f"{count:.0f} {unit}"
+        count //= 1024
+    return f"{count:.0f} TiB"
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _progress(snapshot: Snapshot) -> str:
+    text = f"elapsed {format_duration(snapshot.elapsed_s)}"
+    if snapshot.step is not None:
+        text += f"  step {snapshot.step}"
+        if snapshot.total_steps:
+            percent = 100 * snapshot.step / snapshot.total_steps
+            text += f"/{snapshot.total_steps} ({percent:.0f} %)"
+    if snapshot.samples_per_s is not None:
+        text += f"  {snapshot.samples_per_s:,.0f} samples/s"
+    if snapshot.eta_s is not None:
+        text += f"  ETA {format_duration(snapshot.eta_s)}"
+    return text
+
+
+def status_line(snapshot: Snapshot) -> str:
+    """The plain-text view: one line for the whole job."""
+    states: dict[str, int] = {}
+    for r in snapshot.ranks:
+        states[r.state] = states.get(r.state, 0) + 1
+    counts = ", ".join(f"{n} {state}" for state, n in states.items())
+    text = f"status: {counts}; {_progress(snapshot)}"
+    timed = [r for r in snapshot.ranks if r.step_time_s is not None]
+    if timed:
+        slowest = max(timed, key=lambda r: r.step_time_s or 0.0)
+        median = statistics.median(r.step_time_s or 0.0 for r in timed)
+        text += (
+            f"; step time {format_duration(median)}"
+            f" (slowest: rank {slowest.rank}, {format_duration(slowest.step_time_s)})"
+        )
+    losses = [r.loss for r in snapshot.ranks if r.loss is not None]
+    if losses:
+        text += f"; loss {statistics.mean(losses):.4g}"
+    return text
+
+
+def render(snapshot: Snapshot) -> RenderableType:
+    """The terminal view: a row per rank, then the job's progress bar and figures."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("host", "rank", "state", "step", "samples/s", "step time", "loss", "CPU %"):
+        table.add_column(name, justify="left" if name in ("host", "state") else "right")
+    table.add_column("RSS", justify="right")
+    if snapshot.gpus:
+        table.add_column("GPU %", justify="right")
+        table.add_column("GPU mem", justify="right")
+    ranks = snapshot.ranks
+    hidden = 0
+    if len(ranks) > MAX_ROWS:
+        hidden = len(ranks) - MAX_ROWS
+        ranks = sorted(ranks, key=lambda r: -(r.step_time_s or 0.0))[:MAX_ROWS]
+    styles = {
+        "failed": "bold red",
+        "exited": "dim",
+        "pending": "dim",
+        "starting": "yellow",
+        "done": "blue",
+    }
+    for r in ranks:
+        row = [
+            r.host,
+            str(r.rank),
+            f"[{styles.get(r.state, 'green')}]{r.state}[/]",
+            _number(r.step, "d"),
+            _number(r.samples_per_s, ",.0f"),
+            format_duration(r.step_time_s),
+            _number(r.loss, ".4g"),
+            _number(r.cpu_percent, ".0f"),
+            format_bytes(r.rss_bytes),
+        ]
+        if snapshot.gpus:
+            row += [_number(r.gpu_util_percent, ".0f"), format_bytes(r.gpu_memory_bytes)]
+        table.add_row(*row)
+    footer: list[RenderableType] = []
+    if hidden:
+        footer.append(f"... and {hidden} more ranks (the slowest are shown; all are recorded)")
+    progress = Table.grid(padding=(0, 2))
+    if snapshot.step is not None and snapshot.total_steps:
+        bar = ProgressBar(total=snapshot.total_steps, completed=snapshot.step, width=40)
+        progress.add_row(bar, _progress(snapshot))
+    else:
+        progress.add_row(_progress(snapshot))
+    return Group(table, *footer, progress)

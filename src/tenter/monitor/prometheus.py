@@ -1,0 +1,163 @@
+"""The live view's samples for Prometheus: ``tenter run --metrics-port 9400``.
+
+Serves ``http://127.0.0.1:PORT/metrics`` (loopback unless an address is given: the page
+names hosts and losses, and a training job has no business exposing them to the network)
+while the job runs. Every series carries ``job_id``, and the per-rank ones ``host`` and
+``rank`` (``job`` is left to Prometheus, which sets it to the scrape job's name):
+
+========================================  =======  ===========================================
+tenter_rank_step                          gauge    last step the rank reported
+tenter_rank_samples_total                 counter  samples the rank reported
+tenter_rank_samples_per_second            gauge    over the last 10 s of reports
+tenter_rank_step_duration_seconds         gauge    over the last 10 s of reports
+tenter_rank_loss                          gauge    last loss reported
+tenter_rank_state                         gauge    1 for the rank's state (label ``state``)
+tenter_rank_cpu_usage_ratio               gauge    CPU seconds per second (1 = one core)
+tenter_rank_resident_memory_bytes         gauge    RSS of the rank's processes
+tenter_rank_gpu_utilization_ratio         gauge    busy share of its GPU (NVML), 0 to 1
+tenter_rank_gpu_memory_used_bytes         gauge    GPU memory the rank holds (NVML)
+tenter_script_<name>                      gauge    other values passed to tenter.report
+tenter_job_samples_per_second             gauge    sum over the live ranks
+tenter_job_step / tenter_job_total_steps  gauge    the slowest rank's step, the last step
+tenter_job_eta_seconds                    gauge    remaining steps x median step time
+========================================  =======  ===========================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from tenter.monitor.live import LiveView, RankStatus, Snapshot
+
+RANK_LABELS = ["job_id", "host", "rank"]
+STATES = ("pending", "starting", "running", "done", "failed", "exited")
+
+
+def metric_name(name: str) -> str:
+    """A script's metric name as a Prometheus name: ``tenter_script_`` + [a-zA-Z0-9_]."""
+    return "tenter_script_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+class _SnapshotCollector(Collector):
+    def __init__(self, view: LiveView) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._view.latest
+        if snapshot is None:
+            return
+        yield from _rank_metrics(self._view.plan.job_id, snapshot)
+        yield from _job_metrics(self._view.plan.job_id, snapshot)
+
+
+def _gauge(name: str, doc: str, values: list[tuple[list[str], float | None]]) -> Metric:
+    family = GaugeMetricFamily(name, doc, labels=RANK_LABELS)
+    for labels, value in values:
+        if value is not None:
+            family.add_metric(labels, value)
+    return family
+
+
+def _rank_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
+    def each(value: Callable[[RankStatus], float | None]) -> list[tuple[list[str], float | None]]:
+        return [([job_id, r.host, str(r.rank)], value(r)) for r in snapshot.ranks]
+
+    yield _gauge("tenter_rank_step", "Last step the rank reported.", each(lambda r: r.step))
+    samples = CounterMetricFamily(
+        "tenter_rank_samples", "Samples the rank reported processing.", labels=RANK_LABELS
+    )
+    for r in snapshot.ranks:
+        samples.add_metric([job_id, r.host, str(r.rank)], r.samples)
+    yield samples
+    yield _gauge(
+        "tenter_rank_samples_per_second",
+        "Samples per second over the last 10 s of the rank's reports.",
+        each(lambda r: r.samples_per_s),
+    )
+    yield _gauge(
+        "tenter_rank_step_duration_seconds",
+        "Seconds per step over the last 10 s of the rank's reports.",
+        each(lambda r: r.step_time_s),
+    )
+    yield _gauge("tenter_rank_loss", "Last loss the rank reported.", each(lambda r: r.loss))
+    state = GaugeMetricFamily(
+        "tenter_rank_state", "1 for the rank's current state.", labels=[*RANK_LABELS, "state"]
+    )
+    for r in snapshot.ranks:
+        for name in STATES:
+            state.add_metric([job_id, r.host, str(r.rank), name], float(r.state == name))
+    yield state
+    yield _gauge(
+        "tenter_rank_cpu_usage_ratio",
+        "CPU seconds per second used by the rank's processes (1 is one core busy).",
+        each(lambda r: None if r.cpu_percent is None else r.cpu_percent / 100),
+    )
+    yield _gauge(
+        "tenter_rank_resident_memory_bytes",
+        "Resident memory of the rank's processes.",
+        each(lambda r: r.rss_bytes),
+    )
+    yield _gauge(
+        "tenter_rank_gpu_utilization_ratio",
+        "Busy share of the GPU the rank runs on (NVML), 0 to 1.",
+        each(lambda r: None if r.gpu_util_percent is None else r.gpu_util_percent / 100),
+    )
+    yield _gauge(
+        "tenter_rank_gpu_memory_used_bytes",
+        "GPU memory the rank's processes hold (NVML).",
+        each(lambda r: r.gpu_memory_bytes),
+    )
+    for name in sorted({name for r in snapshot.ranks for name in r.metrics}):
+        yield _gauge(
+            metric_name(name),
+            f"Last value of '{name}' the rank passed to tenter.report.",
+            [([job_id, r.host, str(r.rank)], r.metrics.get(name)) for r in snapshot.ranks],
+        )
+
+
+def _job_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
+    values = {
+        "tenter_job_samples_per_second": (
+            "Samples per second, all live ranks together.",
+            snapshot.samples_per_s,
+        ),
+        "tenter_job_step": ("The step of the slowest reporting rank.", snapshot.step),
+        "tenter_job_total_steps": (
+            "The last step, as the script reported it.",
+            snapshot.total_steps,
+        ),
+        "tenter_job_eta_seconds": (
+            "Seconds to the last step at the median step time.",
+            snapshot.eta_s,
+        ),
+    }
+    for name, (doc, value) in values.items():
+        if value is not None:
+            family = GaugeMetricFamily(name, doc, labels=["job_id"])
+            family.add_metric([job_id], value)
+            yield family
+
+
+class MetricsServer:
+    """An HTTP server on a thread of its own, serving the view's latest snapshot."""
+
+    def __init__(self, view: LiveView, port: int, addr: str = "127.0.0.1") -> None:
+        registry = CollectorRegistry(auto_describe=True)
+        registry.register(_SnapshotCollector(view))
+        self._server, self._thread = start_http_server(port, addr, registry)
+        host = f"[{addr}]" if ":" in addr else addr
+        self.url = f"http://{host}:{self._server.server_port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

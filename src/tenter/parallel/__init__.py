@@ -1,0 +1,213 @@
+"""``tenter.parallel``: pipeline parallelism with automatic partitioning, composed with data
+parallelism, configured by the job's ``distribution`` (SageMaker's model-parallel parameters).
+
+.. code-block:: python
+
+    import tenter
+    from tenter import parallel
+
+    tenter.init()
+    mesh = parallel.mesh()          # pp x dp from the job (pipeline_parallel_degree, ddp, ...)
+    pipe = parallel.pipeline(model, mesh, loss_fn=loss, example_input=x)
+    optimizer = torch.optim.AdamW(pipe.parameters())
+    for inputs, targets in loader:
+        loss = pipe.step(inputs, target=targets)   # the global mean loss on the last stage
+        optimizer.step()
+        optimizer.zero_grad()
+    parallel.rank_info()            # pp_rank, dp_rank, tp_rank and the sizes
+
+Explicit arguments override what the job's distribution says. See docs/parallel.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+from tenter.parallel.dims import ParallelDims, dims_of
+from tenter.parallel.mapping import (
+    DataParallelMode,
+    ParallelConfig,
+    PartitionMode,
+    Schedule,
+    from_env,
+    layout,
+)
+from tenter.parallel.partition import Partition, balance
+from tenter.parallel.pipeline import Blocks, LossFn, Pipeline, build_pipeline
+
+__all__ = [
+    "ParallelConfig",
+    "ParallelDims",
+    "Partition",
+    "Pipeline",
+    "RankInfo",
+    "balance",
+    "config",
+    "describe",
+    "dp_rank",
+    "dp_size",
+    "layout",
+    "mesh",
+    "pipeline",
+    "pp_rank",
+    "pp_size",
+    "rank_info",
+    "tp_rank",
+    "tp_size",
+]
+
+
+@dataclass
+class _Current:
+    """What mesh() decided, for pipeline()'s defaults and the rank helpers."""
+
+    config: ParallelConfig | None = None
+    dims: ParallelDims | None = None
+
+
+_current = _Current()
+
+
+def config(
+    *, pp: int | None = None, dp_shard: int | None = None, placement: str | None = None
+) -> ParallelConfig:
+    """The job's :class:`ParallelConfig` (from ``TENTER_DISTRIBUTION``), with the arguments
+    that are not ``None`` overriding it."""
+    base = from_env()
+    return dataclasses.replace(
+        base,
+        pp=base.pp if pp is None else pp,
+        dp_shard=base.dp_shard if dp_shard is None else dp_shard,
+        placement=base.placement if placement is None else placement,
+    )
+
+
+def mesh(
+    *,
+    pp: int | None = None,
+    dp_shard: int | None = None,
+    placement: str | None = None,
+    device_type: str | None = None,
+) -> DeviceMesh:
+    """The device mesh of this job, dimensions ``pp``, ``dp_replicate``, ``dp_shard``,
+    ``tp``, ordered by the placement. Call after ``tenter.init()``, on every rank."""
+    if not dist.is_initialized():
+        raise RuntimeError(
+            "tenter.parallel.mesh() needs the process group: call tenter.init() first"
+        )
+    cfg = config(pp=pp, dp_shard=dp_shard, placement=placement)
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    dims = cfg.dims(dist.get_world_size(), device_type)
+    _current.config, _current.dims = cfg, dims
+    return dims.mesh
+
+
+def pipeline(
+    blocks: Blocks,
+    device_mesh: DeviceMesh,
+    *,
+    loss_fn: LossFn,
+    microbatches: int | None = None,
+    schedule: Schedule | None = None,
+    partition: PartitionMode | Sequence[int] | None = None,
+    example_input: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+    virtual_stages: int | None = None,
+    data_parallel: DataParallelMode | None = None,
+    memory_weight: float | None = None,
+    memory_cap: float | None = None,
+) -> Pipeline:
+    """:func:`tenter.parallel.pipeline.build_pipeline`, with every argument left ``None``
+    taken from the job's distribution (the config :func:`mesh` used).
+
+    ``partition``: ``"auto"`` (measured time blended with parameters by ``memory_weight``),
+    ``"time"``, ``"params"``, or a list of blocks per stage. ``memory_cap``: the most
+    parameter bytes a stage may hold."""
+    cfg = _current.config or config()
+    return build_pipeline(
+        blocks,
+        device_mesh,
+        loss_fn=loss_fn,
+        microbatches=cfg.microbatches if microbatches is None else microbatches,
+        schedule=cfg.schedule if schedule is None else schedule,
+        partition=cfg.partition if partition is None else partition,
+        example_input=example_input,
+        virtual_stages=virtual_stages,
+        data_parallel_mode=cfg.data_parallel if data_parallel is None else data_parallel,
+        memory_weight=cfg.memory_weight if memory_weight is None else memory_weight,
+        memory_cap=memory_cap,
+    )
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this rank sits in the mesh (SMP's ``smp.pp_rank()``, ``smp.dp_rank()``, ...)."""
+
+    rank: int
+    world_size: int
+    pp_rank: int
+    pp_size: int
+    dp_rank: int
+    dp_size: int
+    tp_rank: int
+    tp_size: int
+    dp_replicate_rank: int
+    dp_shard_rank: int
+
+
+def rank_info(device_mesh: DeviceMesh | None = None) -> RankInfo:
+    """This rank's coordinates in ``device_mesh`` (default: the one :func:`mesh` built)."""
+    if device_mesh is not None:
+        dims = dims_of(device_mesh)
+    else:
+        if _current.dims is None:
+            raise RuntimeError("no mesh yet: call tenter.parallel.mesh() first")
+        dims = _current.dims
+    rank = dist.get_rank()
+    c = dims.coords(rank)
+    return RankInfo(
+        rank=rank,
+        world_size=dims.world_size,
+        pp_rank=c["pp"],
+        pp_size=dims.pp,
+        dp_rank=c["dp_replicate"] * dims.dp_shard + c["dp_shard"],
+        dp_size=dims.dp,
+        tp_rank=c["tp"],
+        tp_size=dims.tp,
+        dp_replicate_rank=c["dp_replicate"],
+        dp_shard_rank=c["dp_shard"],
+    )
+
+
+def pp_rank() -> int:
+    return rank_info().pp_rank
+
+
+def pp_size() -> int:
+    return rank_info().pp_size
+
+
+def dp_rank() -> int:
+    return rank_info().dp_rank
+
+
+def dp_size() -> int:
+    return rank_info().dp_size
+
+
+def tp_rank() -> int:
+    return rank_info().tp_rank
+
+
+def tp_size() -> int:
+    return rank_info().tp_size
+
+
+def describe(pipe: Pipeline) -> str:
+    """The partition of ``pipe``: blocks, parameters and estimated time of every stage."""
+    return pipe.describe()

@@ -1,0 +1,369 @@
+"""Pipeline parallelism: a chain of blocks, split into balanced stages, run by torch's schedules.
+
+:func:`pipeline` applies, in this order (torchtitan's order; the one place it is written):
+
+1. :func:`plan_partition` -- measure or count each block, split into contiguous stages
+   (:mod:`tenter.parallel.partition`); every rank computes the same split.
+2. :func:`apply_pipeline` -- keep this rank's stages (one, or ``virtual_stages`` for the
+   interleaved schedule), move them to the device.
+3. data parallelism over each stage's data-parallel ranks
+   (:mod:`tenter.parallel.data_parallel`: FSDP2, replicating, sharding over ``dp_shard``).
+4. torch's ``PipelineStage`` and schedule (``ScheduleGPipe``, ``Schedule1F1B``,
+   ``ScheduleInterleaved1F1B``): tenter does not re-implement schedules.
+
+The model stays single-device code: an ``nn.Sequential``, a list or ``ModuleList`` of blocks,
+or a ``ModuleDict`` (or dict) of named blocks, each block taking the previous block's output
+(a tensor, or a tuple of tensors spread as arguments). An embedding and a head are just the
+first and last blocks; they are weighed like any other block.
+
+Losses and gradients: ``loss_fn(output, target)`` should be a mean over its microbatch. Each
+microbatch's loss is divided by the number of microbatches and data parallelism averages over
+replicas, so a step's gradients are those of the mean loss over the global batch, as in
+single-process training on that batch, and further steps before ``optimizer.step()``
+accumulate onto them;
+:meth:`Pipeline.step` returns that mean loss on the last stage.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+)
+
+from tenter.parallel import data_parallel
+from tenter.parallel.dims import ParallelDims, dims_of
+from tenter.parallel.mapping import DataParallelMode, PartitionMode, Schedule
+from tenter.parallel.partition import Partition, balance, blend, check_sizes, stages_of_rank
+
+Blocks = (
+    nn.Sequential | nn.ModuleList | nn.ModuleDict | Sequence[nn.Module] | Mapping[str, nn.Module]
+)
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+_SCHEDULES = {
+    "gpipe": ScheduleGPipe,
+    "1f1b": Schedule1F1B,
+    "interleaved": ScheduleInterleaved1F1B,
+}
+
+
+class StageModule(nn.Sequential):
+    """Contiguous blocks under their original names (so parameter names match the whole
+    model's), passing tuples on as positional arguments."""
+
+    def forward(self, *args: Any) -> Any:
+        x: Any = args
+        for block in self:
+            x = block(*x) if isinstance(x, tuple) else block(x)
+        return x
+
+
+def named_blocks(blocks: Blocks) -> list[tuple[str, nn.Module]]:
+    """The blocks in order, with the names their parameters are known by."""
+    if isinstance(blocks, nn.ModuleDict | Mapping):
+        return list(blocks.items())
+    if isinstance(blocks, nn.Sequential | nn.ModuleList):
+        return list(blocks.named_children())
+    return [(str(i), b) for i, b in enumerate(blocks)]
+
+
+def measure_blocks(
+    blocks: Sequence[nn.Module],
+    example_input: torch.Tensor | tuple[torch.Tensor, ...],
+    device: torch.device,
+    repeats: int = 3,
+) -> list[float]:
+    """Forward+backward seconds of each block on ``example_input`` (the median of
+    ``repeats`` after one warm-up), averaged over all ranks so that every rank holds the same
+    numbers and so computes the same partition."""
+    times = []
+    x: Any = _to(example_input, device)
+    for block in blocks:
+        if any(p.is_meta for p in block.parameters()):
+            raise ValueError(
+                "partition='time'/'auto' runs each block to measure it, but the model is on "
+                "the meta device: use partition='params', or materialise the model first"
+            )
+        block.to(device)
+        samples = []
+        for _ in range(repeats + 1):
+            inputs = _detached(x)
+            start = _now(device)
+            out = block(*inputs)
+            outs = [t for t in (out if isinstance(out, tuple) else (out,)) if t.requires_grad]
+            torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+            samples.append(_now(device) - start)
+        block.zero_grad(set_to_none=True)
+        times.append(statistics.median(samples[1:]))
+        x = out.detach() if isinstance(out, torch.Tensor) else tuple(t.detach() for t in out)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        total = torch.tensor(times, dtype=torch.float64, device=device)
+        dist.all_reduce(total)
+        times = (total / dist.get_world_size()).tolist()
+    return times
+
+
+def _to(x: torch.Tensor | tuple[torch.Tensor, ...], device: torch.device) -> Any:
+    return x.to(device) if isinstance(x, torch.Tensor) else tuple(t.to(device) for t in x)
+
+
+def _detached(x: Any) -> tuple[torch.Tensor, ...]:
+    xs = x if isinstance(x, tuple) else (x,)
+    return tuple(t.detach().requires_grad_(t.is_floating_point()) for t in xs)
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def plan_partition(
+    named: Sequence[tuple[str, nn.Module]],
+    num_stages: int,
+    pp: int,
+    partition: PartitionMode | Sequence[int],
+    *,
+    example_input: torch.Tensor | tuple[torch.Tensor, ...] | None,
+    device: torch.device,
+    memory_weight: float,
+    memory_cap: float | None,
+) -> Partition:
+    """Split the blocks into ``num_stages`` stages (see the module docstring)."""
+    names = [name for name, _ in named]
+    params = [sum(p.numel() for p in b.parameters()) for _, b in named]
+    param_bytes = [
+        float(sum(p.numel() * p.element_size() for p in b.parameters())) for _, b in named
+    ]
+    times: list[float] | None = None
+    if not isinstance(partition, str):
+        sizes = check_sizes(partition, len(named), num_stages)
+        return Partition(names, sizes, params, times, pp)
+    if partition == "explicit":
+        raise ValueError(
+            "auto_partition is false, so the partition must be given: pass "
+            f"partition=[blocks per stage, ...] ({num_stages} sizes adding up to {len(named)})"
+        )
+    if partition in ("time", "auto"):
+        if example_input is None:
+            raise ValueError(
+                f"partition={partition!r} measures each block and needs example_input= (one "
+                "microbatch of inputs); pass it, or use partition='params'"
+            )
+        times = measure_blocks([b for _, b in named], example_input, device)
+    if partition == "params":
+        costs = [float(p) for p in params]
+    elif partition == "time":
+        assert times is not None
+        costs = times
+    elif partition == "auto":
+        assert times is not None
+        costs = blend(times, [float(p) for p in params], memory_weight)
+    else:
+        raise ValueError(
+            f"partition={partition!r} is not known: use 'auto', 'time', 'params' or a list of "
+            "stage sizes"
+        )
+    sizes = balance(costs, num_stages, memory=param_bytes, memory_cap=memory_cap)
+    return Partition(names, sizes, params, times, pp)
+
+
+def apply_pipeline(
+    named: Sequence[tuple[str, nn.Module]],
+    plan: Partition,
+    stage_ids: Sequence[int],
+    device: torch.device,
+) -> list[StageModule]:
+    """This rank's stage modules, on ``device``."""
+    out = []
+    for s in stage_ids:
+        lo, hi = plan.bounds(s)
+        out.append(StageModule(OrderedDict(named[lo:hi])).to(device))
+    return out
+
+
+@dataclass
+class Pipeline:
+    """This rank's part of a pipelined model and the schedule that runs it."""
+
+    partition: Partition
+    dims: ParallelDims
+    mesh: DeviceMesh
+    stage_ids: list[int]
+    modules: list[StageModule]
+    """This rank's stage modules (data parallelism, FSDP2, wraps them in place)."""
+    stages: list[PipelineStage]
+    schedule: ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B
+    microbatches: int
+
+    @property
+    def is_first(self) -> bool:
+        return any(stage.is_first for stage in self.stages)
+
+    @property
+    def is_last(self) -> bool:
+        return any(stage.is_last for stage in self.stages)
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        """This rank's parameters: hand them to the optimizer."""
+        for module in self.modules:
+            yield from module.parameters()
+
+    def named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """This rank's parameters under their names in the whole model."""
+        for module in self.modules:
+            yield from module.named_parameters()
+
+    def train(self, mode: bool = True) -> None:
+        for module in self.modules:
+            module.train(mode)
+
+    def step(
+        self, *inputs: torch.Tensor, target: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """One forward and backward over the batch, in ``microbatches`` microbatches; returns
+        the mean loss over the global batch (all data-parallel replicas) on the last stage,
+        ``None`` elsewhere. Every rank passes the same arguments; only the first stage reads
+        ``inputs`` and only the last reads ``target``. Call ``optimizer.step()`` after it."""
+        ref = inputs[0] if inputs else target
+        if ref is not None and ref.shape[0] % self.microbatches:
+            raise ValueError(
+                f"the batch of {ref.shape[0]} does not split into {self.microbatches} equal "
+                "microbatches (unequal ones would weigh samples unequally in the mean loss): "
+                "make the per-rank batch a multiple of microbatches"
+            )
+        if self.is_last and target is None:
+            raise ValueError("this rank runs the last stage: pass target= to step()")
+        losses: list[torch.Tensor] = []
+        args = inputs if self.is_first else ()
+        if self.is_last:
+            self.schedule.step(*args, target=target, losses=losses)
+        else:
+            self.schedule.step(*args)
+        if not self.is_last:
+            return None
+        # Each microbatch's loss arrives divided by the number of microbatches already.
+        mean = torch.stack([loss.detach() for loss in losses]).sum()
+        return data_parallel.average_over_dp(mean, self.mesh)
+
+    def describe(self) -> str:
+        return f"pipeline: {self.dims}\n{self.partition.describe()}"
+
+
+def build_pipeline(
+    blocks: Blocks,
+    mesh: DeviceMesh,
+    *,
+    loss_fn: LossFn,
+    microbatches: int,
+    schedule: Schedule = "1f1b",
+    partition: PartitionMode | Sequence[int] = "auto",
+    example_input: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+    virtual_stages: int | None = None,
+    data_parallel_mode: DataParallelMode = "ddp",
+    memory_weight: float = 0.8,
+    memory_cap: float | None = None,
+) -> Pipeline:
+    """Split ``blocks`` into stages over ``mesh``'s ``pp`` dimension and return this rank's
+    :class:`Pipeline`. Every rank calls it with the same whole model, built with the same
+    seed. :func:`tenter.parallel.pipeline` is this with the job's distribution as defaults."""
+    dims = dims_of(mesh)
+    if schedule not in _SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} is not known: use one of {list(_SCHEDULES)}")
+    if virtual_stages is None:
+        virtual_stages = 2 if schedule == "interleaved" else 1
+    if virtual_stages > 1 and schedule != "interleaved":
+        raise ValueError(
+            f"virtual_stages={virtual_stages} needs schedule='interleaved' (the {schedule} "
+            "schedule runs one stage per rank)"
+        )
+    if microbatches < 1:
+        raise ValueError(f"microbatches ({microbatches}) must be at least 1")
+    if schedule == "1f1b" and microbatches < dims.pp:
+        raise ValueError(
+            f"1F1B needs at least as many microbatches as stages: microbatches {microbatches} "
+            f"< pp {dims.pp}; raise microbatches"
+        )
+    device = _device(dims.device_type)
+    named = named_blocks(blocks)
+    num_stages = dims.pp * virtual_stages
+    plan = plan_partition(
+        named,
+        num_stages,
+        dims.pp,
+        partition,
+        example_input=example_input,
+        device=device,
+        memory_weight=memory_weight,
+        memory_cap=memory_cap,
+    )
+    pp_mesh = mesh["pp"]
+    stage_ids = stages_of_rank(pp_mesh.get_local_rank(), dims.pp, virtual_stages)
+    modules = apply_pipeline(named, plan, stage_ids, device)
+    for module in modules:
+        _apply_data_parallel(module, mesh, dims, data_parallel_mode)
+    stages = [
+        PipelineStage(m, s, num_stages, device, group=pp_mesh.get_group())
+        for m, s in zip(modules, stage_ids, strict=True)
+    ]
+    # torch's scale_grads divides *all* gradients by the microbatch count after each step,
+    # so a second step() before optimizer.step() (gradient accumulation) would shrink the
+    # first one's gradients again. Dividing each microbatch's loss instead accumulates right.
+    scaled = _MicrobatchLoss(loss_fn, microbatches)
+    # Both single-stage schedules take one stage, the interleaved one a list.
+    runner = (
+        ScheduleInterleaved1F1B([*stages], microbatches, loss_fn=scaled, scale_grads=False)
+        if schedule == "interleaved"
+        else _SCHEDULES[schedule](stages[0], microbatches, loss_fn=scaled, scale_grads=False)
+    )
+    return Pipeline(plan, dims, mesh, stage_ids, modules, stages, runner, microbatches)
+
+
+@dataclass(frozen=True)
+class _MicrobatchLoss:
+    """``loss_fn / microbatches``: summed over the microbatches, the mean loss."""
+
+    loss_fn: LossFn
+    microbatches: int
+
+    def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(output, target) / self.microbatches
+
+
+def _apply_data_parallel(
+    module: nn.Module,
+    mesh: DeviceMesh,
+    dims: ParallelDims,
+    mode: DataParallelMode,
+) -> None:
+    if dims.dp == 1:
+        return
+    if mode == "ddp":
+        data_parallel.apply_ddp(module, mesh, pipelined=dims.pp > 1)
+    elif mode == "fsdp":
+        data_parallel.apply_fsdp(module, mesh, pipelined=dims.pp > 1)
+    else:
+        raise ValueError(
+            f"the mesh has {dims.dp} data-parallel ranks but data_parallel is {mode!r}: use "
+            "'ddp' or 'fsdp' (SMP: ddp: true)"
+        )
+
+
+def _device(device_type: str) -> torch.device:
+    if device_type == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device(device_type)

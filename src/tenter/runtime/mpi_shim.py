@@ -1,0 +1,82 @@
+"""``python -m tenter.runtime.mpi_shim COMMAND [ARGS...]``: a rank started by mpirun becomes a
+torch rank, then ``exec``s COMMAND.
+
+mpirun gives each rank ``OMPI_COMM_WORLD_RANK``/``_SIZE``; its host's part of the worker
+contract arrives through ``-x`` (``TENTER_HOST_INDEX``, ``TENTER_NUM_HOSTS``, ``SM_*``,
+``MASTER_ADDR``/``MASTER_PORT``). The shim adds the per-rank torchrun variables with the same
+function every backend uses (:func:`tenter.runtime.contract.torchrun_env`), so a plain
+``init_process_group("gloo")`` script works unchanged under mpirun. ``LOCAL_RANK`` is
+``RANK - host index * processes per host``, not ``OMPI_COMM_WORLD_LOCAL_RANK``: they agree on a
+real cluster, and only the former is right when several simulated hosts share this machine.
+
+With ``TENTER_RANK_LOGS`` set (the mpi backend), the rank's stdout and stderr go to
+``logs/rank-N.stdout|.stderr`` and failures to ``rank-N.error.json``, as on every backend,
+listed in ``logs/index.jsonl`` for the console and the failure report.
+
+Imports nothing heavy: it runs once per rank before the real program starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from tenter.launch.records import record_worker_logs
+from tenter.runtime import contract
+
+
+def rank_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The torchrun variables of the rank mpirun started in ``environ``."""
+    rank = int(environ["OMPI_COMM_WORLD_RANK"])
+    world = int(environ["OMPI_COMM_WORLD_SIZE"])
+    hosts = int(environ["TENTER_NUM_HOSTS"])
+    host_index = int(environ["TENTER_HOST_INDEX"])
+    per_host = world // hosts
+    env = contract.torchrun_env(
+        rank=rank,
+        local_rank=rank - host_index * per_host,
+        group_rank=host_index,
+        local_world_size=per_host,
+        num_hosts=hosts,
+        master_addr=environ["MASTER_ADDR"],
+        master_port=environ["MASTER_PORT"],
+        run_id=environ["TENTER_JOB_ID"],
+        max_restarts=0,
+        # Whether the launcher serves the store (mpirun_argv's agent_store) or rank 0 does.
+        use_agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+    )
+    logs = environ.get("TENTER_RANK_LOGS")
+    if logs:
+        env["TORCHELASTIC_ERROR_FILE"] = str(Path(logs) / f"rank-{rank}.error.json")
+    return env
+
+
+def _redirect_output(logs: Path, env: Mapping[str, str]) -> None:
+    """stdout/stderr to the rank's files, listed in the job's log index."""
+    rank = env["RANK"]
+    stem = logs / f"rank-{rank}"
+    for fd, stream in ((1, "stdout"), (2, "stderr")):
+        target = os.open(f"{stem}.{stream}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    record_worker_logs(
+        logs, str(stem), int(rank), int(env["LOCAL_RANK"]), os.environ["TENTER_HOST"], attempt=0
+    )
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m tenter.runtime.mpi_shim COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    env = rank_env(os.environ)
+    os.environ.update(env)
+    logs = os.environ.get("TENTER_RANK_LOGS")
+    if logs:
+        _redirect_output(Path(logs), env)
+    os.execvp(argv[0], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,112 @@
+"""Per-rank progress record, read by the launcher to diagnose hangs.
+
+Installed by the bootstrap when ``TENTER_WATCH_FILE`` is set. Every collective called
+through ``torch.distributed`` (``all_reduce``, ``barrier``...) records on entry and on return
+its name, sequence number and tensor sizes, and DistributedDataParallel's forward counts
+steps, into a small memory-mapped file. Writing it costs a few microseconds and needs no
+cooperation at read time: a rank blocked inside a collective, or sleeping, still shows
+where it was. ``SIGUSR1`` makes faulthandler write every thread's Python stack to
+``<stem>.stacks`` from C, which also works while the main thread is blocked in C++.
+
+Collectives issued from C++ (DDP's gradient all-reduce) are not seen one by one; the DDP
+step count covers them.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import functools
+import json
+import mmap
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+RECORD_BYTES = 4096
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "all_gather_object",
+    "broadcast_object_list",
+    "monitored_barrier",
+)
+
+
+class ProgressRecord:
+    def __init__(self, path: str) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(fd, RECORD_BYTES)
+        self._map = mmap.mmap(fd, RECORD_BYTES)
+        os.close(fd)
+        self.seq = 0
+        self.step = 0
+        self.op = ""
+        self.sizes: list[list[int]] = []
+        self.write("started")
+
+    def write(self, state: str) -> None:
+        data = json.dumps(
+            {
+                "pid": os.getpid(),
+                "time": time.time(),
+                "state": state,
+                "op": self.op,
+                "seq": self.seq,
+                "sizes": self.sizes,
+                "step": self.step,
+            }
+        ).encode()[: RECORD_BYTES - 1]
+        self._map[: len(data) + 1] = data + b"\n"
+
+
+def _sizes(args: tuple[Any, ...]) -> list[list[int]]:
+    return [list(a.shape) for a in args if isinstance(a, torch.Tensor)][:4]
+
+
+def _watched(record: ProgressRecord, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        record.seq += 1
+        record.op, record.sizes = name, _sizes(args)
+        record.write("entered")
+        result = fn(*args, **kwargs)
+        record.write("done")
+        return result
+
+    return wrapper
+
+
+def install(path: str) -> None:
+    record = ProgressRecord(path)
+    for name in COLLECTIVES:
+        if hasattr(dist, name):
+            setattr(dist, name, _watched(record, name, getattr(dist, name)))
+    ddp = torch.nn.parallel.DistributedDataParallel
+    forward: Callable[..., Any] = ddp.forward
+
+    @functools.wraps(forward)
+    def counted_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        record.step += 1
+        record.write("step")
+        return forward(self, *args, **kwargs)
+
+    setattr(ddp, "forward", counted_forward)  # noqa: B010 (a method, replaced on the class)
+    stacks = open(path.removesuffix(".watch") + ".stacks", "w")  # noqa: SIM115 (lives with the process)
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)

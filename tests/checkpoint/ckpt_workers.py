@@ -1,0 +1,129 @@
+"""What the ranks of the multi-rank checkpoint tests run (see ckpt_world.run_ranks).
+
+Each function trains, saves, trains on, then restores into freshly initialised objects and
+trains the same steps again; it returns the parameters at each point for the test to compare.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from tenter.checkpoint import Checkpointer, ResumableSampler
+
+
+def make_model(seed: int) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def dataset() -> TensorDataset:
+    g = torch.Generator().manual_seed(7)
+    return TensorDataset(torch.randn(48, 6, generator=g), torch.randn(48, 3, generator=g))
+
+
+def local_params(model: nn.Module) -> list[torch.Tensor]:
+    """This rank's parameters (its shard, for a sharded model), copied."""
+    return [
+        (p.to_local() if isinstance(p, DTensor) else p).detach().clone() for p in model.parameters()
+    ]
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, batches: Any, steps: int) -> None:
+    for _ in range(steps):
+        x, y = next(batches)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+def ddp_save_and_resume(rank: int, world_size: int, root: Path) -> dict[str, Any]:
+    """DDP, one synchronous and one asynchronous checkpoint of step 3, then resume from
+    the synchronous one in new objects, mid-epoch."""
+
+    def build(seed: int) -> tuple[nn.Module, torch.optim.Optimizer, Any, ResumableSampler]:
+        model = DistributedDataParallel(make_model(seed))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        sampler = ResumableSampler(DistributedSampler(dataset(), world_size, rank, seed=3))
+        return model, opt, sched, sampler
+
+    model, opt, sched, sampler = build(seed=0)
+    batches = iter(DataLoader(dataset(), batch_size=4, sampler=sampler))
+    train(model, opt, batches, 3)
+    Checkpointer(model, opt, sched, sampler=sampler, dir=root / "sync").save(3)
+    background = Checkpointer(
+        model, opt, sched, sampler=sampler, dir=root / "async", async_save=True
+    )
+    background.save(3)
+    saved = local_params(model)
+    train(model, opt, batches, 2)  # while the asynchronous save may still be writing
+    background.close()
+    expected = local_params(model)
+
+    model, opt, sched, sampler = build(seed=1)
+    step = Checkpointer(model, opt, sched, sampler=sampler, dir=root / "sync").resume()
+    restored = local_params(model)
+    train(model, opt, iter(DataLoader(dataset(), batch_size=4, sampler=sampler)), 2)
+    return {
+        "step": step,
+        "saved": saved,
+        "restored": restored,
+        "expected": expected,
+        "continued": local_params(model),
+        "sampler": sampler.state_dict(),
+    }
+
+
+def fsdp_save_and_resume(rank: int, world_size: int, root: Path) -> dict[str, Any]:
+    """FSDP2 (each rank holds half of every parameter): a synchronous and an asynchronous
+    checkpoint through DCP, each restored into new sharded objects."""
+    mesh = init_device_mesh("cpu", (world_size,))
+
+    def build(seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+        model = make_model(seed)
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model, torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def batches() -> Any:
+        g = torch.Generator().manual_seed(rank)
+        while True:
+            yield torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
+
+    model, opt = build(seed=0)
+    data = batches()
+    train(model, opt, data, 2)
+    Checkpointer(model, opt, dir=root / "sync").save(2)
+    background = Checkpointer(model, opt, dir=root / "async", async_save=True)
+    background.save(2)
+    saved = local_params(model)
+    snapshot = [next(data) for _ in range(2)]
+    train(model, opt, iter(snapshot), 2)
+    background.close()
+    result: dict[str, Any] = {"saved": saved, "expected": local_params(model)}
+    for name in ("sync", "async"):
+        model, opt = build(seed=1)
+        result[f"{name}_step"] = Checkpointer(model, opt, dir=root / name).resume()
+        result[f"{name}_restored"] = local_params(model)
+        train(model, opt, iter(snapshot), 2)
+        result[f"{name}_continued"] = local_params(model)
+    return result
+
+
+def save_and_resume(rank: int, world_size: int, root: Path) -> dict[str, Any]:
+    """Both scenarios in one world: starting ranks is what costs time."""
+    return {
+        "ddp": ddp_save_and_resume(rank, world_size, root / "ddp"),
+        "fsdp": fsdp_save_and_resume(rank, world_size, root / "fsdp"),
+    }

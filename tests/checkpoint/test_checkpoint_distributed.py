@@ -1,0 +1,85 @@
+"""Two real ranks over gloo: DDP saved from rank 0 and loaded on all, FSDP2 saved and loaded
+shard by shard through torch.distributed.checkpoint, synchronously and asynchronously.
+
+One world runs every scenario (starting ranks is the slow part); the tests check its parts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from ckpt_workers import save_and_resume
+from ckpt_world import run_ranks
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    root = tmp_path_factory.mktemp("checkpoint-world")
+    results = run_ranks(save_and_resume, 2, root / "world", root / "ckpt")
+    assert list((root / "world" / "tmp").iterdir()) == []  # the ranks left no temp files
+    return root / "ckpt", results
+
+
+def assert_equal(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> None:
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected, strict=True):
+        assert torch.equal(a, e)
+
+
+def test_ddp_checkpoint_is_written_by_rank_0_and_restores_every_rank(
+    world: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    root, results = world
+    for rank, result in enumerate(results):
+        r = result["ddp"]
+        assert r["step"] == 3
+        assert_equal(r["restored"], r["saved"])
+        assert_equal(r["continued"], r["expected"])
+        # Each rank's share is 24 samples, 6 batches of 4; 5 batches are done: 3 before
+        # the checkpoint and 2 after the restore.
+        assert r["sampler"] == {"epoch": 0, "index": 20, "num_replicas": 2}, rank
+    folder = root / "ddp" / "sync" / "step-00000003"
+    assert sorted(p.name for p in folder.iterdir()) == ["rank-0.pt", "rank-1.pt", "state.pt"]
+
+
+def test_async_ddp_checkpoint_equals_the_synchronous_one(
+    world: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    root, _ = world
+    sync, background = (
+        torch.load(root / "ddp" / d / "step-00000003" / "state.pt", weights_only=False)
+        for d in ("sync", "async")
+    )
+    assert sync["model"].keys() == background["model"].keys()
+    for key, value in sync["model"].items():
+        assert torch.equal(background["model"][key], value), key
+    for name, state in sync["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(background["optimizer"]["state"][name][key], value), key
+    assert background["scheduler"] == sync["scheduler"]
+
+
+def test_fsdp2_checkpoint_is_written_and_restored_shard_by_shard(
+    world: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    root, results = world
+    for result in results:
+        r = result["fsdp"]
+        for name in ("sync", "async"):
+            assert r[f"{name}_step"] == 2
+            assert_equal(r[f"{name}_restored"], r["saved"])
+            assert_equal(r[f"{name}_continued"], r["expected"])
+    # The two ranks hold different halves, and each wrote its own file.
+    assert not torch.equal(results[0]["fsdp"]["saved"][0], results[1]["fsdp"]["saved"][0])
+    for name in ("sync", "async"):
+        shards = root / "fsdp" / name / "step-00000002" / "sharded"
+        assert sorted(p.name for p in shards.iterdir()) == [
+            ".metadata",
+            "__0_0.distcp",
+            "__1_0.distcp",
+        ]

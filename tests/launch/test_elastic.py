@@ -1,0 +1,235 @@
+"""Fault tolerance on the local backend: restarts, hosts lost and joining, hangs, etcd."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests.conftest import REPO, SCRIPTS, assert_nothing_left, job_processes, tenter
+
+pytestmark = pytest.mark.slow
+
+
+def write_spec(tmp_path: Path, script: str, **fields: object) -> Path:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"entry_point": str(SCRIPTS / script), **fields}))
+    return spec
+
+
+class RunningJob:
+    """`tenter run` in the background; its merged output is read line by line."""
+
+    def __init__(self, spec: Path, home: Path) -> None:
+        self.home = home
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tenter", "run", str(spec)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
+        self.lines: list[str] = []
+
+    def wait_for(self, *texts: str) -> None:
+        """Read output until every text has appeared in it."""
+        assert self.proc.stdout is not None
+        pending = list(texts)
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            pending = [t for t in pending if t not in line]
+            if not pending:
+                return
+        raise AssertionError(f"the job ended before printing {pending}:\n{''.join(self.lines)}")
+
+    def finish(self) -> str:
+        out, _ = self.proc.communicate(timeout=180)
+        self.lines.append(out)
+        return "".join(self.lines)
+
+    @property
+    def job_dir(self) -> Path:
+        (job_dir,) = (self.home / "jobs").iterdir()
+        return job_dir
+
+
+def test_workers_restart_after_a_sigkill_and_the_job_succeeds(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path, "flaky.py", instance_count=2, processes_per_host=2, elastic={"max_restarts": 1}
+    )
+    done = tenter("run", str(spec))
+    assert done.returncode == 0, done.stderr
+    assert "tenter: algo-1: restarting its workers (0 restarts left)" in done.stderr
+    assert done.stderr.count("tenter: rendezvous: 2 hosts (algo-1, algo-2), world size 4") == 2
+    finished = {p.name.split("-")[1] for p in (done.job_dir / "seen").iterdir()}
+    assert finished == {"0", "1", "2", "3"}
+    # The second attempt wrote its own files; the first attempt's are kept.
+    assert (done.job_dir / "logs/rank-1.algo-1.attempt-1.stdout").exists()
+    assert (done.job_dir / "logs/rank-0.stdout").read_text().startswith("attempt 0 rank 0")
+    assert_nothing_left(done.job_dir)
+
+
+def test_job_goes_on_with_fewer_hosts_if_an_agent_is_killed(
+    tmp_path: Path, tenter_home: Path
+) -> None:
+    spec = write_spec(
+        tmp_path,
+        "elastic.py",
+        instance_count=2,
+        processes_per_host=1,
+        environment={"TARGET_WORLD": "1"},
+        elastic={"min_hosts": 1, "max_restarts": 2, "rendezvous": {"last_call_timeout": 1}},
+    )
+    job = RunningJob(spec, tenter_home)
+    job.wait_for("ready world 2 rank 0", "ready world 2 rank 1")
+    (agent,) = [
+        p
+        for p in job_processes(job.job_dir.name)
+        if "tenter.launch.agent" in " ".join(p.cmdline())
+        and p.environ().get("TENTER_HOST") == "algo-2"
+    ]
+    agent.send_signal(signal.SIGKILL)
+    out = job.finish()
+    assert job.proc.returncode == 0, out
+    assert "host algo-2 lost (its agent was killed by SIGKILL); going on with 1 hosts" in out
+    assert "rendezvous: 1 hosts (algo-1), world size 1" in out
+    assert "done world 1 rank 0" in out
+    assert_nothing_left(job.job_dir)
+
+
+def test_a_host_joins_a_running_job(tmp_path: Path, tenter_home: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        "elastic.py",
+        instance_count=1,
+        processes_per_host=1,
+        environment={"TARGET_WORLD": "2"},
+        elastic={
+            "min_hosts": 1,
+            "max_hosts": 2,
+            "max_restarts": 1,
+            "rendezvous": {"last_call_timeout": 1},
+        },
+    )
+    job = RunningJob(spec, tenter_home)
+    job.wait_for("ready world 1 rank 0")
+    joined = tenter("join", job.job_dir.name)
+    assert joined.returncode == 0, joined.stderr
+    out = job.finish()
+    assert job.proc.returncode == 0, out
+    assert "host algo-2 joining" in out
+    assert "rendezvous: 2 hosts (algo-1, algo-2), world size 2" in out
+    assert "[algo-2,1]<stdout>: done world 2 rank 1" in out
+    plan = json.loads((job.job_dir / "plan.json").read_text())
+    assert [h["name"] for h in plan["hosts"]] == ["algo-1", "algo-2"]
+    assert_nothing_left(job.job_dir)
+
+
+def test_join_refuses_a_finished_or_unknown_job(tenter_home: Path) -> None:
+    done = tenter("join", "no-such-job")
+    assert done.returncode == 2
+    assert "JOB: no job 'no-such-job'" in done.stderr
+
+
+def test_hang_report_names_the_rank_that_never_arrived(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path, "hang.py", instance_count=2, processes_per_host=2, elastic={"hang_timeout": 3}
+    )
+    done = tenter("run", str(spec))
+    assert done.returncode == 124
+    report = (done.job_dir / "hang-report.txt").read_text()
+    assert "hang: no rank made progress for 3 s" in report
+    assert "ranks 0-2: waiting in all_reduce #6" in report
+    assert "rank 3 on algo-2: last completed all_reduce #5" in report
+    assert f'File "{SCRIPTS / "hang.py"}", line 14 in <module>' in report
+    assert "ranks 0-2: waiting in all_reduce #6" in done.stderr
+    assert_nothing_left(done.job_dir)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[str]:
+    """A real etcd 3.4 (Debian's etcd-server) with the v2 API, on loopback, stopped after."""
+    binary = shutil.which("etcd")
+    assert binary, "etcd is missing: run scripts/install-system-deps.sh (Debian etcd-server)"
+    client, peer = _free_port(), _free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--data-dir",
+            str(tmp_path / "etcd"),
+            "--name",
+            "t",
+            "--listen-client-urls",
+            f"http://127.0.0.1:{client}",
+            "--advertise-client-urls",
+            f"http://127.0.0.1:{client}",
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-cluster",
+            f"t=http://127.0.0.1:{peer}",
+            "--enable-v2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{client}/version", timeout=1)
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "etcd did not start"
+            time.sleep(0.1)
+    yield f"127.0.0.1:{client}"
+    proc.terminate()
+    proc.wait(timeout=30)
+    assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == "zombie"
+
+
+def test_rendezvous_through_a_real_etcd(tmp_path: Path, etcd: str) -> None:
+    spec = write_spec(
+        tmp_path,
+        "contract.py",
+        instance_count=2,
+        processes_per_host=1,
+        elastic={"rendezvous": {"backend": "etcd", "endpoint": etcd}},
+    )
+    done = tenter("run", str(spec))
+    assert done.returncode == 0, done.stderr
+    assert "[algo-2,1]<stdout>: rank 1 of 2 on algo-2: all_reduce ok" in done.stdout
+
+
+def test_unreachable_etcd_fails_fast_naming_the_endpoint(tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{_free_port()}"
+    spec = write_spec(
+        tmp_path,
+        "contract.py",
+        instance_count=2,
+        processes_per_host=1,
+        elastic={"rendezvous": {"backend": "etcd", "endpoint": endpoint, "join_timeout": 20}},
+    )
+    done = tenter("run", str(spec))
+    assert done.returncode == 1
+    assert f"algo-1: rendezvous (etcd-v2 at {endpoint}) failed: RendezvousConnectionError" in (
+        done.stderr
+    )
+    assert "serves the v2 API" in done.stderr

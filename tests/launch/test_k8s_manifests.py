@@ -1,0 +1,175 @@
+"""Kubernetes manifests: golden files of a 2-node p5 EFA job in each form, every rendered
+object valid against the upstream CRD (or eksctl) schema and the operators' webhook rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenter.launch import k8s_manifests, k8s_rules
+from tenter.launch.kubernetes import KubernetesBackend, KubernetesRequest, to_yaml
+from tenter.spec import JobSpec, SpecError, load, lookup
+from tests.launch.k8s_schemas import schema_errors
+
+HERE = Path(__file__).parent
+GOLDEN = HERE / "golden" / "k8s"
+JOB_ID = "llm-20261122-032045-f845"
+
+
+def p5_spec(**overrides: Any) -> JobSpec:
+    """The 2-node p5 job; ``overrides`` merge into it key by key (as flags over a file)."""
+    data: dict[str, Any] = {
+        "name": "llm",
+        "entry_point": "contract.py",
+        "source_dir": str(HERE / "scripts"),
+        "instance_count": 2,
+        "instance_type": "ml.p5.48xlarge",
+        # A value the kubelet would expand unless escaped: it must arrive verbatim.
+        "hyperparameters": {"epochs": 3, "run_name": "$(HOSTNAME)-a"},
+        "environment": {"NCCL_DEBUG": "INFO"},
+        "max_run": 86400,
+        "backend": "kubernetes",
+        "kubernetes": {
+            "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1.0",
+            "namespace": "ml",
+            "service_account": "trainer",
+            "volumes": [
+                {"claim": "fsx-claim", "mount_path": "/fsx"},
+                {
+                    "claim": "fsx-claim",
+                    "mount_path": "/data",
+                    "sub_path": "data",
+                    "read_only": True,
+                },
+            ],
+        },
+    }
+    spec, _ = load(data, HERE, overrides)
+    return spec
+
+
+def dryrun(spec: JobSpec) -> KubernetesRequest:
+    return KubernetesBackend().dryrun(spec, JOB_ID)
+
+
+MPI = {"distribution": {"mpi": {"enabled": True}}}
+FORMS = {
+    "pytorchjob": {"distribution": {"torch_distributed": {"enabled": True}}},
+    "pytorchjob-elastic": {
+        "elastic": {
+            "min_hosts": 1,
+            "max_hosts": 3,
+            "max_restarts": 2,
+            "rendezvous": {"backend": "etcd", "endpoint": "etcd.ml.svc:2379"},
+        },
+        "max_run": None,
+    },
+    "mpijob": MPI,
+    "trainjob": {"kubernetes": {"kind": "TrainJob"}, "max_run": None},
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_dryrun_matches_golden_file_for_2_p5_nodes(form: str) -> None:
+    request = dryrun(p5_spec(**FORMS[form]))
+    assert str(request) == (GOLDEN / f"{form}-p5-2nodes.yaml").read_text()
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_every_rendered_object_is_valid_for_its_crd_and_webhook(form: str) -> None:
+    for obj in dryrun(p5_spec(**FORMS[form])).materialize():
+        assert schema_errors(obj) == []
+        assert k8s_rules.problems(obj) == []
+
+
+@pytest.mark.parametrize(
+    ("itype", "ranks"), [("ml.g5.48xlarge", 2), ("ml.c5.18xlarge", 1), ("ml.p4d.24xlarge", 3)]
+)
+def test_other_instance_types_and_sizes_are_valid_for_their_crds(itype: str, ranks: int) -> None:
+    for overrides in ({}, MPI, {"kubernetes": {"kind": "TrainJob"}, "max_run": None}):
+        spec = p5_spec(instance_type=itype, instance_count=ranks, **overrides)
+        for obj in dryrun(spec).materialize():
+            assert schema_errors(obj) == []
+            assert k8s_rules.problems(obj) == []
+
+
+def test_pods_get_the_catalog_resources_and_no_privileges() -> None:
+    obj = dryrun(p5_spec()).materialize()[0]
+    pod = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    [container] = pod["containers"]
+    itype = lookup("p5.48xlarge")
+    assert itype is not None
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == itype.gpus == 8
+    assert container["resources"]["limits"]["vpc.amazonaws.com/efa"] == itype.efa == 32
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    assert container["securityContext"] == {"privileged": False}
+
+
+def test_a_type_without_efa_gets_no_efa_resources_or_variables() -> None:
+    obj = dryrun(p5_spec(instance_type="ml.p3.16xlarge")).materialize()[0]
+    [container] = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
+    assert "vpc.amazonaws.com/efa" not in container["resources"]["limits"]
+    assert "hugepages-2Mi" not in container["resources"]["limits"]
+    assert "FI_PROVIDER" not in {e["name"] for e in container["env"]}
+
+
+def test_plan_output_lists_every_object_as_yaml(tmp_path: Path) -> None:
+    request = dryrun(p5_spec(**MPI))
+    [path] = request.write(tmp_path)
+    assert path.name == f"mpijob-{JOB_ID}.yaml"
+    assert path.read_text() == str(request) == to_yaml(request.objects)
+
+
+def test_auto_kind_follows_the_distribution() -> None:
+    for distribution, kind in (
+        ({"torch_distributed": {"enabled": True}}, "PyTorchJob"),
+        ({}, "PyTorchJob"),
+        ({"mpi": {"enabled": True}}, "MPIJob"),
+        ({"smdistributed": {"dataparallel": {"enabled": True}}}, "MPIJob"),
+        ({"pytorchddp": {"enabled": True}}, "MPIJob"),
+    ):
+        assert k8s_manifests.choose_kind(p5_spec(distribution=distribution)) == kind
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        (
+            {"kubernetes": {"image": None}},
+            "kubernetes.image: is required on backend kubernetes",
+        ),
+        ({"instance_type": "local"}, "instance_type: 'local' means this machine"),
+        ({"channels": {"train": str(HERE)}}, "channels: local input channels cannot reach pods"),
+        ({**MPI, "elastic": {"min_hosts": 1}}, "elastic: a MPIJob cannot change size"),
+        (
+            {"kubernetes": {"kind": "TrainJob"}},
+            "max_run: a TrainJob (v1alpha1) has no deadline",
+        ),
+        ({"name": "LLM"}, "PyTorchJob metadata.name: the name 'LLM-20261122"),
+        (
+            {"name": "x" * 40},
+            "has 70 characters, more than Kubernetes' 63; shorten the job's name by 7",
+        ),
+    ],
+)
+def test_dryrun_names_the_field_and_fix_if_the_spec_cannot_run_on_kubernetes(
+    overrides: dict[str, Any], problem: str
+) -> None:
+    spec = p5_spec(**overrides)
+    job_id = JOB_ID.replace("llm", spec.name)
+    with pytest.raises(SpecError) as info:
+        KubernetesBackend().dryrun(spec, job_id)
+    assert problem in str(info.value)
+
+
+def test_cluster_config_is_valid_for_eksctl_and_puts_efa_nodes_in_one_zone() -> None:
+    itype = lookup("p5.48xlarge")
+    assert itype is not None
+    config = k8s_manifests.cluster_config(
+        "train", "us-west-2", itype, 2, ["us-west-2a", "us-west-2b"]
+    )
+    assert schema_errors(config) == []
+    assert k8s_rules.problems(config) == []
+    assert to_yaml([config]) == (GOLDEN / "eksctl-p5-2nodes.yaml").read_text()

@@ -1,0 +1,309 @@
+"""The Kubernetes backend's submission path, against fakes of the official client's
+``CustomObjectsApi`` and ``CoreV1Api`` (no API server can run here): what it sends, how it
+reads pod states, logs and conditions, and what it returns. Live submission is not tested."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import (
+    V1ContainerState,
+    V1ContainerStateRunning,
+    V1ContainerStateTerminated,
+    V1ContainerStatus,
+    V1ObjectMeta,
+    V1Pod,
+    V1PodList,
+    V1PodStatus,
+)
+from kubernetes.client.rest import ApiException
+
+from tenter.launch.kubernetes import Clients, KubernetesBackend, connect, job_state
+from tenter.spec import SpecError
+from tests.launch.test_k8s_manifests import JOB_ID, MPI, p5_spec
+
+
+def pod(name: str, phase: str, container: str, exit_code: int | None = None, at: int = 0) -> V1Pod:
+    if exit_code is None:
+        state = V1ContainerState(running=V1ContainerStateRunning())
+    else:
+        finished = datetime(2026, 11, 22, 3, 20, at, tzinfo=timezone.utc)
+        reason = "Completed" if exit_code == 0 else "Error"
+        state = V1ContainerState(
+            terminated=V1ContainerStateTerminated(
+                exit_code=exit_code, reason=reason, finished_at=finished
+            )
+        )
+    status = V1ContainerStatus(
+        name=container, image="i", image_id="", ready=False, restart_count=0, state=state
+    )
+    return V1Pod(
+        metadata=V1ObjectMeta(name=name),
+        status=V1PodStatus(phase=phase, container_statuses=[status]),
+    )
+
+
+def job(*conditions: tuple[str, str, str]) -> dict[str, Any]:
+    return {
+        "status": {
+            "conditions": [
+                {"type": t, "status": "True", "reason": r, "message": m} for t, r, m in conditions
+            ]
+        }
+    }
+
+
+class FakeCustom:
+    """``CustomObjectsApi``: records calls, answers ``get`` from a script of job states."""
+
+    def __init__(self, states: list[dict[str, Any]], create_error: Exception | None = None):
+        self.states = states
+        self.create_error = create_error
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def create_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(("create", args, kwargs))
+        if self.create_error:
+            raise self.create_error
+        return args[-1]
+
+    def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(("get", args, kwargs))
+        if not self.states:
+            raise ApiException(status=404, reason="Not Found")
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+    def delete_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(("delete", args, kwargs))
+
+
+class FakeCore:
+    """``CoreV1Api``: pods from a script of pod lists; each pod's log as lines of bytes."""
+
+    def __init__(self, pod_lists: list[list[V1Pod]], logs: dict[str, list[str]]):
+        self.pod_lists = pod_lists
+        self.logs = logs
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> V1PodList:
+        self.calls.append(("list", args, kwargs))
+        items = self.pod_lists.pop(0) if len(self.pod_lists) > 1 else self.pod_lists[0]
+        return V1PodList(items=items)
+
+    def read_namespaced_pod_log(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
+        self.calls.append(("log", args, kwargs))
+        return iter(f"{line}\n".encode() for line in self.logs.get(args[0], []))
+
+
+def backend(custom: FakeCustom, core: FakeCore) -> tuple[KubernetesBackend, list[str], list[str]]:
+    out: list[str] = []
+    err: list[str] = []
+    b = KubernetesBackend(Clients(custom, core), poll_s=0, out=out.append, err=err.append)
+    return b, out, err
+
+
+MASTER, WORKER = f"{JOB_ID}-master-0", f"{JOB_ID}-worker-0"
+
+
+def test_submit_creates_the_dryrun_object_and_returns_success() -> None:
+    custom = FakeCustom(
+        [
+            job(("Created", "", "")),
+            job(("Running", "", "")),
+            job(("Succeeded", "PyTorchJobSucceeded", "")),
+        ]
+    )
+    core = FakeCore(
+        [
+            [pod(MASTER, "Pending", "pytorch")],
+            [pod(MASTER, "Running", "pytorch"), pod(WORKER, "Running", "pytorch")],
+        ],
+        {MASTER: ["step 1", "done"], WORKER: ["step 1"]},
+    )
+    b, out, err = backend(custom, core)
+    request = b.dryrun(p5_spec(), JOB_ID)
+    result = b.submit(request)
+
+    create = custom.calls[0]
+    assert create == ("create", ("kubeflow.org", "v1", "ml", "pytorchjobs", request.objects[0]), {})
+    assert (
+        "list",
+        ("ml",),
+        {"label_selector": f"app.kubernetes.io/instance={JOB_ID}"},
+    ) in core.calls
+    assert (
+        "log",
+        (MASTER, "ml"),
+        {"container": "pytorch", "follow": True, "_preload_content": False},
+    ) in core.calls
+    assert result.exit_code == 0 and result.ok
+    assert result.summary.startswith(f"job PyTorchJob ml/{JOB_ID} SUCCEEDED after ")
+    assert sorted(out) == [f"[{MASTER}] done", f"[{MASTER}] step 1", f"[{WORKER}] step 1"]
+    assert err[:3] == [
+        f"created PyTorchJob ml/{JOB_ID} (kubectl get pytorchjobs -n ml {JOB_ID})",
+        f"pod {MASTER}: Pending",
+        f"pod {MASTER}: Running",
+    ]
+
+
+def test_submit_returns_the_earliest_failing_container_as_root_cause() -> None:
+    custom = FakeCustom(
+        [
+            job(("Running", "", "")),
+            job(("Running", "", ""), ("Failed", "PyTorchJobFailed", "worker 0 failed")),
+        ]
+    )
+    core = FakeCore(
+        [
+            [
+                pod(MASTER, "Failed", "pytorch", exit_code=1, at=9),
+                pod(WORKER, "Failed", "pytorch", exit_code=3, at=5),
+            ]
+        ],
+        {},
+    )
+    b, _, _ = backend(custom, core)
+    result = b.submit(b.dryrun(p5_spec(), JOB_ID))
+    assert result.exit_code == 3
+    assert result.summary.splitlines()[1:] == [
+        "PyTorchJobFailed: worker 0 failed",
+        f"root cause: pod {WORKER}: exit code 3 Error",
+        f"  logs: kubectl logs -n ml {WORKER} -c pytorch",
+    ]
+    assert [(f.host, f.exit_code) for f in result.failures] == [(MASTER, 1), (WORKER, 3)]
+
+
+def test_submit_returns_124_if_the_deadline_passed() -> None:
+    custom = FakeCustom(
+        [job(("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"))]
+    )
+    b, _, _ = backend(custom, FakeCore([[]], {}))
+    assert b.submit(b.dryrun(p5_spec(), JOB_ID)).exit_code == 124
+
+
+def test_submit_follows_only_the_mpi_launcher_and_keeps_mpiruns_tags() -> None:
+    launcher = f"{JOB_ID}-launcher"
+    custom = FakeCustom([job(("Running", "", "")), job(("Succeeded", "MPIJobSucceeded", ""))])
+    core = FakeCore(
+        [[pod(launcher, "Running", "launcher"), pod(WORKER, "Running", "worker")]],
+        {launcher: ["[1,0]<stdout>:hello"], WORKER: ["sshd noise"]},
+    )
+    b, out, _ = backend(custom, core)
+    result = b.submit(b.dryrun(p5_spec(**MPI), JOB_ID))
+    assert result.ok
+    assert out == ["[1,0]<stdout>:hello"]
+    assert custom.calls[0][1][:4] == ("kubeflow.org", "v2beta1", "ml", "mpijobs")
+
+
+def test_submit_streams_only_the_pods_holding_the_selected_ranks() -> None:
+    custom = FakeCustom([job(("Succeeded", "", ""))])
+    core = FakeCore(
+        [[pod(MASTER, "Running", "pytorch"), pod(WORKER, "Running", "pytorch")]],
+        {MASTER: ["rank 0"], WORKER: ["rank 8"]},
+    )
+    b, out, _ = backend(custom, core)
+    b.submit(b.dryrun(p5_spec(logs={"ranks": [9]}), JOB_ID))
+    assert out == [f"[{WORKER}] rank 8"]
+
+
+def test_submit_reports_restarts_of_a_pod() -> None:
+    restarted = pod(WORKER, "Running", "pytorch")
+    restarted.status.container_statuses[0].restart_count = 1
+    custom = FakeCustom([job(("Running", "", "")), job(("Succeeded", "", ""))])
+    core = FakeCore([[pod(WORKER, "Running", "pytorch")], [restarted]], {})
+    b, _, err = backend(custom, core)
+    b.submit(b.dryrun(p5_spec(), JOB_ID))
+    assert f"pod {WORKER}: restarted (1), last exit code None" in err
+
+
+@pytest.mark.parametrize(
+    ("error", "problem"),
+    [
+        (
+            ApiException(status=404, reason="Not Found"),
+            "backend: the cluster does not serve MPIJob (kubeflow.org/v2beta1): install the "
+            "MPI Operator: kubectl apply --server-side -f https://raw.githubusercontent.com/"
+            "kubeflow/mpi-operator/v0.6.0/deploy/v2beta1/mpi-operator.yaml",
+        ),
+        (
+            _ns := ApiException(status=404, reason="Not Found"),
+            "kubernetes.namespace: 'ml' does not exist; create it (kubectl create namespace ml)",
+        ),
+        (
+            _exists := ApiException(status=409, reason="Conflict"),
+            f'backend: the API server refused the MPIJob: mpijobs "{JOB_ID}" already exists',
+        ),
+    ],
+)
+def test_submit_explains_a_refused_create(error: ApiException, problem: str) -> None:
+    _ns.body = '{"message": "namespaces \\"ml\\" not found"}'
+    _exists.body = f'{{"message": "mpijobs \\"{JOB_ID}\\" already exists"}}'
+    b, _, _ = backend(FakeCustom([], create_error=error), FakeCore([[]], {}))
+    with pytest.raises(SpecError) as info:
+        b.submit(b.dryrun(p5_spec(**MPI), JOB_ID))
+    assert problem in str(info.value)
+
+
+def test_submit_deletes_the_job_if_interrupted() -> None:
+    class Interrupting(FakeCore):
+        def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> V1PodList:
+            raise KeyboardInterrupt
+
+    custom = FakeCustom([job(("Running", "", ""))])
+    b, _, _ = backend(custom, Interrupting([[]], {}))
+    result = b.submit(b.dryrun(p5_spec(), JOB_ID))
+    assert result.exit_code == 130 and result.interrupted
+    assert custom.calls[-1] == (
+        "delete",
+        ("kubeflow.org", "v1", "ml", "pytorchjobs", JOB_ID),
+        {"propagation_policy": "Foreground"},
+    )
+
+
+def test_status_and_cancel_find_the_jobs_kind() -> None:
+    class MpiOnly(FakeCustom):
+        def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+            if args[3] != "mpijobs":
+                raise ApiException(status=404)
+            return job(("Running", "MPIJobRunning", "running"))
+
+    custom = MpiOnly([])
+    b, _, err = backend(custom, FakeCore([[pod(WORKER, "Running", "worker")]], {}))
+    state, pods = b.status(JOB_ID, "ml")
+    assert (state.state, state.reason) == ("Running", "MPIJobRunning")
+    assert [(p.name, p.phase) for p in pods] == [(WORKER, "Running")]
+    b.cancel(JOB_ID, "ml")
+    assert custom.calls[-1][1][3] == "mpijobs"
+    assert err == [f"deleted MPIJob ml/{JOB_ID}"]
+    with pytest.raises(SpecError, match="no PyTorchJob, MPIJob, TrainJob named 'x'"):
+        backend(FakeCustom([]), FakeCore([[]], {}))[0].status("x", "ml")
+
+
+def test_job_state_reads_the_last_true_condition() -> None:
+    assert job_state({}).state == "Pending"
+    state = job_state(job(("Created", "", ""), ("Running", "", ""), ("Complete", "Done", "ok")))
+    assert (state.state, state.finished, state.ok) == ("Complete", True, True)
+    assert not job_state(job(("Failed", "", ""))).ok
+
+
+def test_connect_names_the_missing_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n"
+        "contexts: [{name: a, context: {cluster: c, user: u}}]\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    with pytest.raises(
+        SpecError, match=r"kubernetes\.context: the kubeconfig has no usable context 'nope'"
+    ):
+        connect("nope")
+    assert isinstance(connect(None), Clients)  # builds clients without contacting the server
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    with pytest.raises(SpecError, match=r"no usable current context .*kubectl config use-context"):
+        connect(None)

@@ -1,0 +1,173 @@
+"""The slurm backend: golden sbatch scripts, and jobs on a real single-node Slurm cluster
+(slurmctld + slurmd + munged started by tests/launch/slurm_cluster.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tenter.launch import api
+from tenter.spec import load
+from tests.conftest import REPO, SCRIPTS, assert_nothing_left, job_processes, tenter
+from tests.launch.slurm_cluster import queue, slurm_cluster
+from tests.launch.test_mpirun import assert_golden
+
+DIGITS = REPO / "examples" / "digits"
+DEADLINE_S = 120.0
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "golden"),
+    [("ml.p4d.24xlarge", "sbatch-p4d-2hosts.txt"), ("ml.p3.8xlarge", "sbatch-p3-2hosts.txt")],
+)
+def test_dryrun_renders_the_whole_sbatch_script(
+    instance_type: str, golden: str, tenter_home: Path
+) -> None:
+    spec, _ = load(
+        {
+            "name": "golden",
+            "entry_point": "train.py",
+            "source_dir": str(DIGITS),
+            "instance_count": 2,
+            "instance_type": instance_type,
+            "max_run": 3600,
+            "backend": "slurm",
+        },
+        REPO,
+    )
+    plan = api.dryrun(spec, "golden-job")
+    assert plan.launcher == [
+        "sbatch",
+        "--parsable",
+        str(tenter_home / "jobs/golden-job/job.sbatch"),
+    ]
+    script = plan.files["job.sbatch"]
+    normalised = script.replace(str(tenter_home), "$TENTER_HOME").replace(sys.executable, "$PYTHON")
+    assert_golden(golden, normalised.replace(str(REPO), "$REPO"))
+    gpus = "--gpus-per-node=8" if instance_type == "ml.p4d.24xlarge" else "--gpus-per-node=4"
+    assert script.count(f"#SBATCH {gpus}\n") == 1
+    # Host names are Slurm's to give: the plan has placeholders the nodes resolve.
+    assert plan.hosts[1].env["TENTER_HOST_ADDR"] == "${slurm_node_1}"
+
+
+def test_missing_sbatch_is_an_error_that_names_the_fix(tenter_home: Path) -> None:
+    done = _tenter_with_path(
+        "/nonexistent",
+        "run",
+        "--backend",
+        "slurm",
+        "--skip-preflight",
+        str(SCRIPTS / "contract.py"),
+    )
+    assert done.returncode == 2
+    assert "sbatch not found on PATH" in done.stderr and "slurm-client" in done.stderr
+    assert not (tenter_home / "jobs").exists()
+
+
+def _tenter_with_path(path: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tenter", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": path},
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+# A real Slurm cluster from here on.
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, str]]:
+    with slurm_cluster() as env, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", env["SLURM_CONF"])  # for tenter and Slurm's commands
+        yield env
+
+
+def _wait_for(what: str, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_digits_trains_as_a_one_node_two_task_slurm_job(cluster: dict[str, str]) -> None:
+    done = tenter(
+        "run", "--backend", "slurm", str(DIGITS / "job.yaml"), "--hosts", "1", "--hp", "epochs=8"
+    )
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((done.job_dir / "hosts/algo-1/model/metrics.json").read_text())
+    assert metrics["test_accuracy"] >= 0.94
+    assert "[algo-1,0]<stdout>: final test accuracy" in done.stdout
+    assert "submitted as Slurm job" in done.stderr
+    status = tenter("status", done.job_dir.name)
+    assert status.returncode == 0 and f"job {done.job_dir.name}: SUCCEEDED" in status.stdout
+    logs = tenter("logs", done.job_dir.name, "--ranks", "1")
+    assert "[algo-1,1]<stdout>:" in logs.stdout or logs.stdout == ""  # rank 1 prints nothing
+    assert "[algo-1,0]" not in logs.stdout
+    assert queue(cluster) == []
+    assert_nothing_left(done.job_dir)
+
+
+@pytest.mark.slow
+def test_a_failing_slurm_job_reports_its_root_cause_and_exit_code(cluster: dict[str, str]) -> None:
+    done = tenter(
+        "run", "--backend", "slurm", "--hosts", "1", "--procs-per-host", "2",
+        str(SCRIPTS / "fail_last.py"),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    summary = done.stderr[done.stderr.index("FAILED after") :]
+    assert "Slurm job state: FAILED" in summary
+    assert "root cause: rank 1 on host algo-1 (local rank 1" in summary
+    assert "ValueError: boom at step 3" in summary
+    assert f'File "{SCRIPTS / "fail_last.py"}"' in summary
+    assert queue(cluster) == []
+    assert_nothing_left(done.job_dir)
+
+
+@pytest.mark.slow
+def test_cancel_stops_a_running_slurm_job(cluster: dict[str, str], tenter_home: Path) -> None:
+    started = tenter(
+        "run", "--backend", "slurm", "--detach", "--hosts", "1", "--procs-per-host", "2",
+        str(SCRIPTS / "block.py"),
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    job = started.stdout.strip()
+    rank_out = [tenter_home / "jobs" / job / "logs" / f"rank-{r}.stdout" for r in (0, 1)]
+    _wait_for("both ranks ready", lambda: all(
+        p.exists() and "ready" in p.read_text() for p in rank_out
+    ))  # fmt: skip
+    assert "RUNNING (Slurm job" in tenter("status", job).stdout
+    cancelled = tenter("cancel", job)
+    assert cancelled.returncode == 0 and "cancelled Slurm job" in cancelled.stdout
+    _wait_for("the job to leave the queue", lambda: queue(cluster) == [])
+    assert "CANCELLED" in tenter("status", job).stdout
+    _wait_for("its processes to end", lambda: job_processes(job) == [])
+    logs = tenter("logs", job)
+    assert "[algo-1,0]<stdout>: ready 0" in logs.stdout
+    assert "[algo-1,1]<stdout>: ready 1" in logs.stdout
+
+
+@pytest.mark.slow
+def test_sbatch_rejection_is_shown_verbatim_with_a_hint(
+    cluster: dict[str, str], tenter_home: Path
+) -> None:
+    # This cluster has no GPUs: Slurm refuses --gpus-per-node.
+    done = tenter(
+        "run", "--backend", "slurm", "--skip-preflight", "--instance-type", "ml.p4d.24xlarge",
+        str(SCRIPTS / "contract.py"),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "sbatch: error: Invalid generic resource (gres) specification" in done.stderr
+    assert "Hint: `tenter plan --backend slurm`" in done.stderr
+    assert not any((tenter_home / "jobs").iterdir())
+    assert queue(cluster) == []

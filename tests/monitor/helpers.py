@@ -1,0 +1,47 @@
+"""A job directory with made-up reports, for the monitor's tests that need no real job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tenter.launch import api, layout
+from tenter.launch.plan import Plan
+from tenter.monitor.records import rank_file
+from tenter.spec import load
+
+SCRIPTS = Path(__file__).parent / "scripts"
+T0 = 1_000_000.0
+
+
+def fake_job(hosts: int = 2, procs: int = 2, *, step_s: dict[int, float] | None = None) -> Plan:
+    """A created (never run) job whose rank r reported steps 1..11 at ``step_s[r]`` seconds
+    apart (default 1 s), 32 samples each, loss 1/step, total 100 steps."""
+    spec, _ = load(
+        {
+            "entry_point": "reporting.py",
+            "source_dir": str(SCRIPTS),
+            "instance_count": hosts,
+            "processes_per_host": procs,
+        },
+        SCRIPTS,
+    )
+    plan = api.dryrun(spec)
+    layout.create(plan)
+    index = Path(plan.job_dir) / "logs" / "index.jsonl"
+    for host in plan.hosts:
+        for r in host.ranks:
+            entry = {"stem": r.stdout.removesuffix(".stdout"), "rank": r.rank}
+            entry |= {"local_rank": r.local_rank, "host": host.name, "attempt": 0}
+            with open(index, "a") as fp:
+                fp.write(json.dumps(entry) + "\n")
+            every = (step_s or {}).get(r.rank, 1.0)
+            lines = [
+                {"time": T0 + every * (s - 1), "step": s, "samples": 32, "loss": 1 / s}
+                | {"total_steps": 100, "metrics": {"lr": 0.1}}
+                for s in range(1, 12)
+            ]
+            path = rank_file(plan.job_dir, r.rank)
+            path.parent.mkdir(exist_ok=True)
+            path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return plan

@@ -1,0 +1,53 @@
+"""tenter report JOB: plots and a Markdown page; a slow rank is marked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tenter.monitor.job_report import step_times, throughput_timeline
+from tenter.monitor.records import Sample
+from tests.conftest import tenter
+from tests.monitor.helpers import T0, fake_job
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_writes_plots_and_marks_the_straggler() -> None:
+    plan = fake_job(step_s={3: 2.0})
+    job_dir = Path(plan.job_dir)
+    rows = [
+        {"time": T0 + t, "rank": r, "host": "algo-1", "state": "running", "cpu_percent": 50.0}
+        | {"rss_bytes": 2**20 * (r + 1)}
+        for t in range(5)
+        for r in range(4)
+    ]
+    (job_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = tenter("report", plan.job_id)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(job_dir / "report" / "report.md")
+    page = (job_dir / "report" / "report.md").read_text()
+    assert "| 3 **straggler** | algo-2 | 11 | 352 | 2.0 s | 2.0 s | 16 | 50 | 4 MiB |" in page
+    assert "| 0 | algo-1 | 11 | 352 | 1.0 s | 1.0 s | 32 | 50 | 1 MiB |" in page
+    for name in ("throughput.png", "step_times.png", "utilization.png"):
+        assert f"]({name})" in page
+        assert (job_dir / "report" / name).read_bytes().startswith(PNG)
+
+
+def test_report_exits_2_naming_job_if_there_is_no_such_job() -> None:
+    done = tenter("report", "no-such-job")
+    assert done.returncode == 2
+    assert "JOB: no job 'no-such-job'" in done.stderr
+
+
+def test_step_times_divide_by_the_steps_between_reports() -> None:
+    samples = [Sample(time=0.0, step=10), Sample(time=3.0, step=20), Sample(time=4.0, step=21)]
+    assert step_times(samples) == [0.3, 1.0]
+
+
+def test_throughput_timeline_sums_ranks_per_second() -> None:
+    reports = {
+        0: [Sample(time=T0 + t, samples=10) for t in range(3)],
+        1: [Sample(time=T0 + t + 0.5, samples=5) for t in range(3)],
+    }
+    assert throughput_timeline(reports) == ([0.0, 1.0, 2.0], [15.0, 15.0, 15.0])

@@ -1,0 +1,57 @@
+"""examples/gpt end to end: a real `tenter run` job (2 hosts x 2 processes, pp 2 x dp 2) and
+the same script in one process, on the shipped Shakespeare corpus."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, assert_nothing_left, tenter
+
+pytestmark = pytest.mark.slow
+
+GPT = REPO / "examples" / "gpt"
+STEPS = "40"
+
+
+def test_gpt_loss_goes_down_if_pp2_dp2_on_two_hosts_and_matches_one_process(
+    tmp_path: Path,
+) -> None:
+    done = tenter(
+        "run", "--hosts", "2", "--procs-per-host", "2", str(GPT / "train.py"),
+        "--", "--pp", "2", "--steps", STEPS,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # cluster placement: ranks 0,1 form the first pipeline, on algo-1; rank 1 reports.
+    result = json.loads((done.job_dir / "hosts/algo-1/output/data/gpt-result.json").read_text())
+    assert (result["pp"], result["dp"]) == (2, 2)
+    assert result["first_loss"] < result["uniform_loss"] + 0.3
+    assert result["last_loss"] < result["first_loss"] - 0.7
+    assert_nothing_left(done.job_dir)
+
+    single = subprocess.run(
+        [sys.executable, str(GPT / "train.py"), "--pp", "1", "--steps", STEPS],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "SM_OUTPUT_DATA_DIR": str(tmp_path)},
+    )
+    assert single.returncode == 0, single.stderr
+    alone = json.loads((tmp_path / "gpt-result.json").read_text())
+    assert (alone["pp"], alone["dp"]) == (1, 1)
+    # Same data, same initial model: the first steps agree to fp32 rounding.
+    assert alone["first_loss"] == pytest.approx(result["first_loss"], rel=1e-5)
+
+
+def test_gpt_job_yaml_runs_pp2_dp2_from_the_smp_parameters() -> None:
+    done = tenter("run", str(GPT / "job.yaml"), "--hp", f"steps={STEPS}")
+    assert done.returncode == 0, done.stderr
+    result = json.loads((done.job_dir / "hosts/algo-1/output/data/gpt-result.json").read_text())
+    assert (result["pp"], result["dp"]) == (2, 2)
+    assert result["last_loss"] < result["first_loss"] - 0.7
+    assert_nothing_left(done.job_dir)

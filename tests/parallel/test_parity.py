@@ -1,0 +1,140 @@
+"""Numerical parity: pipelined (and data-parallel) training matches single-process training.
+
+Each world runs every scenario in the same spawned processes (the processes cost more than
+the training), then each scenario is checked on its own: the losses of every step and every
+parameter after the last step equal the single-process run's within 1e-5 relative (fp32).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+from pp_workers import reference, train_pipelined
+from pp_world import leftover_workers, run_world
+
+pytestmark = pytest.mark.slow
+
+RTOL = 1e-5
+ATOL = 1e-7  # for parameters that are (nearly) zero, where a relative bound means nothing
+
+TWO_RANKS: dict[str, dict[str, Any]] = {
+    "gpipe": {"mesh": {"pp": 2}, "pipeline": {"schedule": "gpipe", "microbatches": 4}},
+    "1f1b": {"mesh": {"pp": 2}, "pipeline": {"schedule": "1f1b", "microbatches": 4}},
+    "interleaved": {
+        "mesh": {"pp": 2},
+        "pipeline": {"schedule": "interleaved", "microbatches": 4, "virtual_stages": 2},
+    },
+    "explicit_partition": {
+        "mesh": {"pp": 2},
+        "pipeline": {"schedule": "1f1b", "microbatches": 2, "partition": [1, 5]},
+    },
+    "accumulate": {
+        "mesh": {"pp": 2},
+        "pipeline": {"schedule": "1f1b", "microbatches": 2, "partition": "params"},
+        "accumulate": 2,
+    },
+    "pp1_ddp": {"mesh": {"pp": 1}, "pipeline": {"schedule": "gpipe", "microbatches": 2}},
+    "pp1_fsdp": {
+        "mesh": {"pp": 1, "dp_shard": 2},
+        "pipeline": {"schedule": "gpipe", "microbatches": 2, "data_parallel": "fsdp"},
+    },
+}
+
+FOUR_RANKS: dict[str, dict[str, Any]] = {
+    "pp2_dp2_cluster": {
+        "mesh": {"pp": 2, "placement": "cluster"},
+        "pipeline": {"schedule": "1f1b", "microbatches": 4},
+    },
+    "pp2_dp2_interleaved_spread": {
+        "mesh": {"pp": 2, "placement": "spread"},
+        "pipeline": {"schedule": "interleaved", "microbatches": 2, "virtual_stages": 2},
+    },
+    # Everything from the job's distribution, as `tenter run` exports it.
+    "from_env": {"mesh": {}, "pipeline": {}},
+}
+
+# SMP parameters of the "from_env" scenario: 'simple' is GPipe, 'spread' puts the
+# data-parallel peers on neighbouring ranks.
+DISTRIBUTION = {
+    "smdistributed": {
+        "modelparallel": {
+            "enabled": True,
+            "parameters": {
+                "pipeline_parallel_degree": 2,
+                "microbatches": 2,
+                "pipeline": "simple",
+                "ddp": True,
+                "placement_strategy": "spread",
+                "memory_weight": 0.5,
+            },
+        }
+    },
+    "torch_distributed": {"enabled": True},
+}
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> list[dict[str, Any]]:
+    results = run_world(train_pipelined, 2, args=(TWO_RANKS,))
+    assert leftover_workers() == []
+    return results
+
+
+@pytest.fixture(scope="module")
+def four_ranks() -> list[dict[str, Any]]:
+    env = {"TENTER_DISTRIBUTION": json.dumps(DISTRIBUTION)}
+    results = run_world(train_pipelined, 4, args=(FOUR_RANKS,), env=env)
+    assert leftover_workers() == []
+    return results
+
+
+def assert_matches_reference(results: list[dict[str, Any]], scenario: str) -> None:
+    accumulate = (TWO_RANKS | FOUR_RANKS)[scenario].get("accumulate", 1)
+    ref_losses, ref_params = reference(accumulate)
+    runs = [r[scenario] for r in results]
+    last = [run for run in runs if run["losses"]]
+    assert last, "no rank ran the last stage"
+    for run in last:
+        torch.testing.assert_close(run["losses"], ref_losses, rtol=RTOL, atol=ATOL)
+    seen: set[str] = set()
+    for run in runs:
+        for name, value in run["params"].items():
+            torch.testing.assert_close(
+                torch.tensor(value), ref_params[name], rtol=RTOL, atol=ATOL, msg=name
+            )
+            seen.add(name)
+    assert seen == set(ref_params), "every parameter lives on some rank"
+
+
+@pytest.mark.parametrize("scenario", list(TWO_RANKS))
+def test_pipeline_matches_single_process_if_two_ranks(
+    two_ranks: list[dict[str, Any]], scenario: str
+) -> None:
+    assert_matches_reference(two_ranks, scenario)
+
+
+@pytest.mark.parametrize("scenario", list(FOUR_RANKS))
+def test_pipeline_matches_single_process_if_pp2_dp2(
+    four_ranks: list[dict[str, Any]], scenario: str
+) -> None:
+    assert_matches_reference(four_ranks, scenario)
+
+
+def test_pipeline_places_stages_as_asked(
+    two_ranks: list[dict[str, Any]], four_ranks: list[dict[str, Any]]
+) -> None:
+    assert [r["interleaved"]["stages"] for r in two_ranks] == [[0, 2], [1, 3]]
+    assert two_ranks[0]["explicit_partition"]["sizes"] == [1, 5]
+    # cluster (DPT): a pipeline on neighbouring ranks; spread (TPD): replicas neighbour.
+    cluster = [
+        (r["pp2_dp2_cluster"]["info"].pp_rank, r["pp2_dp2_cluster"]["info"].dp_rank)
+        for r in four_ranks
+    ]
+    assert cluster == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    for scenario in ("pp2_dp2_interleaved_spread", "from_env"):
+        spread = [(r[scenario]["info"].pp_rank, r[scenario]["info"].dp_rank) for r in four_ranks]
+        assert spread == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [r["from_env"]["info"].pp_size for r in four_ranks] == [2] * 4
