@@ -22,14 +22,11 @@ def add_parser(sub: Any) -> None:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    from tenter.launch import api
-    from tenter.launch.jobs import find_job
-    from tenter.launch.plan import Plan
+    from tenter.launch.jobs import controllable_backend, open_job
 
-    job_dir = find_job(args.job)
-    plan = Plan.from_json((job_dir / "plan.json").read_text())
-    backend = api.get_backend(plan.backend)
-    if not isinstance(backend, api.ControllableBackend):
+    _, plan = open_job(args.job)
+    backend = controllable_backend(plan)
+    if backend is None:
         stderr.print(f"[bold red]error:[/] the {plan.backend} backend cannot cancel a job")
         return EXIT_USAGE
     status = backend.status(plan)

@@ -45,13 +45,10 @@ def _ranks(text: str | None) -> list[int] | None:
 
 
 def show_logs(args: argparse.Namespace) -> int:
-    from tenter.launch import api
     from tenter.launch.console import ConsoleTail
-    from tenter.launch.jobs import find_job
-    from tenter.launch.plan import Plan
+    from tenter.launch.jobs import controllable_backend, is_running, open_job
 
-    job_dir = find_job(args.job)
-    plan = Plan.from_json((job_dir / "plan.json").read_text())
+    job_dir, plan = open_job(args.job)
     ranks = _ranks(args.ranks)
     plan = dataclasses.replace(
         plan,
@@ -61,10 +58,8 @@ def show_logs(args: argparse.Namespace) -> int:
     tail = ConsoleTail(plan).start()
     try:
         if args.follow:
-            backend = api.get_backend(plan.backend)
-            while not (job_dir / "summary.json").exists() and (
-                not isinstance(backend, api.ControllableBackend) or backend.status(plan).running
-            ):
+            backend = controllable_backend(plan)
+            while is_running(job_dir) and (backend is None or backend.status(plan).running):
                 time.sleep(FOLLOW_POLL_S)
     except KeyboardInterrupt:
         pass

@@ -26,21 +26,17 @@ def add_parser(sub: Any) -> None:
 
 
 def show_status(args: argparse.Namespace) -> int:
-    from tenter.launch import api
-    from tenter.launch.jobs import find_job
-    from tenter.launch.plan import Plan
+    from tenter.launch.jobs import controllable_backend, is_running, open_job
 
-    job_dir = find_job(args.job)
-    plan = Plan.from_json((job_dir / "plan.json").read_text())
-    summary = job_dir / "summary.json"
-    if summary.exists():
-        result = json.loads(summary.read_text())
+    job_dir, plan = open_job(args.job)
+    if not is_running(job_dir):
+        result = json.loads((job_dir / "summary.json").read_text())
         state = "SUCCEEDED" if result["exit_code"] == 0 else f"FAILED (exit {result['exit_code']})"
         print(f"job {plan.job_id}: {state} (backend {plan.backend})")
         print(result["summary"])
         return 0
-    backend = api.get_backend(plan.backend)
-    if not isinstance(backend, api.ControllableBackend):
+    backend = controllable_backend(plan)
+    if backend is None:
         stderr.print(f"[bold red]error:[/] the {plan.backend} backend cannot report a job's state")
         return EXIT_USAGE
     print(f"job {plan.job_id}: {backend.status(plan).text} (backend {plan.backend})")

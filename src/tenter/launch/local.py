@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import socket
@@ -35,6 +34,9 @@ from tenter.spec import JobSpec
 POLL_S = 0.02
 STOP_GRACE_S = 10.0
 """How long stopped workers get to exit after SIGTERM before SIGKILL."""
+EXIT_BY_STOP = {"interrupted": 130, "max_run": 124, "hang": 124}
+"""The job's exit status when the launcher stopped it for that reason (a shell's 130 for
+Ctrl-C, timeout(1)'s 124); a failed rank's stop takes the root cause's status."""
 
 
 class LocalBackend:
@@ -62,7 +64,7 @@ def create_backend() -> LocalBackend:
 
 
 @contextlib.contextmanager
-def _stop_requests() -> Iterator[threading.Event]:
+def stop_requests() -> Iterator[threading.Event]:
     """An event set by SIGINT/SIGTERM while the job runs (signals reach the main thread only;
     elsewhere, e.g. ``Estimator.fit`` in a thread, the caller's handlers stay)."""
     requested = threading.Event()
@@ -288,7 +290,7 @@ class LocalJob:
         reason: str | None = None
         tail = view = None
         try:
-            with _stop_requests() as stop_requested:
+            with stop_requests() as stop_requested:
                 self._start()
                 # Imported once the agents are starting, so that their start-up and ours overlap.
                 import torch.distributed as dist
@@ -336,28 +338,12 @@ class LocalJob:
         extra = [*agent_errors, *self.extra]
         if reason == "max_run":
             extra.insert(0, f"stopped: max_run of {self.plan.max_run} s exceeded")
-        result = JobResult(
-            job_id=self.plan.job_id,
-            job_dir=self.plan.job_dir,
-            exit_code=0,
+        return report.record_result(
+            self.plan,
+            failures,
+            extra,
+            exit_code=0 if reason is None else EXIT_BY_STOP.get(reason),
             duration_s=duration,
-            hosts=len(self.plan.hosts),
-            procs_per_host=self.plan.procs_per_host,
-            failures=failures,
             interrupted=reason == "interrupted",
             rdzv_endpoint=f"{self.listen_addr}:{port}",
         )
-        if reason is not None:
-            code = {"interrupted": 130, "max_run": 124, "hang": 124}.get(
-                reason
-            ) or report.job_exit_code(result.root_cause)
-            result = dataclasses.replace(result, exit_code=code)
-        summary = report.render_summary(result, self.plan, extra)
-        why = None if result.ok else report.failure_reason(result)
-        for host in self.plan.hosts:
-            layout.write_outcome(host, why)
-        result = dataclasses.replace(result, summary=summary)
-        (Path(self.plan.job_dir) / "summary.json").write_text(
-            json.dumps(dataclasses.asdict(result), indent=2)
-        )
-        return result

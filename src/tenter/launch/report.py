@@ -8,6 +8,7 @@ rank to notice a dead peer would be blamed for its death.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from tenter.launch import layout
 from tenter.launch.api import Failure, JobResult
 from tenter.launch.console import read_index
 from tenter.launch.plan import Plan
@@ -227,3 +229,44 @@ def render_summary(result: JobResult, plan: Plan, extra: list[str]) -> str:
                 lines.append(f"  rank {f.rank} on {f.host}: {first[:160]}")
     lines.append(f"job directory: {job_dir}")
     return "\n".join(lines)
+
+
+def record_result(
+    plan: Plan,
+    failures: list[Failure],
+    extra: list[str],
+    *,
+    exit_code: int | None,
+    duration_s: float,
+    interrupted: bool,
+    rdzv_endpoint: str,
+) -> JobResult:
+    """The job's result, written where ``tenter status`` and SageMaker-style tooling read it
+    (``summary.json``, each host's ``output/success|failure``), so that every backend that
+    runs tenter's agents leaves the same job directory.
+
+    ``exit_code`` is how the launcher saw the job end; None: it failed, and the root cause's
+    status is the job's. ``extra`` lines go into a failed job's summary before the root cause.
+    """
+    result = JobResult(
+        job_id=plan.job_id,
+        job_dir=plan.job_dir,
+        exit_code=0,
+        duration_s=duration_s,
+        hosts=len(plan.hosts),
+        procs_per_host=plan.procs_per_host,
+        failures=failures,
+        interrupted=interrupted,
+        rdzv_endpoint=rdzv_endpoint,
+    )
+    code = job_exit_code(result.root_cause) if exit_code is None else exit_code
+    result = dataclasses.replace(result, exit_code=code)
+    summary = render_summary(result, plan, extra)
+    why = None if result.ok else failure_reason(result)
+    for host in plan.hosts:
+        layout.write_outcome(host, why)
+    result = dataclasses.replace(result, summary=summary)
+    (Path(plan.job_dir) / "summary.json").write_text(
+        json.dumps(dataclasses.asdict(result), indent=2)
+    )
+    return result

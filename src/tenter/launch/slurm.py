@@ -20,7 +20,6 @@ TIMEOUT, 130 when cancelled. ``--detach`` returns after the submission.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import shlex
@@ -36,7 +35,7 @@ from pathlib import Path
 from tenter.launch import layout, report
 from tenter.launch.api import JobResult, JobStatus, python_executable
 from tenter.launch.jobs import tenter_home
-from tenter.launch.local import _stop_requests
+from tenter.launch.local import stop_requests
 from tenter.launch.plan import LOOPBACK_NIC, RDZV_PORT, Plan, make_plan
 from tenter.spec import JobSpec, Problem, SpecError, lookup, processes_per_host
 
@@ -168,7 +167,7 @@ class SlurmBackend:
         tail = ConsoleTail(plan).start()
         try:
             # Ctrl-C or SIGTERM cancels the Slurm job, as it stops a local one.
-            with _stop_requests() as interrupted:
+            with stop_requests() as interrupted:
                 state = _follow(slurm_id, interrupted)
         finally:
             tail.stop()
@@ -260,33 +259,22 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     final state; writes summary.json and each host's output/success|failure."""
     failures, agent_errors = report.collect_failures(plan, None)
     port_file = Path(plan.job_dir) / PORT_FILE
-    endpoint = port_file.read_text().strip() if port_file.exists() else ""
-    result = JobResult(
-        job_id=plan.job_id,
-        job_dir=plan.job_dir,
-        exit_code=0,
+    code: int | None
+    if state.name == "COMPLETED":
+        code = 0
+    elif state.name in EXIT_BY_STATE:
+        code = EXIT_BY_STATE[state.name]
+    else:  # a rank's failure explains it (None: the root cause's status), or else Slurm's
+        code = None if failures else state.exit_code or 1
+    return report.record_result(
+        plan,
+        failures,
+        [f"Slurm job state: {state.name}{state.detail}", *agent_errors],
+        exit_code=code,
         duration_s=duration,
-        hosts=len(plan.hosts),
-        procs_per_host=plan.procs_per_host,
-        failures=failures,
         interrupted=state.name == "CANCELLED",
-        rdzv_endpoint=endpoint,
+        rdzv_endpoint=port_file.read_text().strip() if port_file.exists() else "",
     )
-    if state.name != "COMPLETED":
-        code = EXIT_BY_STATE.get(state.name)
-        if code is None:
-            code = report.job_exit_code(result.root_cause) if failures else state.exit_code or 1
-        result = dataclasses.replace(result, exit_code=code)
-    extra = [f"Slurm job state: {state.name}{state.detail}", *agent_errors]
-    summary = report.render_summary(result, plan, [] if result.ok else extra)
-    why = None if result.ok else report.failure_reason(result)
-    for host in plan.hosts:
-        layout.write_outcome(host, why)
-    result = dataclasses.replace(result, summary=summary)
-    (Path(plan.job_dir) / "summary.json").write_text(
-        json.dumps(dataclasses.asdict(result), indent=2)
-    )
-    return result
 
 
 # ---- on the nodes: `python -m tenter.launch.slurm node PLAN` (one per node, from srun) ----
