@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tenter.launch.plan import Plan, make_plan, simulated_host_addr
 from tenter.spec import load
@@ -127,3 +130,28 @@ def test_plan_round_trips_through_json() -> None:
 def test_simulated_addresses_sort_as_strings_in_host_order() -> None:
     addrs = [simulated_host_addr(i) for i in range(156)]
     assert sorted(addrs) == addrs
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, None),  # tenter.init() picks gloo (+ NCCL for CUDA tensors)
+        ({"distribution": {"smdistributed": {"dataparallel": {"enabled": True}}}}, "tenter"),
+        ({"distribution": {"pytorchddp": {"enabled": True}}}, "tenter"),
+        (
+            {
+                "distribution": {"pytorchddp": {"enabled": True}},
+                "process_group_backend": "gloo",
+            },
+            "gloo",
+        ),
+        ({"process_group_backend": "tenter"}, "tenter"),
+    ],
+)
+def test_plan_tells_workers_the_process_group_backend(
+    fields: dict[str, Any], expected: str | None
+) -> None:
+    spec, _ = load({"entry_point": "scripts/contract.py", "source_dir": str(HERE), **fields}, HERE)
+    plan = make_plan(spec, "pg-1", Path("/home"), "/usr/bin/python3")
+    host = plan.hosts[0]
+    assert plan.rank_env(host, host.ranks[0]).get("TENTER_PG_BACKEND") == expected

@@ -270,3 +270,15 @@ def test_unknown_backend_is_named_with_the_choices() -> None:
 def test_load_enforces_the_elastic_rules(elastic: dict[str, Any], expected: str) -> None:
     found = problems({"hosts": 2, "elastic": elastic})
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_process_group_backend_is_checked_against_the_instance_type() -> None:
+    assert problems({"instance_type": "ml.c5.18xlarge", "process_group_backend": "nccl"}) == [
+        "process_group_backend: nccl needs GPUs and c5.18xlarge has none; use tenter or gloo "
+        "for CPU tensors (or auto)"
+    ]
+    (found,) = problems({"process_group_backend": "ncl"})
+    assert found == (
+        "process_group_backend: 'ncl' is invalid: input should be 'auto', 'gloo', 'nccl' or "
+        "'tenter'"
+    )

@@ -283,6 +283,7 @@ def worker_env(
         **efa_env(itype),
         # torchrun's default, made explicit: one OpenMP thread per rank.
         "OMP_NUM_THREADS": str(max(1, itype.cpus // procs)),
+        **({"TENTER_PG_BACKEND": pg} if (pg := spec.resolved_process_group_backend()) else {}),
         **spec.environment,
         "TENTER_JOB_ID": job_id,
         "TENTER_NUM_HOSTS": str(len(hosts)),

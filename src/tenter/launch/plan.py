@@ -184,6 +184,7 @@ def make_plan(
     world = procs * len(names)
     entry = spec.entry_point or spec.module or " ".join(spec.command or [])
     distribution = spec.distribution.model_dump()
+    pg_backend = spec.resolved_process_group_backend()
     checkpoint_dir = spec.checkpoint.dir or str(job_dir / "checkpoints")
     checkpoint_env = {
         "TENTER_CHECKPOINT_DIR": checkpoint_dir,
@@ -195,6 +196,7 @@ def make_plan(
         "PYTHONUNBUFFERED": "1",
         # torchrun sets 1 thread per worker; simulated hosts also share this machine's cores.
         "OMP_NUM_THREADS": str(max(1, itype.cpus // world)),
+        **({"TENTER_PG_BACKEND": pg_backend} if pg_backend else {}),
         # torch's compile cache, shared by jobs, instead of a directory left in /tmp.
         "TORCHINDUCTOR_CACHE_DIR": str(tenter_home / "cache" / "torchinductor"),
         **spec.environment,

@@ -7,7 +7,7 @@ Field names follow the SageMaker Python SDK where one exists (``entry_point``,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -66,6 +66,11 @@ class JobSpec(StrictModel):
     distribution: Distribution = Distribution()
     max_run: PositiveInt | None = None
     """Seconds after which the job is stopped (SageMaker's max_run)."""
+    process_group_backend: Literal["auto", "gloo", "nccl", "tenter"] = "auto"
+    """The torch.distributed backend of ``tenter.init()``: ``tenter`` (shared-memory
+    collectives, NCCL for CUDA tensors), ``gloo``, ``nccl``; ``auto`` is ``tenter`` when
+    SMDDP is enabled (smdistributed.dataparallel or pytorchddp), else gloo for CPU tensors
+    with NCCL for CUDA ones."""
     elastic: Elastic = Elastic()
     checkpoint: Checkpoint = Checkpoint()
     backend: str = "local"
@@ -74,6 +79,15 @@ class JobSpec(StrictModel):
     logs: LogOptions = LogOptions()
     kubernetes: KubernetesOptions = KubernetesOptions()
     """Image, namespace and volumes of the job on ``backend: kubernetes``."""
+
+    def resolved_process_group_backend(self) -> str | None:
+        """What ``process_group_backend`` means for this job; None leaves the choice to
+        ``tenter.init()``'s default (gloo, plus NCCL where CUDA is)."""
+        if self.process_group_backend != "auto":
+            return self.process_group_backend
+        # SMDDP is SageMaker's collective library registered as a torch backend; tenter's
+        # own backend plays that part here.
+        return "tenter" if self.distribution.data_parallel else None
 
     @field_validator("environment", mode="before")
     @classmethod

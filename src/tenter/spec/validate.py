@@ -242,6 +242,14 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                     f"{itype.name}; use at most {itype.gpus} (one process per GPU)",
                 )
             )
+        if spec.process_group_backend == "nccl" and itype.gpus == 0:
+            errors.append(
+                Problem(
+                    "process_group_backend",
+                    f"nccl needs GPUs and {itype.name} has none; use tenter or gloo for CPU "
+                    "tensors (or auto)",
+                )
+            )
         if itype.is_local and itype.gpus == 0 and world > itype.cpus:
             warnings.append(
                 Problem(
