@@ -13,23 +13,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import _torchrun
 
 REPO = Path(__file__).resolve().parents[1]
 WRAPPER = str(REPO / "tests/launch/scripts/kill_after_checkpoint.py")
 TRAIN = str(REPO / "examples/elastic/train.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_tenter(env: dict[str, str], spec: Path) -> int:
@@ -43,39 +37,10 @@ def run_tenter(env: dict[str, str], spec: Path) -> int:
 
 
 def run_torchrun(env: dict[str, str], ckpt: Path, share_store: bool) -> int:
-    port, run_id = free_port(), f"failover{time.time_ns()}"
     if not share_store:
         env = {**env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    agents = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes",
-                "2",
-                "--nproc-per-node",
-                "2",
-                "--max-restarts",
-                "1",
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                f"127.0.0.1:{port}",
-                "--rdzv-id",
-                run_id,
-                WRAPPER,
-                TRAIN,
-                "--checkpoint_dir",
-                str(ckpt),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(2)
-    ]
-    return max(agent.wait() for agent in agents)
+    script = [WRAPPER, TRAIN, "--checkpoint_dir", str(ckpt)]
+    return _torchrun.run_torchrun(script, env, max_restarts=1)
 
 
 def measure(times: Path) -> float | None:
@@ -100,7 +65,7 @@ def main() -> None:
                     **os.environ,
                     "TENTER_HOME": str(Path(tmp) / "home"),
                     "OMP_NUM_THREADS": "1",
-                    "KILL_AT_STEP": "20",
+                    "KILL_AT_STEPS": "20",
                     "KILL_RANK": "1",
                     "TIMES_DIR": str(times),
                 }

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,13 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import _torchrun
+
 NOOP = str(Path(__file__).parent / "workloads" / "noop.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_tenter(env: dict[str, str]) -> float:
@@ -46,34 +41,8 @@ def run_tenter(env: dict[str, str]) -> float:
 
 
 def run_torchrun(env: dict[str, str]) -> float:
-    port, run_id = free_port(), f"bench{time.time_ns()}"
     start = time.time()
-    agents = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes",
-                "2",
-                "--nproc-per-node",
-                "2",
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                f"127.0.0.1:{port}",
-                "--rdzv-id",
-                run_id,
-                NOOP,
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(2)
-    ]
-    for agent in agents:
-        agent.wait()
+    _torchrun.run_torchrun([NOOP], env)
     return time.time() - start
 
 

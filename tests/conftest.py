@@ -106,10 +106,12 @@ def port_is_free(addr: str, port: int) -> bool:
 
 
 def assert_nothing_left(job_dir: Path) -> None:
-    """No process of the job, no port it bound, no temp file it made."""
+    """No process of the job, no port it bound, no temp file or shared memory it made."""
     job_id = job_dir.name
     assert job_processes(job_id) == []
     assert own_children() == []
+    # tenter's shm backend names its segments after the job (tenter.comm.shm.segment_name).
+    assert list(Path("/dev/shm").glob(f"*{job_id}*")) == []
     summary = json.loads((job_dir / "summary.json").read_text())
     host, port = summary["rdzv_endpoint"].rsplit(":", 1)
     assert port_is_free(host, int(port))

@@ -47,8 +47,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--batch_size", type=int, default=64, help="global batch size")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint_every", type=int, default=10, help="steps")
-    parser.add_argument("--keep", type=int, default=3, help="checkpoints kept")
+    parser.add_argument(
+        "--checkpoint_every", type=int, help="steps (default: the spec's checkpoint.every, or 10)"
+    )
+    parser.add_argument(
+        "--keep", type=int, help="checkpoints kept (default: the spec's checkpoint.keep, or 3)"
+    )
     parser.add_argument("--checkpoint_dir", default=None, help="default: the job's")
     parser.add_argument("--async_save", action="store_true", help="save in the background")
     return parser.parse_args()
@@ -77,13 +81,16 @@ def train(args: argparse.Namespace) -> None:
     )
     loss_fn = nn.MSELoss()
 
+    every = args.checkpoint_every
+    if every is None and "TENTER_CHECKPOINT_EVERY" not in os.environ:
+        every = 10  # else the Checkpointer takes the job spec's checkpoint.every
     ckpt = Checkpointer(
         model,
         optimizer,
         scheduler,
         sampler=sampler,
         dir=args.checkpoint_dir,
-        every=args.checkpoint_every,
+        every=every,
         keep=args.keep,
         async_save=args.async_save,
     )
@@ -91,7 +98,7 @@ def train(args: argparse.Namespace) -> None:
     tenter.print0(
         f"resumed at step {step} (epoch {sampler.epoch + 1}) from {ckpt.dir}"
         if step
-        else f"starting; checkpoints every {args.checkpoint_every} steps in {ckpt.dir}",
+        else f"starting; checkpoints every {ckpt.every} steps in {ckpt.dir}",
         flush=True,
     )
     for epoch in range(sampler.epoch, args.epochs):

@@ -8,6 +8,9 @@ The model is an ``nn.Sequential`` (embedding, blocks, head) written for one devi
 ``parallel.pipeline`` splits it into balanced stages. Each step trains on the same global
 batch whatever the layout: data-parallel replica d takes the d-th slice, so pp 1 and
 pp 2 x dp 2 see the same data.
+
+``--checkpoint_every N`` checkpoints the pipeline with ``tenter.checkpoint`` (each rank saves
+its own stages and their optimizer state) and resumes from the latest checkpoint on start.
 """
 
 import argparse
@@ -23,6 +26,7 @@ from torch.nn import functional as F
 
 import tenter
 from tenter import parallel
+from tenter.checkpoint import Checkpointer
 
 CORPUS = Path(__file__).parent / "data" / "shakespeare.txt"
 
@@ -102,6 +106,8 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--checkpoint_every", type=int, help="steps (default: no checkpoints)")
+    ap.add_argument("--checkpoint_dir", help="default: the job's")
     args = ap.parse_args()
 
     device = tenter.init()
@@ -125,11 +131,20 @@ def main() -> None:
     )
     tenter.print0(parallel.describe(pipe))
     optimizer = torch.optim.AdamW(pipe.parameters(), lr=args.lr)
+    ckpt, start = None, 0
+    if args.checkpoint_every:
+        # Every rank saves (and restores) its own stages and their optimizer state.
+        ckpt = Checkpointer(pipe, optimizer, dir=args.checkpoint_dir, every=args.checkpoint_every)
+        start = ckpt.resume()
+        where = f"checkpoints every {ckpt.every} steps in {ckpt.dir}"
+        tenter.print0(f"resumed at step {start}; {where}" if start else where, flush=True)
     # The last stage of replica 0 knows the loss; it reports for everyone.
     reporter = pipe.is_last and info.dp_rank == 0
     losses = []
     stream = batches(data, args.batch_size, args.seq, args.seed)
-    for step in range(args.steps):
+    for _ in range(start):  # the batches the checkpoint's steps trained on
+        next(stream)
+    for step in range(start, args.steps):
         x, y = next(stream)
         x = x.chunk(info.dp_size)[info.dp_rank].to(device)
         y = y.chunk(info.dp_size)[info.dp_rank].to(device)
@@ -140,7 +155,11 @@ def main() -> None:
             losses.append(loss.item())
             if step % 10 == 0 or step == args.steps - 1:
                 print(f"step {step:3d}  loss {loss.item():.3f}", flush=True)
-    if reporter:
+        if ckpt and ckpt.maybe_save(step + 1):
+            tenter.print0(f"saved checkpoint at step {step + 1}", flush=True)
+    if ckpt:
+        ckpt.close()
+    if reporter and losses:  # none when resumed at the last step
         window = min(5, len(losses))
         result = {
             "pp": info.pp_size,
@@ -148,6 +167,7 @@ def main() -> None:
             "uniform_loss": math.log(len(chars)),
             "first_loss": sum(losses[:window]) / window,
             "last_loss": sum(losses[-window:]) / window,
+            "final_loss": losses[-1],
         }
         print(json.dumps(result), flush=True)
         out = Path(os.environ.get("SM_OUTPUT_DATA_DIR", "."))

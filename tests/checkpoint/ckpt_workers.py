@@ -1,4 +1,4 @@
-"""What the ranks of the multi-rank checkpoint tests run (see ckpt_world.run_ranks).
+"""What the ranks of the multi-rank checkpoint tests run (see tests/world.py).
 
 Each function trains, saves, trains on, then restores into freshly initialised objects and
 trains the same steps again; it returns the parameters at each point for the test to compare.

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import torch
 from ckpt_workers import save_and_resume
-from ckpt_world import run_ranks
+
+from tests.world import run_world
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
     root = tmp_path_factory.mktemp("checkpoint-world")
-    results = run_ranks(save_and_resume, 2, root / "world", root / "ckpt")
+    world = run_world(save_and_resume, 2, args=(root / "ckpt",), workdir=root / "world")
+    results = world.values()
     assert list((root / "world" / "tmp").iterdir()) == []  # the ranks left no temp files
     return root / "ckpt", results
 

@@ -1,4 +1,4 @@
-"""Functions the comm tests run on every rank of a world (see commworld.run_world).
+"""Functions the comm tests run on every rank of a world (see tests/world.py).
 
 Each rank builds every rank's input from a seed, so it computes the expected result of a
 collective locally; integer results must match exactly, floating ones to rounding (the
@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from commworld import side_store
+
+from tests.world import side_store
 
 DTYPES = (
     torch.float32,
@@ -289,7 +290,7 @@ class _Net(torch.nn.Module):
 
 def train(rank: int, size: int, wrappers: list[str]) -> dict[str, dict[str, list[float]]]:
     """A few SGD steps of a small MLP under each of DDP and FSDP2; the final parameters
-    (as lists: tensors would travel back through shared memory of an exiting process)."""
+    (as lists, which the test compares across ranks with ``==``)."""
     return {wrapper: _train(rank, wrapper) for wrapper in wrappers}
 
 

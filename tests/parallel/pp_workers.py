@@ -1,4 +1,4 @@
-"""The model, data and training loops shared by the parity tests and their spawned ranks.
+"""The model, data and training loops shared by the parity and checkpoint tests and their ranks.
 
 Reference and pipelined runs build the same model from the same seed and see the same global
 batches; a pipelined run's data-parallel rank d trains on rows d::dp ... of each batch (the
@@ -7,21 +7,23 @@ contiguous d-th slice), so together the replicas see exactly the reference batch
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from tenter import parallel
+from tenter.checkpoint import Checkpointer
 
 STEPS = 3
 BATCH = 16
 LR = 0.05
 
 
-def make_model() -> nn.Sequential:
+def make_model(seed: int = 0) -> nn.Sequential:
     """Six blocks of unequal size, first and last shaped like an embedding and a head."""
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     return nn.Sequential(
         nn.Sequential(nn.Linear(8, 32), nn.Tanh()),
         nn.Sequential(nn.Linear(32, 32), nn.Tanh()),
@@ -92,7 +94,6 @@ def train_pipelined(rank: int, size: int, scenarios: dict[str, dict[str, Any]]) 
         params = {}
         for k, v in pipe.named_parameters():
             full = v.full_tensor() if hasattr(v, "full_tensor") else v
-            # As lists: a tensor would travel as a shared-memory handle that dies with the rank.
             params[k] = full.detach().tolist()
         out[name] = {
             "losses": losses,
@@ -100,5 +101,98 @@ def train_pipelined(rank: int, size: int, scenarios: dict[str, dict[str, Any]]) 
             "info": info,
             "stages": pipe.stage_ids,
             "sizes": pipe.partition.sizes,
+        }
+    return out
+
+
+SAVED_AT = 2
+"""Steps before the checkpoint; as many follow it."""
+
+
+def _train_steps(
+    pipe: parallel.Pipeline,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+) -> list[float]:
+    info = parallel.rank_info()
+    losses = []
+    for x, y in batches:
+        xs, ys = x.chunk(info.dp_size)[info.dp_rank], y.chunk(info.dp_size)[info.dp_rank]
+        loss = pipe.step(xs, target=ys)
+        if loss is not None:
+            losses.append(loss.item())
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+    return losses
+
+
+def _build(
+    scenario: dict[str, Any], seed: int
+) -> tuple[parallel.Pipeline, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    mesh = parallel.mesh(**scenario["mesh"])
+    pipe = parallel.pipeline(make_model(seed), mesh, loss_fn=loss_fn, **scenario["pipeline"])
+    opt = torch.optim.Adam(pipe.parameters(), lr=0.01)
+    return pipe, opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+
+
+def _state(pipe: parallel.Pipeline, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """This rank's parameters and Adam state, whole tensors by parameter name (gathered
+    from the data-parallel peers, which all call this in the same order)."""
+    out = {}
+    for name, p in pipe.named_parameters():
+        for key, value in [("param", p), *opt.state[p].items()]:
+            whole = value.full_tensor() if hasattr(value, "full_tensor") else value
+            out[f"{name}:{key}"] = whole.detach().clone()
+    return out
+
+
+def save_pipelined(
+    rank: int, size: int, root: Path, scenarios: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Per scenario: train SAVED_AT steps, checkpoint (through the pipeline, or its module
+    if ``by_module``), train as many more, the uninterrupted run the resumed one must equal."""
+    out: dict[str, Any] = {}
+    batches = make_batches(2 * SAVED_AT)
+    for name, scenario in scenarios.items():
+        pipe, opt, sched = _build(scenario, seed=0)
+        _train_steps(pipe, opt, sched, batches[:SAVED_AT])
+        model = pipe.module if scenario.get("by_module") else pipe
+        ckpt = Checkpointer(
+            model, opt, sched, dir=root / name, async_save=scenario.get("async", False)
+        )
+        ckpt.save(SAVED_AT)
+        saved = _state(pipe, opt)
+        losses = _train_steps(pipe, opt, sched, batches[SAVED_AT:])
+        ckpt.close()
+        out[name] = {
+            "saved": saved,
+            "losses": losses,
+            "final": _state(pipe, opt),
+            "sizes": pipe.partition.sizes,
+        }
+    return out
+
+
+def resume_pipelined(
+    rank: int, size: int, root: Path, scenarios: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Per scenario: build the pipeline from another seed, resume the checkpoint of
+    ``scenario["from"]`` (default: its own), train the steps that followed it."""
+    out: dict[str, Any] = {}
+    batches = make_batches(2 * SAVED_AT)
+    for name, scenario in scenarios.items():
+        pipe, opt, sched = _build(scenario, seed=1)
+        ckpt = Checkpointer(pipe, opt, sched, dir=root / scenario.get("from", name))
+        step = ckpt.resume()
+        restored = _state(pipe, opt)
+        losses = _train_steps(pipe, opt, sched, batches[step:])
+        ckpt.close()
+        out[name] = {
+            "step": step,
+            "restored": restored,
+            "losses": losses,
+            "final": _state(pipe, opt),
         }
     return out

@@ -55,3 +55,29 @@ def test_gpt_job_yaml_runs_pp2_dp2_from_the_smp_parameters() -> None:
     assert (result["pp"], result["dp"]) == (2, 2)
     assert result["last_loss"] < result["first_loss"] - 0.7
     assert_nothing_left(done.job_dir)
+
+
+def test_gpt_resumed_from_its_checkpoint_ends_with_the_loss_of_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    def run(name: str, steps: str, *args: str) -> tuple[str, dict[str, float]]:
+        out = tmp_path / name
+        out.mkdir()
+        done = subprocess.run(
+            [sys.executable, str(GPT / "train.py"), "--pp", "1", "--steps", steps, *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "SM_OUTPUT_DATA_DIR": str(out)},
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout, json.loads((out / "gpt-result.json").read_text())
+
+    checkpoints = ["--checkpoint_every", "2", "--checkpoint_dir", str(tmp_path / "ckpt")]
+    first, _ = run("first", "2", *checkpoints)
+    assert "saved checkpoint at step 2" in first
+    again, resumed = run("resumed", "4", *checkpoints)
+    assert "resumed at step 2;" in again
+    _, whole = run("whole", "4")
+    assert resumed["final_loss"] == whole["final_loss"]

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import torch
 from pp_workers import reference, train_pipelined
-from pp_world import leftover_workers, run_world
+
+from tests.conftest import own_children
+from tests.world import run_world
 
 pytestmark = pytest.mark.slow
 
@@ -78,16 +80,16 @@ DISTRIBUTION = {
 
 @pytest.fixture(scope="module")
 def two_ranks() -> list[dict[str, Any]]:
-    results = run_world(train_pipelined, 2, args=(TWO_RANKS,))
-    assert leftover_workers() == []
+    results = run_world(train_pipelined, 2, args=(TWO_RANKS,)).values()
+    assert own_children() == []
     return results
 
 
 @pytest.fixture(scope="module")
 def four_ranks() -> list[dict[str, Any]]:
     env = {"TENTER_DISTRIBUTION": json.dumps(DISTRIBUTION)}
-    results = run_world(train_pipelined, 4, args=(FOUR_RANKS,), env=env)
-    assert leftover_workers() == []
+    results = run_world(train_pipelined, 4, args=(FOUR_RANKS,), env=env).values()
+    assert own_children() == []
     return results
 
 

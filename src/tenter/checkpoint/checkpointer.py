@@ -14,9 +14,10 @@ Two ways of saving, chosen from the model:
 - **Replicated** (a plain module or ``DistributedDataParallel``): rank 0 writes the model,
   optimizer, scheduler and extras with ``torch.save``; the other ranks wait at a barrier.
 - **Sharded** (parameters are DTensors, as after FSDP2's ``fully_shard``, or FSDP1 modules;
-  or ``sharded=True``, e.g. for pipeline stages): every rank writes its own shard of the
-  model and optimizer through ``torch.distributed.checkpoint`` (DCP), which can also load
-  them into a world of another size.
+  a :class:`tenter.parallel.Pipeline`, whose ranks hold different stages; or
+  ``sharded=True``): every rank writes its own part of the model and optimizer through
+  ``torch.distributed.checkpoint`` (DCP), keyed by the whole model's parameter names, which
+  can also load them into a world of another size or layout.
 
 In both, every rank also writes its own RNG states and data position, and the commit
 protocol of :mod:`tenter.checkpoint.atomic` makes the checkpoint appear all at once.
@@ -29,7 +30,7 @@ import logging
 import os
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -37,6 +38,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -52,8 +54,10 @@ from tenter.checkpoint import atomic
 from tenter.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from tenter.checkpoint.state import rng_state, set_rng_state, snapshot
 from tenter.checkpoint.writer import AsyncWriter
+from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 STATE_FILE = "state.pt"
 """Written by rank 0: step, scheduler, extras, and (replicated) model and optimizer."""
@@ -62,23 +66,52 @@ SHARDED_DIR = "sharded"
 
 
 def default_dir() -> Path:
-    """``$TENTER_JOB_DIR/checkpoints`` under ``tenter run`` (one folder for the whole job,
-    which every simulated host sees, and which survives restarts), else
-    ``$TENTER_CHECKPOINT_DIR``, else ``./checkpoints``."""
+    """``$TENTER_CHECKPOINT_DIR`` (``tenter run`` sets it from the job spec's
+    ``checkpoint.dir``: by default one folder for the whole job, which every simulated host
+    sees and which survives restarts), else ``$TENTER_JOB_DIR/checkpoints``, else
+    ``./checkpoints``."""
+    checkpoint_dir = os.environ.get("TENTER_CHECKPOINT_DIR")
+    if checkpoint_dir:
+        return Path(checkpoint_dir)
     job_dir = os.environ.get("TENTER_JOB_DIR")
-    if job_dir:
-        return Path(job_dir) / "checkpoints"
-    return Path(os.environ.get("TENTER_CHECKPOINT_DIR") or "checkpoints")
+    return Path(job_dir) / "checkpoints" if job_dir else Path("checkpoints")
+
+
+def _env_default(arg: str) -> int | None:
+    """The default of the Checkpointer's ``every`` or ``keep``: what ``tenter run`` passes
+    from the job spec's ``checkpoint.<arg>`` as ``TENTER_CHECKPOINT_<ARG>``; None if unset."""
+    name = f"TENTER_CHECKPOINT_{arg.upper()}"
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(
+            f"{name}={value!r} is not a whole number of at least 1 (the Checkpointer's default "
+            f"{arg}, from the job spec's checkpoint.{arg}); fix or unset it, or pass "
+            f"Checkpointer({arg}=N)"
+        )
+    return number
 
 
 def _rank_file(rank: int) -> str:
     return f"rank-{rank}.pt"
 
 
+def is_pipelined(model: nn.Module) -> bool:
+    """Whether ``model`` is a pipeline's part on this rank (other ranks hold other stages)."""
+    return isinstance(model, LocalStages | StageModule)
+
+
 def is_sharded(model: nn.Module) -> bool:
-    """Whether ``model``'s parameters are spread over the ranks (FSDP2 or FSDP1)."""
-    return any(isinstance(p, DTensor) for p in model.parameters()) or any(
-        isinstance(m, FullyShardedDataParallel) for m in model.modules()
+    """Whether ``model``'s parameters are spread over the ranks (FSDP2, FSDP1, pipeline)."""
+    return (
+        is_pipelined(model)
+        or any(isinstance(p, DTensor) for p in model.parameters())
+        or any(isinstance(m, FullyShardedDataParallel) for m in model.modules())
     )
 
 
@@ -87,8 +120,9 @@ class Checkpointer:
     RNG states and ``extras``.
 
     Args:
-        model: the module as trained: plain, DDP-wrapped, or sharded with ``fully_shard``.
-            Build the Checkpointer after wrapping it.
+        model: the module as trained: plain, DDP-wrapped, or sharded with ``fully_shard``;
+            or a :class:`tenter.parallel.Pipeline` (or its ``module``), of which every rank
+            saves and restores its own stages. Build the Checkpointer after wrapping it.
         optimizer: its optimizer, if any.
         scheduler: its LR scheduler, if any.
         sampler: this rank's data position: a :class:`ResumableSampler`, or any object with
@@ -99,17 +133,20 @@ class Checkpointer:
             Saved from rank 0.
         dir: where checkpoints go (see :func:`default_dir`). Checked at construction: every
             rank must be able to write there.
-        every: :meth:`maybe_save` saves when the step is a multiple of this.
-        keep: how many complete checkpoints to keep, newest first.
+        every: :meth:`maybe_save` saves when the step is a multiple of this. By default
+            ``$TENTER_CHECKPOINT_EVERY`` (the job spec's ``checkpoint.every``), else none:
+            only :meth:`save` saves.
+        keep: how many complete checkpoints to keep, newest first. By default
+            ``$TENTER_CHECKPOINT_KEEP`` (the job spec's ``checkpoint.keep``), else 3.
         async_save: write in a background thread while training goes on; the next save,
             :meth:`wait` and :meth:`close` wait for it.
         sharded: force sharded (True) or replicated (False) saving; by default, sharded
-            exactly when the model's parameters are.
+            exactly when the model's parameters are (a pipeline's always are).
     """
 
     def __init__(
         self,
-        model: nn.Module,
+        model: nn.Module | Pipeline,
         optimizer: Optimizer | None = None,
         scheduler: LRScheduler | None = None,
         *,
@@ -117,14 +154,23 @@ class Checkpointer:
         extras: dict[str, Any] | None = None,
         dir: str | os.PathLike[str] | None = None,
         every: int | None = None,
-        keep: int = 3,
+        keep: int | None = None,
         async_save: bool = False,
         sharded: bool | None = None,
     ) -> None:
+        every = every if every is not None else _env_default("every")
+        keep = keep if keep is not None else (_env_default("keep") or 3)
         if every is not None and every < 1:
             raise ValueError(f"every={every}: the save interval must be at least 1 step")
         if keep < 1:
             raise ValueError(f"keep={keep}: at least the latest checkpoint must be kept")
+        if isinstance(model, Pipeline):
+            model = model.module
+        if sharded is False and is_pipelined(model):
+            raise ValueError(
+                "sharded=False would save rank 0's pipeline stages only: every rank holds "
+                "its own stages, and saves them sharded; leave sharded unset"
+            )
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -191,7 +237,10 @@ class Checkpointer:
     def maybe_save(self, step: int) -> bool:
         """Save when ``step`` is a multiple of ``every``; return whether it saved."""
         if self.every is None:
-            raise ValueError("maybe_save() needs the interval: Checkpointer(..., every=N)")
+            raise ValueError(
+                "maybe_save() needs the interval: pass Checkpointer(..., every=N) or set the "
+                "job spec's checkpoint.every"
+            )
         if step % self.every:
             return False
         self.save(step)
@@ -305,20 +354,29 @@ class Checkpointer:
         """``{"model": ..., "optimizer": ...}`` keyed by parameter names (DDP's ``module.``
         prefix removed), so that they load into the model however it is wrapped."""
         if self.optimizer is None:
-            return {"model": get_model_state_dict(self.model)}
-        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+            return {"model": get_model_state_dict(self.model, options=self._options())}
+        model_state, optim_state = get_state_dict(
+            self.model, self.optimizer, options=self._options()
+        )
         return {"model": model_state, "optimizer": optim_state}
 
     def _set_state_dicts(self, state: dict[str, Any]) -> None:
         if self.optimizer is None:
-            set_model_state_dict(self.model, state["model"])
+            set_model_state_dict(self.model, state["model"], options=self._options())
         else:
             set_state_dict(
                 self.model,
                 self.optimizer,
                 model_state_dict=state["model"],
                 optim_state_dict=state["optimizer"],
+                options=self._options(),
             )
+
+    def _options(self) -> StateDictOptions:
+        # Sharded, the optimizer's state and param groups are keyed per parameter name too:
+        # pipeline ranks hold different parameters, and their param groups (lists of names)
+        # would otherwise collide under one key in DCP, and not load into another layout.
+        return StateDictOptions(flatten_optimizer_state_dict=self.sharded)
 
     def _load_replicated(self, path: Path, common: dict[str, Any]) -> None:
         check_model_fits(path, _shapes(common["model"]), _shapes(get_model_state_dict(self.model)))
@@ -334,7 +392,11 @@ class Checkpointer:
         }
         state = self._state_dicts()
         # DTensor shapes are global, as are DCP's: a world of another size compares equal.
-        check_model_fits(path, saved, _shapes(state["model"]))
+        # Pipeline ranks hold different parameters: the model is what all ranks hold.
+        model: dict[str, tuple[int, ...]] = {}
+        for shapes in self._gather(_shapes(state["model"])):
+            model.update(shapes)
+        check_model_fits(path, saved, model)
         dcp.load(state, storage_reader=reader, no_dist=not self._distributed)
         self._set_state_dicts(state)
 
@@ -378,10 +440,10 @@ class Checkpointer:
         if self._distributed:
             dist.barrier()
 
-    def _gather(self, value: str | None) -> list[str | None]:
+    def _gather(self, value: T) -> list[T]:
         if not self._distributed:
             return [value]
-        values: list[str | None] = [None] * self._world
+        values: list[Any] = [None] * self._world
         dist.all_gather_object(values, value)
         return values
 

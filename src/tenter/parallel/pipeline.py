@@ -72,6 +72,22 @@ class StageModule(nn.Sequential):
         return x
 
 
+class LocalStages(nn.Module):
+    """The blocks of every stage this rank holds, as one module under the whole model's
+    parameter names: its parameters and ``state_dict()`` are exactly this rank's part of the
+    model, what its optimizer steps and its checkpoint holds. Not run on its own: the
+    schedule runs the stages."""
+
+    def __init__(self, stages: Sequence[StageModule]) -> None:
+        super().__init__()
+        for stage in stages:
+            for name, block in stage.named_children():
+                self.add_module(name, block)
+
+    def forward(self, *args: Any) -> Any:
+        raise TypeError("a pipeline's stages run through Pipeline.step(), not on their own")
+
+
 def named_blocks(blocks: Blocks) -> list[tuple[str, nn.Module]]:
     """The blocks in order, with the names their parameters are known by."""
     if isinstance(blocks, nn.ModuleDict | Mapping):
@@ -206,6 +222,8 @@ class Pipeline:
     stage_ids: list[int]
     modules: list[StageModule]
     """This rank's stage modules (data parallelism, FSDP2, wraps them in place)."""
+    module: LocalStages
+    """This rank's blocks of all its stages as one module: what ``Checkpointer`` saves."""
     stages: list[PipelineStage]
     schedule: ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B
     microbatches: int
@@ -220,13 +238,11 @@ class Pipeline:
 
     def parameters(self) -> Iterator[nn.Parameter]:
         """This rank's parameters: hand them to the optimizer."""
-        for module in self.modules:
-            yield from module.parameters()
+        return self.module.parameters()
 
     def named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
         """This rank's parameters under their names in the whole model."""
-        for module in self.modules:
-            yield from module.named_parameters()
+        return self.module.named_parameters()
 
     def train(self, mode: bool = True) -> None:
         for module in self.modules:
@@ -330,7 +346,9 @@ def build_pipeline(
         if schedule == "interleaved"
         else _SCHEDULES[schedule](stages[0], microbatches, loss_fn=scaled, scale_grads=False)
     )
-    return Pipeline(plan, dims, mesh, stage_ids, modules, stages, runner, microbatches)
+    return Pipeline(
+        plan, dims, mesh, stage_ids, modules, LocalStages(modules), stages, runner, microbatches
+    )
 
 
 @dataclass(frozen=True)
