@@ -35,5 +35,5 @@ def test_smdistributed_dataparallel_runs_the_job_on_the_tenter_backend(tmp_path:
     lines = sorted(
         line.split(": ", 1)[1] for line in done.stdout.splitlines() if "backend=" in line
     )
-    assert lines == [f"rank {r}: backend=tenter hosts=2" for r in range(4)], done.stdout
+    assert lines == [f"rank {r}: backend=tenter hosts=2 freed=True" for r in range(4)], done.stdout
     assert_nothing_left(done.job_dir)

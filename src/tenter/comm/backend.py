@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
+import functools
 import os
 import queue
 import threading
@@ -58,7 +59,9 @@ from tenter.comm.topology import Topology, exchange
 
 BACKEND_NAME = "tenter"
 MIN_CHUNK_BYTES = 1 << 20
-MAX_CHUNK_BYTES = 16 << 20
+ROUND_WORKING_SET_BYTES = 8 << 20
+"""What one round of a collective should touch per rank, so that a peer reads the staged
+data from the shared last-level cache rather than from memory."""
 DEFAULT_SMALL_BYTES = 256 << 10
 _INLINE_SPIN_S = 50e-6  # how long the caller's thread waits for late peers itself
 
@@ -83,19 +86,20 @@ def _env_bytes(name: str, default: int, minimum: int) -> int:
 
 
 def _chunk_bytes(local_size: int) -> int:
-    """Bytes per rank per round: ``TENTER_COMM_CHUNK_BYTES``, else as large as 1/8 of the
-    free space in /dev/shm allows, between 1 and 16 MiB. Large chunks mean few barriers
-    per message, which matters most when ranks share cores with compute (DDP's backward):
-    every barrier may wait for a descheduled peer."""
+    """Bytes per rank per round: ``TENTER_COMM_CHUNK_BYTES``, else
+    ``ROUND_WORKING_SET_BYTES / local ranks`` between 1 and 4 MiB, less if /dev/shm is short
+    (at most 1/8 of its free space). Rounds whose buffers stay in cache beat large rounds
+    with fewer barriers: on the 2-core test machine a 16 MB all_reduce of 2 ranks took
+    3.8 ms with 4 MiB chunks and 6.0 ms with 16 MiB ones."""
     if os.environ.get("TENTER_COMM_CHUNK_BYTES"):
         return _env_bytes("TENTER_COMM_CHUNK_BYTES", MIN_CHUNK_BYTES, 4096) // 64 * 64
     try:
         stats = os.statvfs(SHM_DIR)
-        budget = stats.f_bavail * stats.f_frsize // 8
+        budget = stats.f_bavail * stats.f_frsize // 8 // (2 * (local_size + 1))
     except OSError:
         budget = 0
-    chunk = budget // (2 * (local_size + 1))
-    return max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, chunk)) // 4096 * 4096
+    chunk = min(4 * MIN_CHUNK_BYTES, ROUND_WORKING_SET_BYTES // local_size, budget)
+    return max(MIN_CHUNK_BYTES, chunk) // 4096 * 4096
 
 
 def _reduction(op: Any, dtype: torch.dtype) -> tuple[Reduction, bool]:
@@ -280,6 +284,13 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._closed = False
         self.topology: Topology = exchange(store, rank, size)
         topo = self.topology
+        # A function of plain data, not a bound method: the channel and the collectives keep
+        # it, and a reference back to this group would make it a cycle that only the
+        # garbage collector frees, perhaps at interpreter exit, when destroying the inner
+        # gloo groups aborts the process.
+        self._describe_local = functools.partial(
+            _describe_local_rank, tuple(self._global), tuple(topo.local_ranks)
+        )
         self._local: ShmCollectives | None = None
         self._channel: Channel | None = None
         if len(topo.local_ranks) > 1:
@@ -321,16 +332,6 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._finalizer = weakref.finalize(self, _shutdown, self._worker, self._channel)
 
     # -- setup -------------------------------------------------------------------------
-
-    def _describe_local(self, local_index: int) -> str:
-        group_rank = self.topology.local_ranks[local_index]
-        return self._describe(group_rank)
-
-    def _describe(self, group_rank: int) -> str:
-        global_rank = self._global[group_rank]
-        if global_rank == group_rank:
-            return str(group_rank)
-        return f"{group_rank} (global rank {global_rank})"
 
     def _open_channel(self, store: Any) -> Channel:
         topo = self.topology
@@ -929,6 +930,17 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             return self._keep(TenterWork(done))
         last = works[-1].get_future()
         return self._keep(TenterWork(last.then(lambda _: result)))
+
+
+def _describe_local_rank(
+    global_ranks: Sequence[int], local_ranks: Sequence[int], local_index: int
+) -> str:
+    """How errors name a local rank: its group rank, and its global rank if different."""
+    group_rank = local_ranks[local_index]
+    global_rank = global_ranks[group_rank]
+    if global_rank == group_rank:
+        return str(group_rank)
+    return f"{group_rank} (global rank {global_rank})"
 
 
 def _shutdown(worker: _Worker, channel: Channel | None) -> None:
