@@ -31,7 +31,9 @@ from tenter.launch.jobs import tenter_home
 from tenter.launch.plan import HostPlan, Plan, make_plan
 from tenter.spec import JobSpec
 
-POLL_S = 0.02
+POLL_S = 0.05
+"""How often the launcher checks agents, error files and hang records: often enough that a
+failure stops the job well within a second, rarely enough to leave the cores to the ranks."""
 STOP_GRACE_S = 10.0
 """How long stopped workers get to exit after SIGTERM before SIGKILL."""
 EXIT_BY_STOP = {"interrupted": 130, "max_run": 124, "hang": 124}
