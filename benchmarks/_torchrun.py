@@ -16,9 +16,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_torchrun(script: list[str], env: dict[str, str], *, max_restarts: int = 0) -> int:
+def run_torchrun(
+    script: list[str], env: dict[str, str], *, max_restarts: int = 0, timeout: float | None = None
+) -> int:
     """Run ``script`` (path and arguments) on 2 hosts x 2 processes; return the first nonzero
-    exit code of the two agents, or 0."""
+    exit code of the two agents, or 0. Past ``timeout`` seconds the agents are stopped and
+    the run counts as failed (exit code 124, as timeout(1) says)."""
     port, run_id = free_port(), f"bench{time.time_ns()}"
     argv = [
         sys.executable,
@@ -42,8 +45,14 @@ def run_torchrun(script: list[str], env: dict[str, str], *, max_restarts: int = 
         subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(2)
     ]
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        codes = [agent.wait() for agent in agents]
+        codes = [
+            agent.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            for agent in agents
+        ]
+    except subprocess.TimeoutExpired:
+        codes = [124]
     finally:
         # Interrupted (Ctrl-C, an error): SIGTERM makes an agent stop its workers first.
         for agent in agents:

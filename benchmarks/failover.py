@@ -7,6 +7,11 @@ one restart allowed; on the first attempt rank 1 SIGKILLs itself right after the
 of step 20 (tests/launch/scripts/kill_after_checkpoint.py). Measured: from the kill to the
 first training step completed after the restart (rank 0). torchrun runs as two agents with a
 c10d rendezvous, as on two hosts. Runs alternate so that load from elsewhere hits both.
+
+Plain torchrun (its agents share rank 0's store across rendezvous rounds) hangs in the
+restarted round: the new workers read the previous round's gloo addresses. tenter sets
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for restartable jobs; "torchrun (fresh store)" is
+torchrun with that same setting, the like-for-like anchor of the ratio.
 """
 
 from __future__ import annotations
@@ -26,21 +31,30 @@ WRAPPER = str(REPO / "tests/launch/scripts/kill_after_checkpoint.py")
 TRAIN = str(REPO / "examples/elastic/train.py")
 
 
+RUN_TIMEOUT_S = 90.0
+"""A run that takes longer has hung (torchrun with its shared store can: see below) and
+counts as failed."""
+
+
 def run_tenter(env: dict[str, str], spec: Path) -> int:
-    return subprocess.run(
-        [sys.executable, "-m", "tenter", "run", str(spec)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    ).returncode
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "tenter", "run", str(spec)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=RUN_TIMEOUT_S,
+        ).returncode
+    except subprocess.TimeoutExpired:  # run() has killed it; the launcher's sweep is gone too
+        return 124
 
 
 def run_torchrun(env: dict[str, str], ckpt: Path, share_store: bool) -> int:
     if not share_store:
         env = {**env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     script = [WRAPPER, TRAIN, "--checkpoint_dir", str(ckpt)]
-    return _torchrun.run_torchrun(script, env, max_restarts=1)
+    return _torchrun.run_torchrun(script, env, max_restarts=1, timeout=RUN_TIMEOUT_S)
 
 
 def measure(times: Path) -> float | None:
@@ -79,6 +93,7 @@ def main() -> None:
                 else:
                     code = run_torchrun(env, times / "ckpt", share_store=name == "torchrun")
                 took = measure(times)
+                print(f"  run {rep + 1} {name}: exit {code}, resumed after {took} s", flush=True)
                 if code != 0 or took is None:
                     failures[name] += 1
                 else:
