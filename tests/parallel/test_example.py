@@ -18,6 +18,23 @@ GPT = REPO / "examples" / "gpt"
 STEPS = "40"
 
 
+def run_alone(out: Path, steps: str, *args: str) -> tuple[str, dict[str, float]]:
+    """examples/gpt/train.py in one plain process (pp 1), its result JSON written to ``out``:
+    (stdout, result)."""
+    out.mkdir(exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, str(GPT / "train.py"), "--pp", "1", "--steps", steps, *args],
+        capture_output=True,
+        text=True,
+        cwd=out,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "SM_OUTPUT_DATA_DIR": str(out)},
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, float] = json.loads((out / "gpt-result.json").read_text())
+    return done.stdout, result
+
+
 def test_gpt_loss_goes_down_if_pp2_dp2_on_two_hosts_and_matches_one_process(
     tmp_path: Path,
 ) -> None:
@@ -33,16 +50,7 @@ def test_gpt_loss_goes_down_if_pp2_dp2_on_two_hosts_and_matches_one_process(
     assert result["last_loss"] < result["first_loss"] - 0.7
     assert_nothing_left(done.job_dir)
 
-    single = subprocess.run(
-        [sys.executable, str(GPT / "train.py"), "--pp", "1", "--steps", STEPS],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "SM_OUTPUT_DATA_DIR": str(tmp_path)},
-    )
-    assert single.returncode == 0, single.stderr
-    alone = json.loads((tmp_path / "gpt-result.json").read_text())
+    _, alone = run_alone(tmp_path, STEPS)
     assert (alone["pp"], alone["dp"]) == (1, 1)
     # Same data, same initial model: the first steps agree to fp32 rounding.
     assert alone["first_loss"] == pytest.approx(result["first_loss"], rel=1e-5)
@@ -60,24 +68,10 @@ def test_gpt_job_yaml_runs_pp2_dp2_from_the_smp_parameters() -> None:
 def test_gpt_resumed_from_its_checkpoint_ends_with_the_loss_of_an_uninterrupted_run(
     tmp_path: Path,
 ) -> None:
-    def run(name: str, steps: str, *args: str) -> tuple[str, dict[str, float]]:
-        out = tmp_path / name
-        out.mkdir()
-        done = subprocess.run(
-            [sys.executable, str(GPT / "train.py"), "--pp", "1", "--steps", steps, *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=120,
-            env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "SM_OUTPUT_DATA_DIR": str(out)},
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout, json.loads((out / "gpt-result.json").read_text())
-
     checkpoints = ["--checkpoint_every", "2", "--checkpoint_dir", str(tmp_path / "ckpt")]
-    first, _ = run("first", "2", *checkpoints)
+    first, _ = run_alone(tmp_path / "first", "2", *checkpoints)
     assert "saved checkpoint at step 2" in first
-    again, resumed = run("resumed", "4", *checkpoints)
+    again, resumed = run_alone(tmp_path / "resumed", "4", *checkpoints)
     assert "resumed at step 2;" in again
-    _, whole = run("whole", "4")
+    _, whole = run_alone(tmp_path / "whole", "4")
     assert resumed["final_loss"] == whole["final_loss"]
