@@ -261,6 +261,7 @@ def worker_env(
     differs per host, is left out.
     """
     host_ref = "$(TENTER_HOST)"
+    pg_backend = spec.resolved_process_group_backend()
     sm = contract.sagemaker_env(
         job_name=job_id,
         current_host=hosts[0],
@@ -283,7 +284,7 @@ def worker_env(
         **efa_env(itype),
         # torchrun's default, made explicit: one OpenMP thread per rank.
         "OMP_NUM_THREADS": str(max(1, itype.cpus // procs)),
-        **({"TENTER_PG_BACKEND": pg} if (pg := spec.resolved_process_group_backend()) else {}),
+        **({"TENTER_PG_BACKEND": pg_backend} if pg_backend else {}),
         **spec.environment,
         "TENTER_JOB_ID": job_id,
         "TENTER_NUM_HOSTS": str(len(hosts)),
