@@ -276,7 +276,10 @@ def test_unreachable_etcd_fails_fast_naming_the_endpoint(tmp_path: Path) -> None
     )
     done = tenter("run", str(spec))
     assert done.returncode == 1
-    assert f"algo-1: rendezvous (etcd-v2 at {endpoint}) failed: RendezvousConnectionError" in (
-        done.stderr
-    )
+    # Both hosts fail the same way; which one reports first is a race.
+    assert re.search(
+        rf"algo-[12]: rendezvous \(etcd-v2 at {re.escape(endpoint)}\) failed: "
+        "RendezvousConnectionError",
+        done.stderr,
+    ), done.stderr
     assert "serves the v2 API" in done.stderr
