@@ -35,6 +35,9 @@ import torch.multiprocessing as mp
 import tenter.comm  # noqa: F401  # registers "tenter"
 
 KIB, MIB = 1 << 10, 1 << 20
+# torch 2.13 renamed these (the old names warn); older torch has only the old names.
+_all_gather_tensor = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,9 @@ class Collective:
         if self.name == "all_reduce":
             dist.all_reduce(a)
         elif self.name == "all_gather":
-            dist.all_gather_into_tensor(b, a)
+            _all_gather_tensor(b, a)
         else:
-            dist.reduce_scatter_tensor(a, b)
+            _reduce_scatter_tensor(a, b)
 
 
 COLLECTIVES = (

@@ -162,7 +162,7 @@ class ShmCollectives:
         code = -1 if dtype is None else _DTYPE_CODE[dtype]
         mine = (int(op), seq, code, numel, red, root, len(extra), 0)
         self.ch.post(parity, (*mine, *extra))
-        self.ch.op_label = f"{op.name.lower()} (collective #{seq} of this group)"
+        self.ch.current = (op, seq)
         return parity, mine
 
     def _check(self, parity: int, mine: tuple[int, ...], same_numel: bool) -> list[int]:
@@ -220,7 +220,12 @@ class ShmCollectives:
         """Second half: wait for the peers, check they agree, reduce in rank order."""
         self.ch.wait()
         self._check(p.parity, p.mine, True)
-        reduce_into(p.stack, p.out, p.red)
+        if p.red is Reduction.SUM and p.out.dtype != torch.bool:
+            # One kernel over the rank dimension: at these sizes each kernel call costs
+            # more than its arithmetic, and a chain makes L-1 of them. Deterministic too.
+            torch.sum(p.stack, 0, out=p.out)
+        else:
+            reduce_into(p.stack, p.out, p.red)
 
     def all_reduce(self, t: torch.Tensor, red: Reduction, seq: int) -> None:
         ch, dtype, es, n = self.ch, t.dtype, t.element_size(), t.numel()

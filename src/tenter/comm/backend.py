@@ -68,6 +68,7 @@ _INLINE_SPIN_S = 50e-6  # how long the caller's thread waits for late peers itse
 _REDUCTIONS = {r.name: r for r in Reduction}
 _TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_SUPPORTED_DTYPES = frozenset(DTYPES)
 
 Tensors = list[torch.Tensor]
 
@@ -104,7 +105,12 @@ def _chunk_bytes(local_size: int) -> int:
 
 def _reduction(op: Any, dtype: torch.dtype) -> tuple[Reduction, bool]:
     """(kernel reduction, divide-by-world-size afterwards) for a ``ReduceOp``."""
-    kind = getattr(op, "op", op)
+    return _reduction_of(getattr(op, "op", op), dtype)
+
+
+@functools.cache
+def _reduction_of(kind: Any, dtype: torch.dtype) -> tuple[Reduction, bool]:
+    # Cached: this runs on every call, and the latency path is a few tens of microseconds.
     name = getattr(kind, "name", str(kind).rsplit(".", 1)[-1])
     if name == "AVG":
         if dtype not in _FLOAT_DTYPES:
@@ -128,9 +134,9 @@ def _reduction(op: Any, dtype: torch.dtype) -> tuple[Reduction, bool]:
 
 
 def _check_dtype(t: torch.Tensor) -> None:
-    if t.dtype not in DTYPES:
+    if t.dtype not in _SUPPORTED_DTYPES:
         raise ValueError(f"tenter.comm does not support dtype {t.dtype}.")
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise ValueError(f"tenter.comm: expected a CPU tensor, got one on {t.device}.")
 
 
@@ -168,11 +174,15 @@ class TenterWork(_WorkBase):  # type: ignore[misc]
         self._future = future
         # Waiting on an Event rather than in Future.wait() (C++, GIL released, no signal
         # checks) keeps the main thread interruptible: Ctrl-C works inside a collective.
-        self._done = threading.Event()
-        future.add_done_callback(lambda _: self._done.set())
+        # A collective that finished in the caller's thread needs neither.
+        self._done: threading.Event | None = None
+        if not future.done():
+            done = self._done = threading.Event()
+            future.add_done_callback(lambda _: done.set())
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        self._done.wait()
+        if self._done is not None:
+            self._done.wait()
         self._future.wait()  # raises the collective's error, if any
         return True
 
@@ -455,7 +465,7 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         if (
             local is None
             or not self._single_host
-            or t.numel() * t.element_size() > local.small_bytes
+            or t.nbytes > local.small_bytes
             or self._closed
             or self._failure is not None
         ):

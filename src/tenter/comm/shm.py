@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import enum
 import mmap
 import os
 import platform
@@ -216,9 +217,16 @@ class Channel:
         """``result[parity]``: reduced chunks, uint8."""
         self._count = 0
         self._round = 0
-        self.op_label = "init"
-        """What the current collective is, for error messages."""
+        self.current: tuple[enum.Enum, int] | None = None
+        """The collective under way and its sequence number; formatted only for errors."""
         self._ctl64[self._pid[local_index]] = os.getpid()
+
+    @property
+    def op_label(self) -> str:
+        if self.current is None:
+            return "init"
+        op, seq = self.current
+        return f"{op.name.lower()} (collective #{seq} of this group)"
 
     def next_round(self) -> int:
         """Start a round; returns the parity of the buffers it may write."""
@@ -260,24 +268,27 @@ class Channel:
                 self._wait(p, c)
 
     def poll(self, spin_s: float) -> bool:
-        """Whether every local rank arrives at this rank's last barrier within ``spin_s``."""
+        """Whether every local rank arrives at this rank's last barrier before this thread
+        has spun for ``spin_s`` of its own CPU time. CPU time, not wall time: where ranks
+        share a core, each yield lets a peer run for a while, and that should not count."""
         c, ctl, arrive = self._count, self._ctl32, self._arrive
-        start = time.monotonic()
+        start = time.thread_time()
         while True:
             if all((ctl[arrive[p]] - c) & _MASK < _HALF for p in self.peers):
                 return True
-            if time.monotonic() - start >= spin_s:
+            if time.thread_time() - start >= spin_s:
                 return False
             os.sched_yield()
 
     def _wait(self, peer: int, target: int) -> None:
         ctl = self._ctl32
         idx = self._arrive[peer]
-        start = time.monotonic()
-        while time.monotonic() - start < _SPIN_S:
+        spin_start = time.thread_time()  # CPU time, as in poll
+        while time.thread_time() - spin_start < _SPIN_S:
             os.sched_yield()  # drops the GIL and lets a peer sharing this core run
             if (ctl[idx] - target) & _MASK < _HALF:
                 return
+        start = time.monotonic()
         ctl[self._sleeping[self.me]] = 1
         backoff = 50e-6
         try:
