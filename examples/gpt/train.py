@@ -14,6 +14,7 @@ its own stages and their optimizer state) and resumes from the latest checkpoint
 """
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
@@ -176,3 +178,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # The pipeline's stages and DDP/FSDP wrappers hold the process groups in reference
+    # cycles; collect them while the groups are alive (pytorch/pytorch#56297), then
+    # tear the groups down rather than leave it to interpreter exit.
+    gc.collect()
+    dist.destroy_process_group()
