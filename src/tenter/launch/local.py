@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -63,6 +64,26 @@ class LocalBackend:
 
 def create_backend() -> LocalBackend:
     return LocalBackend()
+
+
+def serve_store(host: str, listener: socket.socket) -> Any:
+    """The rendezvous store, serving on ``listener``'s socket: the kernel picked the port
+    and the store takes the socket over, so no other process can take the port between
+    choosing and binding it. torch's default (libuv) store takes a listening socket only
+    from torch 2.8 (pytorch#150215); older torch gets the legacy store, which always could."""
+    import torch
+    import torch.distributed as dist
+
+    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    return dist.TCPStore(
+        host,
+        listener.getsockname()[1],
+        is_master=True,
+        master_listen_fd=listener.detach(),
+        wait_for_workers=False,
+        timeout=timedelta(seconds=300),
+        use_libuv=(major, minor) >= (2, 8),
+    )
 
 
 @contextlib.contextmanager
@@ -294,9 +315,8 @@ class LocalJob:
         try:
             with stop_requests() as stop_requested:
                 self._start()
-                # Imported once the agents are starting, so that their start-up and ours overlap.
-                import torch.distributed as dist
-
+                # Imported once the agents are starting, so that their start-up and ours
+                # overlap (serve_store imports torch.distributed the same way).
                 from tenter.monitor.live import LiveView
 
                 # Before the tail: a live table redirects stdout, where the tail must print.
@@ -310,14 +330,7 @@ class LocalJob:
                 store = None
                 if self.plan.rdzv_backend == "c10d":
                     # The store owns the listening socket from here on (and closes it).
-                    store = dist.TCPStore(
-                        "127.0.0.1",
-                        port,
-                        is_master=True,
-                        master_listen_fd=listener.detach(),
-                        wait_for_workers=False,
-                        timeout=timedelta(seconds=300),
-                    )
+                    store = serve_store("127.0.0.1", listener)
                 reason = self._wait(stop_requested)
                 if reason is not None:
                     stopped_at = time.time()

@@ -29,13 +29,12 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 from tenter.launch import layout, report
 from tenter.launch.api import JobResult, JobStatus, python_executable
 from tenter.launch.jobs import tenter_home
-from tenter.launch.local import stop_requests
+from tenter.launch.local import serve_store, stop_requests
 from tenter.launch.plan import LOOPBACK_NIC, RDZV_PORT, Plan, make_plan
 from tenter.spec import JobSpec, Problem, SpecError, lookup, processes_per_host
 
@@ -314,19 +313,10 @@ def node_main(plan_path: str) -> int:
     port_file = Path(plan.job_dir) / PORT_FILE
     store = None
     if node_id == 0:
-        import torch.distributed as dist
-
         # The kernel picks the port and the store keeps the socket: no window for a clash.
         listener = socket.create_server(("", 0), backlog=1024)
         port = listener.getsockname()[1]
-        store = dist.TCPStore(
-            nodes[0],
-            port,
-            is_master=True,
-            master_listen_fd=listener.detach(),
-            wait_for_workers=False,
-            timeout=timedelta(seconds=300),
-        )
+        store = serve_store(nodes[0], listener)
         tmp = port_file.with_suffix(".tmp")
         tmp.write_text(f"{nodes[0]}:{port}\n")
         tmp.replace(port_file)
