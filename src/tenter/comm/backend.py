@@ -244,6 +244,10 @@ class _Worker:
                     result = fn()
                 except BaseException as e:
                     error = e
+            # The closure refers to the group, and completing the future may let the caller
+            # drop its last reference to it; the group's collection is what stops this
+            # thread where destroy_process_group does not call shutdown() (torch 2.5).
+            del item, fn
             with self.lock:
                 self.pending -= 1
             # Callbacks chained with then() (DDP's bucket hooks) run here, in this thread.
