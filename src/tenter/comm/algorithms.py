@@ -88,7 +88,7 @@ _COMBINE: dict[Reduction, Callable[..., torch.Tensor]] = {
 _ALIGN = 16  # elements; portions start on 64-byte boundaries for 4-byte types
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     """A small all_reduce between its two halves."""
 
@@ -161,7 +161,7 @@ class ShmCollectives:
         parity = self.ch.next_round()
         code = -1 if dtype is None else _DTYPE_CODE[dtype]
         mine = (int(op), seq, code, numel, red, root, len(extra), 0)
-        self.ch.post(parity, (*mine, *extra))
+        self.ch.post(parity, mine + tuple(extra) if extra else mine)
         self.ch.current = (op, seq)
         return parity, mine
 
@@ -211,15 +211,19 @@ class ShmCollectives:
     def small_all_reduce_start(self, t: torch.Tensor, red: Reduction, seq: int) -> _Pending:
         """First half of the latency path: publish ``t`` and arrive; never blocks."""
         parity, mine = self._begin(Op.ALL_REDUCE, seq, t.dtype, t.numel(), red)
-        stack = self._stack(parity, t.numel() * t.element_size(), t.dtype)
+        stack = self._stack(parity, t.nbytes, t.dtype)
         stack[self.me].copy_(t)
         self.ch.arrive()
         return _Pending(parity, mine, stack, t, red)
 
-    def small_all_reduce_finish(self, p: _Pending) -> None:
-        """Second half: wait for the peers, check they agree, reduce in rank order."""
-        self.ch.wait()
-        self._check(p.parity, p.mine, True)
+    def small_all_reduce_finish(self, p: _Pending, arrived: bool = False) -> None:
+        """Second half: wait for the peers (unless the caller saw them all ``arrived``),
+        check they agree, reduce in rank order."""
+        ch = self.ch
+        if not arrived:
+            ch.wait()
+        if not ch.peers_posted(p.parity, p.mine):
+            self._check(p.parity, p.mine, True)  # raises, naming both collectives
         if p.red is Reduction.SUM and p.out.dtype != torch.bool:
             # One kernel over the rank dimension: at these sizes each kernel call costs
             # more than its arithmetic, and a chain makes L-1 of them. Deterministic too.

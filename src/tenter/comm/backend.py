@@ -33,7 +33,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -71,6 +71,7 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _SUPPORTED_DTYPES = frozenset(DTYPES)
 
 Tensors = list[torch.Tensor]
+_AnyWork = TypeVar("_AnyWork")
 
 
 def _env_bytes(name: str, default: int, minimum: int) -> int:
@@ -199,6 +200,30 @@ class TenterWork(_WorkBase):  # type: ignore[misc]
             self._future.value()
         except Exception:
             return False
+        return True
+
+
+class CompletedWork(_WorkBase):  # type: ignore[misc]
+    """A collective that finished in the caller's thread (the latency path): nothing to
+    wait for, and its future is built only when asked for (DDP asks, a plain
+    ``dist.all_reduce`` does not), saving the Future and the Event a TenterWork needs."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__()
+        self._result = result
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future[object]:
+        future: torch.futures.Future[object] = torch.futures.Future()
+        future.set_result(self._result)
+        return future
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
         return True
 
 
@@ -339,7 +364,7 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             self._nccl = dist.ProcessGroupNCCL(
                 dist.PrefixStore("tenter/nccl", store), rank, size, nccl_opts
             )
-        self._recent: collections.deque[TenterWork] | None = (
+        self._recent: collections.deque[object] | None = (
             collections.deque(maxlen=8) if _TORCH_VERSION < (2, 13) else None
         )
         self._worker = _Worker(f"tenter-comm-{group_name or rank}")
@@ -407,7 +432,7 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
         return self._keep(TenterWork(self._worker.submit(run)))
 
-    def _keep(self, work: TenterWork) -> TenterWork:
+    def _keep(self, work: _AnyWork) -> _AnyWork:
         """Before torch 2.13 the trampoline does not own the Python Work it returns to C++
         (DDP's reducer), so once Python drops it C++ finds no ``get_future`` override;
         holding the last few keeps them alive until C++ has asked."""
@@ -442,14 +467,14 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
     def allreduce(self, tensors: Tensors, opts: Any = None) -> WorkLike:
         opts = opts if opts is not None else AllreduceOptions()
+        if len(tensors) == 1:
+            work = self._allreduce_inline(tensors, opts.reduceOp)
+            if work is not None:
+                return work
         if self._cuda(tensors):
             return self._nccl_call(["allreduce"], tensors, opts)
         flats = [_Flat(t) for t in tensors]
         reds = [_reduction(opts.reduceOp, t.dtype) for t in tensors]
-        if len(flats) == 1 and not flats[0].copied:
-            work = self._allreduce_inline(flats[0].flat, *reds[0], tensors)
-            if work is not None:
-                return work
 
         def run(seq: int) -> None:
             for flat, (red, avg) in zip(flats, reds, strict=True):
@@ -458,22 +483,28 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
         return self._enqueue("all_reduce", run, tensors)
 
-    def _allreduce_inline(
-        self, t: torch.Tensor, red: Reduction, avg: bool, result: Tensors
-    ) -> TenterWork | None:
+    def _allreduce_inline(self, tensors: Tensors, op: Any) -> WorkLike | None:
         """The latency path: a small all_reduce with nothing queued runs in the caller's
         thread, saving two thread hand-offs. It publishes its data and arrives, then
         spins briefly; if a peer is late, the rest (wait + reduce) goes to the worker so
-        the caller (DDP's backward) is never held up by a slow peer."""
+        the caller (DDP's backward) is never held up by a slow peer. Every microsecond
+        here is Python on the critical path of each step, so it avoids what the general
+        path builds (``_Flat``, futures, events)."""
+        (t,) = tensors
         local, worker = self._local, self._worker
         if (
             local is None
-            or not self._single_host
+            or not t.is_cpu
             or t.nbytes > local.small_bytes
+            or not t.is_contiguous()
+            or t.dtype not in _SUPPORTED_DTYPES  # the general path names the problem
+            or self.topology.num_hosts != 1
             or self._closed
             or self._failure is not None
         ):
             return None
+        red, avg = _reduction(op, t.dtype)
+        flat = t if t.dim() == 1 else t.view(-1)
         with worker.lock:
             if worker.pending or not worker.running.acquire(blocking=False):
                 return None
@@ -482,9 +513,9 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._seq += 1
         finished = False
         try:
-            state = local.small_all_reduce_start(t, red, seq)
+            state = local.small_all_reduce_start(flat, red, seq)
             if local.ch.poll(_INLINE_SPIN_S):
-                local.small_all_reduce_finish(state)
+                local.small_all_reduce_finish(state, arrived=True)
                 if avg:
                     t.div_(self._size)
                 finished = True
@@ -498,16 +529,14 @@ class TenterProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 with worker.lock:
                     worker.pending -= 1
         if finished:
-            future: torch.futures.Future[object] = torch.futures.Future()
-            future.set_result(result)
-            return self._keep(TenterWork(future))
+            return self._keep(CompletedWork(tensors))
 
         def finish(seq: int) -> None:
             local.small_all_reduce_finish(state)
             if avg:
                 t.div_(self._size)
 
-        work = self._enqueue("all_reduce", finish, result, seq)
+        work = self._enqueue("all_reduce", finish, tensors, seq)
         with worker.lock:
             worker.pending -= 1  # the queued half now holds the count for this collective
         return work
