@@ -15,7 +15,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import fully_shard
+
+try:
+    from torch.distributed.fsdp import fully_shard
+except ImportError:  # torch 2.5 has FSDP2 only under its private name
+    from torch.distributed._composable.fsdp import fully_shard
 
 
 def apply_ddp(module: nn.Module, mesh: DeviceMesh, *, pipelined: bool) -> None:
