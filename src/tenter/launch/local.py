@@ -74,7 +74,6 @@ def serve_store(host: str, listener: socket.socket) -> Any:
     import torch
     import torch.distributed as dist
 
-    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
     return dist.TCPStore(
         host,
         listener.getsockname()[1],
@@ -82,7 +81,7 @@ def serve_store(host: str, listener: socket.socket) -> Any:
         master_listen_fd=listener.detach(),
         wait_for_workers=False,
         timeout=timedelta(seconds=300),
-        use_libuv=(major, minor) >= (2, 8),
+        use_libuv=torch.__version__ >= "2.8",
     )
 
 
