@@ -29,6 +29,7 @@ lint: setup
 	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/ruff format --check src tests examples benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint system-deps
 	$(BIN)/python -m pytest tests

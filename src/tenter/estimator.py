@@ -141,13 +141,14 @@ class Estimator:
         if not logs:
             extra["logs"] = {"ranks": []}
         self.spec = self._load(extra)
-        from tenter.launch import api
+        from tenter import session
+        from tenter.launch.api import JobFailedError
 
-        result = api.run(self.spec, job_name)
+        result = session.run(self.spec, job_name)
         self.latest_job = result
         print(result.summary, flush=True)
         if not result.ok:
-            raise api.JobFailedError(result, result.summary)
+            raise JobFailedError(result, result.summary)
 
     @property
     def model_data(self) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tenter.launch import k8s_manifests, k8s_rules
-from tenter.launch.kubernetes import KubernetesBackend, KubernetesRequest, to_yaml
+from tenter.launch.kubernetes.backend import KubernetesBackend, KubernetesRequest, to_yaml
 from tenter.spec import JobSpec, SpecError, load, lookup
 from tests.launch.k8s_schemas import schema_errors
 

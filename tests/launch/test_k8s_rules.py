@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tenter.launch import k8s_manifests, k8s_rules
-from tenter.launch.kubernetes import KubernetesBackend
+from tenter.launch.kubernetes.backend import KubernetesBackend
 from tenter.spec import lookup
 from tests.launch.test_k8s_manifests import JOB_ID, MPI, p5_spec
 

@@ -22,7 +22,7 @@ from kubernetes.client import (
 )
 from kubernetes.client.rest import ApiException
 
-from tenter.launch.kubernetes import Clients, KubernetesBackend, connect, job_state
+from tenter.launch.kubernetes.backend import Clients, KubernetesBackend, connect, job_state
 from tenter.spec import SpecError
 from tests.launch.test_k8s_manifests import JOB_ID, MPI, p5_spec
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tenter.launch.plan import MASTER_PORT, Plan
+from tenter.contract.plan import MASTER_PORT, Plan
 from tests.conftest import REPO, SCRIPTS, assert_nothing_left, tenter
 
 pytestmark = pytest.mark.slow

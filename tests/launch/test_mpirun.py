@@ -12,8 +12,8 @@ import pytest
 
 from tenter.cli.cmd_plan import render_command
 from tenter.launch import api
-from tenter.launch.mpi_command import mpirun_command
-from tenter.launch.plan import Plan
+from tenter.launch.mpirun import mpirun_command
+from tenter.contract.plan import Plan
 from tenter.spec import load
 from tests.conftest import REPO, SCRIPTS, assert_nothing_left, tenter
 

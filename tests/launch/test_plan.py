@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tenter.launch.plan import Plan, make_plan, simulated_host_addr
+from tenter.contract.plan import Plan, make_plan, simulated_host_addr
 from tenter.spec import load
 
 HERE = Path(__file__).parent

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tenter.launch import api, layout
-from tenter.launch.plan import Plan
+from tenter.contract.plan import Plan
 from tenter.monitor.records import rank_file
 from tenter.spec import load
 

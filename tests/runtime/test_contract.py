@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tenter.runtime.contract import hyperparameter_args, hyperparameters_json
+from tenter.contract.sagemaker import hyperparameter_args, hyperparameters_json
 
 
 def test_hyperparameter_args_are_sorted_and_strings_pass_verbatim() -> None:

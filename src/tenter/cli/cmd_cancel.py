@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tenter.cli.options import EXIT_USAGE, stderr
-
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "cancel",
         help="stop a running job",
-        description="Stop a running job: its launcher on this machine, or scancel on Slurm.",
+        description="Stop a running job: its launcher on this machine, scancel on Slurm, "
+        "the job object on Kubernetes.",
     )
     parser.add_argument(
         "job", metavar="JOB", help="a job id (under $TENTER_HOME/jobs) or its directory"
@@ -22,16 +21,14 @@ def add_parser(sub: Any) -> None:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    from tenter.launch.jobs import controllable_backend, open_job
+    from tenter.jobdir.lookup import open_handle
+    from tenter.launch.api import get_backend
 
-    _, plan = open_job(args.job)
-    backend = controllable_backend(plan)
-    if backend is None:
-        stderr.print(f"[bold red]error:[/] the {plan.backend} backend cannot cancel a job")
-        return EXIT_USAGE
-    status = backend.status(plan)
+    handle = open_handle(args.job)
+    backend = get_backend(handle.backend)
+    status = backend.status(handle)
     if not status.running:
-        print(f"job {plan.job_id} is not running: {status.text}")
+        print(f"job {handle.job_id} is not running: {status.text}")
         return 0
-    print(backend.cancel(plan))
+    print(backend.cancel(handle))
     return 0

@@ -80,8 +80,8 @@ def doctor(args: argparse.Namespace) -> int:
         spec, warnings = load_file(Path(args.spec), overrides)
         for w in warnings:
             stderr.print(f"[yellow]warning:[/] {escape(str(w))}", markup=True)
+        from tenter.contract.plan import Plan
         from tenter.launch import api
-        from tenter.launch.plan import Plan
 
         plan = api.dryrun(spec)
         if not isinstance(plan, Plan):

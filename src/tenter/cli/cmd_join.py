@@ -10,7 +10,8 @@ import argparse
 import uuid
 from typing import Any
 
-from tenter.launch.jobs import find_job, is_running
+from tenter.jobdir.handle import JobHandle
+from tenter.jobdir.lookup import find_job, is_running
 from tenter.spec import Problem, SpecError
 
 
@@ -27,6 +28,15 @@ def add_parser(sub: Any) -> None:
 
 def join(args: argparse.Namespace) -> int:
     job_dir = find_job(args.job)
+    backend = JobHandle.read(job_dir).backend
+    if backend != "local":
+        raise SpecError(
+            [
+                Problem(
+                    "JOB", f"job {job_dir.name} runs on the {backend} backend; only local jobs grow"
+                )
+            ]
+        )
     if not is_running(job_dir):
         raise SpecError([Problem("JOB", f"job {job_dir.name} has finished; nothing can join it")])
     if args.hosts < 1:

@@ -3,8 +3,8 @@
     tenter k8s cluster-config --name train --region us-west-2 --instance-type p5.48xlarge \\
         --nodes 2 --azs us-west-2a,us-west-2b > cluster.yaml
     tenter k8s nccl-tests --instance-type p5.48xlarge --nodes 2 --image IMAGE | kubectl apply -f -
-    tenter k8s status JOB [--namespace NS]
-    tenter k8s cancel JOB [--namespace NS]
+    tenter k8s status JOB [--namespace NS]   # tenter status JOB, also for jobs started elsewhere
+    tenter k8s cancel JOB [--namespace NS]   # tenter cancel JOB, likewise
 
 Jobs themselves run with ``tenter run --backend kubernetes job.yaml``; see docs/kubernetes.md.
 """
@@ -107,7 +107,7 @@ def _emit(text: str, out: str | None) -> None:
 def cluster_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from tenter.cli.options import stderr
     from tenter.launch import k8s_manifests, k8s_rules
-    from tenter.launch.kubernetes import to_yaml
+    from tenter.launch.kubernetes.request import to_yaml
 
     if not _CLUSTER_NAME.match(args.name) or len(args.name) > 100:
         parser.error(
@@ -179,20 +179,29 @@ def nccl_tests(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     return 0
 
 
-def status(args: argparse.Namespace) -> int:
+def _handle(args: argparse.Namespace) -> Any:
+    """The job's handle: from its job directory when this machine submitted it, else found by
+    name on the cluster (a job started elsewhere)."""
+    from tenter.errors import JobNotFoundError
+    from tenter.jobdir.lookup import open_handle
     from tenter.launch.kubernetes import KubernetesBackend
 
-    state, pods = KubernetesBackend().status(args.job, args.namespace, args.context)
-    detail = ": ".join(x for x in (state.reason, state.message) if x)
-    print(f"{args.job}  {state.state}" + (f"  ({detail})" if detail else ""))
-    for pod in pods:
-        ended = f"  exit code {pod.exit_code} {pod.reason}".rstrip() if pod.exit_code else ""
-        print(f"  {pod.name}  {pod.phase}  restarts {pod.restarts}{ended}")
+    try:
+        return KubernetesBackend(), open_handle(args.job)
+    except JobNotFoundError:
+        backend = KubernetesBackend()
+        return backend, backend.find(args.job, args.namespace, args.context)
+
+
+def status(args: argparse.Namespace) -> int:
+    """``tenter k8s status JOB``: ``tenter status JOB`` for jobs this machine did not submit."""
+    backend, handle = _handle(args)
+    print(f"{args.job}  {backend.status(handle).text}")
     return 0
 
 
 def cancel(args: argparse.Namespace) -> int:
-    from tenter.launch.kubernetes import KubernetesBackend
-
-    KubernetesBackend().cancel(args.job, args.namespace, context=args.context)
+    """``tenter k8s cancel JOB``: ``tenter cancel JOB`` for jobs this machine did not submit."""
+    backend, handle = _handle(args)
+    backend.cancel(handle)
     return 0

@@ -1,11 +1,11 @@
 """``tenter logs JOB [--ranks R,...] [--follow]``: a job's rank logs, tagged as ``tenter run``
-shows them, on any backend (the job directory holds every rank's files; Slurm jobs keep it on
-their shared file system). ``--follow`` keeps printing until the job ends."""
+shows them, on any backend (the job directory holds every rank's files, and Slurm jobs keep it
+on their shared file system; Kubernetes jobs' come from the pods). ``--follow`` keeps printing
+until the job ends."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from typing import Any
 
@@ -45,24 +45,18 @@ def _ranks(text: str | None) -> list[int] | None:
 
 
 def show_logs(args: argparse.Namespace) -> int:
-    from tenter.launch.console import ConsoleTail
-    from tenter.launch.jobs import controllable_backend, is_running, open_job
+    from tenter.jobdir.lookup import open_handle
+    from tenter.launch.api import get_backend
 
-    job_dir, plan = open_job(args.job)
-    ranks = _ranks(args.ranks)
-    plan = dataclasses.replace(
-        plan,
-        console_ranks=ranks,
-        tag_output=not args.no_tag,
-    )
-    tail = ConsoleTail(plan).start()
+    handle = open_handle(args.job)
+    backend = get_backend(handle.backend)
+    stream = backend.logs(handle, _ranks(args.ranks), not args.no_tag, follow=args.follow).start()
     try:
         if args.follow:
-            backend = controllable_backend(plan)
-            while is_running(job_dir) and (backend is None or backend.status(plan).running):
+            while backend.status(handle).running:
                 time.sleep(FOLLOW_POLL_S)
     except KeyboardInterrupt:
         pass
     finally:
-        tail.stop()
+        stream.stop()
     return 0

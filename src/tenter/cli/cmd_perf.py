@@ -80,8 +80,8 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
         # The ranks run in the job's directory: give them an absolute path.
         opts = dataclasses.replace(opts, json=str(Path(opts.json).resolve()))
 
+    from tenter import session  # imports torch: only once the flags are known good
     from tenter.cli.options import stderr
-    from tenter.launch import api  # imports torch: only once the flags are known good
     from tenter.spec import load
 
     spec, _ = load(
@@ -96,7 +96,7 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
         },
         base_dir=Path.cwd(),
     )
-    result = api.run(spec)
+    result = session.run(spec)
     if not result.ok:
         stderr.print(result.summary, markup=False)
     return result.exit_code

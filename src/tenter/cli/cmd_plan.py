@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.cli.options import add_job_arguments, load_job
-from tenter.launch.plan import RDZV_PORT, Plan
+from tenter.contract.plan import RDZV_PORT, Plan
 from tenter.spec import JobSpec, Problem, SpecError
 
 LONG_VALUE = 100

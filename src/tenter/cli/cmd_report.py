@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
 
 
 def show_report(args: argparse.Namespace) -> int:
-    from tenter.launch.jobs import find_job
+    from tenter.jobdir.lookup import find_job
     from tenter.monitor.job_report import write_report
 
     path = write_report(find_job(args.job))

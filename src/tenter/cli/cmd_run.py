@@ -8,14 +8,11 @@ tenter run -m mypkg.train --hosts 2
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
 from rich.markup import escape
 
 from tenter.cli.options import EXIT_USAGE, add_job_arguments, load_job, stderr
-from tenter.launch.plan import Plan
-from tenter.spec import Problem, SpecError
 
 
 def add_parser(sub: Any) -> None:
@@ -35,8 +32,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--detach",
         action="store_true",
-        help="return once a scheduler (--backend slurm) accepted the job; then use "
-        "`tenter status|logs|cancel JOB`",
+        help="return once the job started (every backend); then use `tenter status|logs|cancel "
+        "JOB`",
     )
     monitor = parser.add_argument_group("monitoring")
     monitor.add_argument(
@@ -59,41 +56,36 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = load_job(args)
+    from tenter import session
+    from tenter.contract.plan import Plan
     from tenter.doctor import SKIP_WARNING, preflight
     from tenter.launch import api
 
-    plan = api.dryrun(spec)
-    if isinstance(plan, Plan):
-        plan = dataclasses.replace(
-            plan, live=args.live, metrics_port=args.metrics_port, metrics_addr=args.metrics_addr
-        )
+    request = api.dryrun(spec)
+    watch = session.Watch(
+        live=args.live,
+        metrics_port=args.metrics_port,
+        metrics_addr=args.metrics_addr,
+        tag=spec.logs.tag,
+    )
+    session.check_watch(api.get_backend(spec.backend), watch)
     if args.skip_preflight:
         stderr.print(SKIP_WARNING)
-    elif isinstance(plan, Plan):  # the checks look at this machine: not for Kubernetes pods
-        checked = preflight(spec, plan)
+    elif isinstance(request, Plan):  # the checks look at this machine: not for Kubernetes pods
+        checked = preflight(spec, request)
         checked.render(stderr)
         if checked.blocking:
             return EXIT_USAGE
+    handle, view = session.submit(request, watch, detach=args.detach)
     if args.detach:
-        backend = api.get_backend(plan.backend)
-        if not isinstance(backend, api.DetachableBackend):
-            raise SpecError(
-                [
-                    Problem(
-                        "--detach",
-                        f"a {plan.backend} job lives as long as `tenter run` does; detach with "
-                        "a scheduler (--backend slurm), or run this one in the background",
-                    )
-                ]
-            )
-        scheduler_id = backend.start(plan)
-        print(plan.job_id)
+        print(handle.job_id)
         stderr.print(
-            f"submitted {plan.job_id} ({plan.backend} job {scheduler_id}); follow it with "
-            f"`tenter logs {plan.job_id} --follow`, stop it with `tenter cancel {plan.job_id}`"
+            f"started {handle.job_id} ({handle.backend} backend); follow it with "
+            f"`tenter logs {handle.job_id} --follow`, see it with `tenter status "
+            f"{handle.job_id}`, stop it with `tenter cancel {handle.job_id}`"
         )
         return 0
-    result = api.submit(plan)
+    result = session.follow(handle, watch, view)
     style = "green" if result.ok else "bold red"
     stderr.print(f"[{style}]{escape(result.summary)}[/]")
     return result.exit_code

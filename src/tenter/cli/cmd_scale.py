@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tenter.spec import Problem, SpecError
 
 if TYPE_CHECKING:
-    from tenter.launch.api import JobResult
+    from tenter.jobdir.results import JobResult
 
 
 def add_parser(sub: Any) -> None:
@@ -86,9 +86,9 @@ def _sizes(args: argparse.Namespace) -> list[tuple[int | None, int | None]]:
 
 
 def run_scale(args: argparse.Namespace) -> int:
+    from tenter import session
     from tenter.cli.options import stderr
-    from tenter.launch import api
-    from tenter.launch.jobs import tenter_home
+    from tenter.jobdir.lookup import tenter_home
     from tenter.monitor import scaling
     from tenter.spec import load_file
 
@@ -112,7 +112,7 @@ def run_scale(args: argparse.Namespace) -> int:
     epochs = args.epochs or _int_or_none(specs[0].hyperparameters.get("epochs"))
     ran, measured = [], []
     for spec in specs:
-        result = api.run(spec)
+        result = session.run(spec)
         stderr.print(result.summary)
         if not result.ok:
             stderr.print(f"[bold red]error:[/] the run at {_size(result)} failed; study stopped")

@@ -1,16 +1,15 @@
 """``tenter status JOB``: where a job is now, on any backend.
 
 A finished job's outcome is its ``summary.json``; a job still going is asked of its backend
-(its processes on this machine for local and mpi jobs; squeue/scontrol/sacct for Slurm).
+through the handle in its job directory (its processes on this machine for local and mpi jobs;
+squeue/scontrol/sacct for Slurm; the API server for Kubernetes).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+from pathlib import Path
 from typing import Any
-
-from tenter.cli.options import EXIT_USAGE, stderr
 
 
 def add_parser(sub: Any) -> None:
@@ -26,18 +25,17 @@ def add_parser(sub: Any) -> None:
 
 
 def show_status(args: argparse.Namespace) -> int:
-    from tenter.launch.jobs import controllable_backend, is_running, open_job
+    from tenter.jobdir.lookup import open_handle
+    from tenter.jobdir.results import read_result
+    from tenter.launch.api import get_backend
 
-    job_dir, plan = open_job(args.job)
-    if not is_running(job_dir):
-        result = json.loads((job_dir / "summary.json").read_text())
-        state = "SUCCEEDED" if result["exit_code"] == 0 else f"FAILED (exit {result['exit_code']})"
-        print(f"job {plan.job_id}: {state} (backend {plan.backend})")
-        print(result["summary"])
+    handle = open_handle(args.job)
+    result = read_result(Path(handle.job_dir))
+    if result is not None:
+        state = "SUCCEEDED" if result.ok else f"FAILED (exit {result.exit_code})"
+        print(f"job {handle.job_id}: {state} (backend {handle.backend})")
+        print(result.summary)
         return 0
-    backend = controllable_backend(plan)
-    if backend is None:
-        stderr.print(f"[bold red]error:[/] the {plan.backend} backend cannot report a job's state")
-        return EXIT_USAGE
-    print(f"job {plan.job_id}: {backend.status(plan).text} (backend {plan.backend})")
+    status = get_backend(handle.backend).status(handle)
+    print(f"job {handle.job_id}: {status.text} (backend {handle.backend})")
     return 0

@@ -1,5 +1,7 @@
 """``tenter``: run, plan and inspect distributed PyTorch jobs.
 
+Exit codes are one table for every subcommand: :mod:`tenter.errors`.
+
 Each subcommand lives in ``tenter/cli/cmd_<name>.py`` and exposes ``add_parser(subparsers)``,
 which registers its parser with ``func`` set to a callable taking the parsed arguments and
 returning the exit code. Adding a subcommand is one module and one line in COMMANDS.
@@ -17,6 +19,7 @@ from rich.markup import escape
 
 from tenter import __version__
 from tenter.cli.options import EXIT_USAGE
+from tenter.errors import TenterError
 from tenter.spec import SpecError
 
 COMMANDS = (
@@ -49,15 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_error(text: str) -> None:
+    """Every subcommand's errors look alike: ``error: <where>: <what>. Fix: <how>``."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(text)}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except SpecError as e:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[bold red]error:[/] {escape(str(e))}"
-        )
+        _print_error(str(e))
         return EXIT_USAGE
+    except TenterError as e:
+        _print_error(str(e))
+        return int(e.exit_code)
     except BrokenPipeError:
         # `tenter plan ... | head`: the reader left; not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from tenter.contract.plan import Plan
 from tenter.doctor.checks import CHECKS
 from tenter.doctor.render import problems_table
 from tenter.doctor.result import HostReport, Status
 from tenter.doctor.runner import check_job
-from tenter.launch.plan import Plan
 from tenter.spec import JobSpec
 
 PREFLIGHT_CHECKS = tuple(c for c in CHECKS if c.preflight)

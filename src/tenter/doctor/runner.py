@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import traceback
 
+from tenter.contract.plan import Plan
 from tenter.doctor.checks import CHECKS
 from tenter.doctor.result import Check, CheckResult, Context, HostReport, JobContext, Outcome
 from tenter.doctor.system import System
-from tenter.launch.plan import Plan
 from tenter.spec import JobSpec, lookup
 
 

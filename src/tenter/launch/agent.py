@@ -31,8 +31,8 @@ from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, S
 from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
-from tenter.launch.plan import RDZV_PORT, HostPlan, Plan
-from tenter.launch.records import EVENTS_FILE, append_line, record_worker_logs
+from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
+from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
 
 RESULT_FILE = "agent-result.json"
 PARENT_POLL_S = 0.5

@@ -1,75 +1,45 @@
-"""The launch protocol: every backend turns a spec into a plan (pure) and executes it.
+"""The backend protocol: every backend turns a spec into a request (pure) and runs it.
 
-``run(spec)`` is ``backend.submit(backend.dryrun(spec))``, so what ``tenter plan`` prints is
-what runs. Backends are found by name in a lazy registry: a backend's module (and any
-heavy client library it needs) is imported only when that backend is used.
+In the spirit of TorchX's scheduler API:
+
+- ``dryrun(spec, job_id) -> request``: pure and deterministic; what ``tenter plan`` prints is
+  exactly what ``submit`` executes (a :class:`~tenter.contract.plan.Plan` for the backends that
+  run tenter's agents or mpirun, manifests for Kubernetes);
+- ``submit(request, detach=...) -> handle``: returns at once; the job directory holds the
+  request (``plan.json``) and the :class:`~tenter.jobdir.handle.JobHandle` (``handle.json``);
+- ``wait(handle, stop)``: follow the job to its end (``stop`` set: cancel it first) and return
+  its :class:`~tenter.jobdir.results.JobResult`, also written to ``summary.json``;
+- ``status(handle)``, ``logs(handle, ...)``, ``cancel(handle)``: by handle, from any process.
+
+Backends are found by name in a lazy registry: a backend's module (and any heavy client
+library it needs) is imported only when that backend is used. The console, the live view and
+the metrics endpoint are not the backends' business: :mod:`tenter.session` puts them around
+``wait`` for every backend that ``reports_progress``.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from tenter.launch.plan import Plan
+from tenter.jobdir.handle import JobHandle
+from tenter.jobdir.results import JobResult
 from tenter.spec import JobSpec
 
 BACKENDS = {
     "local": "tenter.launch.local",
-    "mpi": "tenter.launch.mpirun",
+    "mpi": "tenter.launch.mpi",
     "slurm": "tenter.launch.slurm",
     "kubernetes": "tenter.launch.kubernetes",
 }
-"""Backend name -> module exposing ``create_backend() -> Backend``."""
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One rank that did not finish successfully."""
-
-    host: str
-    rank: int
-    local_rank: int
-    pid: int | None
-    exit_code: int | None
-    """The process's exit status; negative: killed by that signal."""
-    timestamp: float
-    message: str = ""
-    traceback: str = ""
-    stderr_tail: str = ""
-    log: str = ""
-    secondary: bool = False
-    """A consequence of another failure (a peer's broken connection, tenter's own stop)."""
-
-
-@dataclass(frozen=True)
-class JobResult:
-    job_id: str
-    job_dir: str
-    exit_code: int
-    duration_s: float
-    hosts: int
-    procs_per_host: int
-    failures: list[Failure] = field(default_factory=list)
-    interrupted: bool = False
-    summary: str = ""
-    """The end-of-job report (root cause first when it failed)."""
-    rdzv_endpoint: str = ""
-    """Where the rendezvous store listened (released when the job ended)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    @property
-    def root_cause(self) -> Failure | None:
-        primary = [f for f in self.failures if not f.secondary] or self.failures
-        return min(primary, key=lambda f: f.timestamp) if primary else None
+"""Backend name -> package exposing ``create_backend() -> Backend``."""
 
 
 class JobFailedError(RuntimeError):
-    """Raised by ``Estimator.fit`` (and ``run(..., check=True)``) when a job fails."""
+    """Raised by ``Estimator.fit`` when a job fails."""
 
     def __init__(self, result: JobResult, summary: str) -> None:
         self.result = result
@@ -77,26 +47,18 @@ class JobFailedError(RuntimeError):
 
 
 class Request(Protocol):
-    """What a backend's dry run produces and its submit executes: a :class:`Plan` for the
-    backends that run tenter's agents, manifests for Kubernetes. ``str()`` is what
-    ``tenter plan`` prints, ``to_json()`` what ``--json`` prints."""
+    """What a backend's dry run produces and its submit executes. ``str()`` is what
+    ``tenter plan`` prints (for a Plan, :func:`tenter.cli.cmd_plan.render`), ``to_json()``
+    what ``--json`` prints and the job directory keeps as ``plan.json``."""
 
-    backend: str
-    job_id: str
+    @property
+    def backend(self) -> str: ...
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def job_dir(self) -> str: ...
 
     def to_json(self) -> str: ...
-
-
-class Backend(Protocol):
-    name: str
-
-    def dryrun(self, spec: JobSpec, job_id: str) -> Request:
-        """The exact request of ``spec``: pure, deterministic for a given job id."""
-        ...
-
-    def submit(self, request: Any) -> JobResult:
-        """Execute a request this backend's dryrun made; blocks until the job ends."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -105,53 +67,60 @@ class JobStatus:
 
     running: bool
     text: str
-    """One line: ``RUNNING (Slurm job 12)``, ``running: 5 processes``..."""
+    """One line: ``RUNNING (Slurm job 12)``, ``RUNNING (5 processes on this machine)``..."""
 
 
-@runtime_checkable
-class ControllableBackend(Backend, Protocol):
-    """A backend whose jobs ``tenter status`` and ``tenter cancel`` can reach by job id."""
+class LogStream(Protocol):
+    """Prints a job's rank output as it arrives; ``stop()`` prints what is left and returns."""
 
-    def status(self, plan: Plan) -> JobStatus:
-        """The job's state now (``summary.json``, once written, is its outcome)."""
+    def start(self) -> LogStream: ...
+    def stop(self) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+    reports_progress: bool
+    """The ranks' progress records reach this machine (the job directory is shared), so the
+    live view, the metrics endpoint and hang detection work on this backend."""
+
+    def dryrun(self, spec: JobSpec, job_id: str) -> Any:
+        """The exact request of ``spec``: pure, deterministic for a given job id."""
         ...
 
-    def cancel(self, plan: Plan) -> str:
+    def submit(self, request: Any, *, detach: bool = False) -> JobHandle:
+        """Start a request this backend's dryrun made; returns at once. ``detach``: the job
+        must outlive this process (a local job gets a launcher process of its own)."""
+        ...
+
+    def wait(self, handle: JobHandle, stop: threading.Event) -> JobResult:
+        """Follow the job until it ends; when ``stop`` is set, cancel it and wait for that."""
+        ...
+
+    def status(self, handle: JobHandle) -> JobStatus: ...
+
+    def logs(
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
+    ) -> LogStream:
+        """The job's output (``ranks`` None: those the spec's ``logs.ranks`` shows)."""
+        ...
+
+    def cancel(self, handle: JobHandle) -> str:
         """Stop the running job (as Ctrl-C on ``tenter run`` would); says what was done."""
         ...
 
 
-@runtime_checkable
-class DetachableBackend(Backend, Protocol):
-    """A backend whose jobs outlive ``tenter run`` (a scheduler): ``tenter run --detach``."""
-
-    def start(self, request: Any) -> str:
-        """Submit the job and return at once with the scheduler's id for it."""
-        ...
-
-
 def get_backend(name: str) -> Backend:
-    module = BACKENDS.get(name)
-    if module is None:
+    package = BACKENDS.get(name)
+    if package is None:
         raise ValueError(f"unknown backend '{name}'; choose one of: {', '.join(BACKENDS)}")
-    backend: Backend = importlib.import_module(module).create_backend()
+    backend: Backend = importlib.import_module(package).create_backend()
     return backend
 
 
-def dryrun(spec: JobSpec, job_id: str | None = None) -> Request:
-    from tenter.launch.plan import new_job_id
+def dryrun(spec: JobSpec, job_id: str | None = None) -> Any:
+    from tenter.contract.plan import new_job_id
 
     return get_backend(spec.backend).dryrun(spec, job_id or new_job_id(spec.name))
-
-
-def submit(request: Request) -> JobResult:
-    """Execute a request on its backend and return the result."""
-    return get_backend(request.backend).submit(request)
-
-
-def run(spec: JobSpec, job_id: str | None = None) -> JobResult:
-    """Run a validated job and return its result (a failed job is a result, not an error)."""
-    return submit(dryrun(spec, job_id))
 
 
 def python_executable() -> str:

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from tenter.launch.plan import Plan
-from tenter.launch.records import EVENTS_FILE, INDEX_FILE
+from tenter.jobdir.records import EVENTS_FILE, INDEX_FILE
 
 POLL_S = 0.1
 """How often the console tail reads the ranks' log files: a tenth of a second is live to a
@@ -33,18 +32,21 @@ class _Followed:
     partial: str = ""
 
 
-def read_index(plan: Plan) -> list[dict[str, object]]:
+def read_index(job_dir: str) -> list[dict[str, object]]:
     """The worker log files opened so far, as the agents listed them."""
-    path = Path(plan.job_dir) / "logs" / INDEX_FILE
+    path = Path(job_dir) / "logs" / INDEX_FILE
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 class ConsoleTail:
-    def __init__(self, plan: Plan) -> None:
-        self._plan = plan
-        self._shown = set(plan.console_ranks) if plan.console_ranks is not None else None
+    """Follows the job directory's rank logs (``ranks`` None: all of them)."""
+
+    def __init__(self, job_dir: str, ranks: list[int] | None, tag: bool) -> None:
+        self._job_dir = job_dir
+        self._tag = tag
+        self._shown = set(ranks) if ranks is not None else None
         self._files: list[_Followed] = []
         self._index_seen = 0
         self._stop = threading.Event()
@@ -67,13 +69,13 @@ class ConsoleTail:
             self._poll(final=False)
 
     def _add_new_files(self) -> None:
-        entries = read_index(self._plan)
+        entries = read_index(self._job_dir)
         for entry in entries[self._index_seen :]:
             rank = int(str(entry["rank"]))
             if self._shown is not None and rank not in self._shown:
                 continue
             for stream, dst in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-                tag = f"[{entry['host']},{rank}]<{stream}>: " if self._plan.tag_output else ""
+                tag = f"[{entry['host']},{rank}]<{stream}>: " if self._tag else ""
                 self._files.append(_Followed(Path(f"{entry['stem']}.{stream}"), tag, dst))
         self._index_seen = len(entries)
 
@@ -102,8 +104,8 @@ class EventFeed:
     """Prints membership changes as the agents report them (``events.jsonl``): one line per
     completed rendezvous round, one per worker-group restart."""
 
-    def __init__(self, plan: Plan) -> None:
-        self._path = Path(plan.job_dir) / EVENTS_FILE
+    def __init__(self, job_dir: str) -> None:
+        self._path = Path(job_dir) / EVENTS_FILE
         self._offset = 0
         self._round: dict[str, dict[str, object]] = {}
 

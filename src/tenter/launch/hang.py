@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
+from tenter.contract.plan import Plan
 from tenter.launch.console import read_index
-from tenter.launch.plan import Plan
 
 STACKS_WAIT_S = 3.0
 
@@ -42,7 +42,7 @@ class RankProgress:
 
 def read_progress(plan: Plan) -> list[RankProgress]:
     """The latest progress record of every rank in each host's current attempt."""
-    entries = read_index(plan)
+    entries = read_index(plan.job_dir)
     last: dict[object, object] = {e["host"]: e["attempt"] for e in entries}
     out = []
     for e in entries:

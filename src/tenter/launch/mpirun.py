@@ -1,158 +1,186 @@
-"""The mpi backend: ``tenter run --backend mpi job.yaml`` starts every rank with Open MPI's
-``mpirun`` (the argv is :func:`tenter.launch.mpi_command.mpirun_argv`; ``tenter plan --backend
-mpi`` prints it whole).
+"""The ``mpirun`` command of a job: a pure function, shared by the mpi backend and by launchers
+that run mpirun themselves (a Kubernetes MPIJob's launcher pod).
 
-Hosts: with ``instance_type: local`` the job's hosts are simulated on this machine (every app
-context on ``localhost``); with a catalog type they are SageMaker's ``algo-1`` ... ``algo-N``,
-and tenter runs on ``algo-1`` as SageMaker's toolkit does.
+One MPMD app context per host::
 
-Everything around mpirun is the local backend's: the job directory, the store the ranks
-rendezvous on (served by tenter on a port the kernel picked, ``MASTER_PORT``: ranks are its
-clients, as torch elastic's workers are of their agent's store), the tagged console that
-follows ``logs/rank-N.*``, stopping on the first recorded failure, ``max_run``, Ctrl-C, the
-final sweep of every process carrying ``TENTER_JOB_ID``, and the root-cause summary.
-mpirun's own output (its error reports) goes to ``logs/mpirun.log``; a rank it reports killed
-by a signal (which leaves no error file) is added to the report from there.
+    mpirun <global flags: --tag-output, binding, mapping, --mca ...>
+        -np 8 --host algo-1:8 -x <host 1's contract> python -m tenter.runtime.mpi_shim CMD
+      : -np 8 --host algo-2:8 -x <host 2's contract> python -m tenter.runtime.mpi_shim CMD
+
+Why per-host app contexts: the worker contract has per-host values (``SM_CURRENT_HOST``,
+``SM_TRAINING_ENV``, ``SM_RESOURCE_CONFIG``, the host's ``/opt/ml`` paths, ``TENTER_HOST*``).
+SageMaker's toolkit runs a single context with ``-x SM_CURRENT_HOST``, which forwards the
+master's value to every rank (every rank believes it is on algo-1; the toolkit then
+``LD_PRELOAD``s a gethostname shim to paper over it). Open MPI's ``-x`` belongs to its app
+context, so each context carries its host's exact environment, visible in ``tenter plan``;
+the alternative, a wrapper that rebuilds host values on each host from
+``OMPI_COMM_WORLD_NODE_RANK``, would need the whole spec on every host and would hide them.
+Ranks are numbered in context order, so host ``i`` holds ranks ``i*P .. i*P+P-1``, the
+same ranks as on every other backend; ``tenter.runtime.mpi_shim`` adds the per-rank torchrun
+variables (``RANK``, ``LOCAL_RANK``, ...) from ``OMPI_COMM_WORLD_*`` before the command runs.
+
+Every default is data below (``mca_defaults``, ``FLAG_DEFAULTS``, and the fabric table of
+:mod:`tenter.contract.fabric`); the user's
+``custom_mpi_options`` replace a default of the same MCA parameter, ``-x`` variable or flag
+instead of repeating it (mpirun rejects a repeated ``--bind-to``; SageMaker cannot remove its
+defaults, sagemaker-training-toolkit issue #70).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-import re
-import shutil
-import subprocess
-import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tenter.doctor.checks.mpi import MPIRUN
-from tenter.doctor.result import Context, JobContext, Status
-from tenter.doctor.system import System
-from tenter.launch import processes
-from tenter.launch.api import JobResult, JobStatus, python_executable
-from tenter.launch.jobs import tenter_home
-from tenter.launch.local import LocalJob
-from tenter.launch.mpi_command import CLUSTER_NIC, mpirun_argv
-from tenter.launch.plan import LOOPBACK_NIC, MASTER_PORT, Plan, make_plan
-from tenter.launch.report import AGENT_RESULT
-from tenter.runtime import contract
-from tenter.spec import JobSpec, Problem, SpecError, lookup, processes_per_host
+from tenter.contract.fabric import CLUSTER_NIC, fabric_env
+from tenter.contract.plan import MASTER_PORT, Plan, make_plan
+from tenter.spec import JobSpec, lookup
+from tenter.spec.catalog import InstanceType
+from tenter.spec.mpi_options import MpiOptions
 
-MPIRUN_LOG = "mpirun.log"
+MPIRUN = "mpirun"
+SHIM_MODULE = "tenter.runtime.mpi_shim"
 
-# Open MPI 4's report of a rank that died by a signal.
-_SIGNALLED = re.compile(
-    r"process rank (\d+) with PID (\d+) on node \S+ exited on signal (\d+)", re.IGNORECASE
+
+def mca_defaults(nic: str) -> dict[str, str]:
+    """The MCA parameters SageMaker's toolkit sets (sagemaker_training/mpi.py), as data."""
+    return {
+        # TCP traffic (MPI's own and its out-of-band channel) only on the hosts' interface:
+        # Docker bridges and other interfaces are unroutable between hosts.
+        "btl_tcp_if_include": nic,
+        "oob_tcp_if_include": nic,
+        # ssh from the launcher to every host directly (hosts cannot ssh to each other).
+        "plm_rsh_no_tree_spawn": "1",
+        "pml": "ob1",
+        "btl": "^openib",
+        # One failing rank stops the job instead of leaving the others hanging.
+        "orte_abort_on_non_zero_status": "1",
+        # CMA (process_vm_readv) is not allowed in containers without SYS_PTRACE.
+        "btl_vader_single_copy_mechanism": "none",
+    }
+
+
+FLAG_DEFAULTS: dict[str, tuple[str, ...]] = {
+    # Lines arrive as [job,rank]<stream>: ... when a rank writes to mpirun's console.
+    "--tag-output": (),
+    # torch sets its own thread affinity; binding ranks to cores would pin a rank's
+    # data-loader workers to one core.
+    "--bind-to": ("none",),
+    # Fill each host's slots in order: rank i*P+j is on host i.
+    "--map-by": ("slot",),
+}
+"""mpirun's own flags: flag -> its values. A flag in custom_mpi_options replaces ours."""
+
+_FLAG_ALIASES = {"-bind-to": "--bind-to", "-map-by": "--map-by", "-tag-output": "--tag-output"}
+
+FORWARDED_ENV: tuple[tuple[str, Callable[[InstanceType], bool]], ...] = (
+    ("PATH", lambda t: True),
+    # CUDA, NCCL and EFA libraries are found through it on GPU hosts.
+    ("LD_LIBRARY_PATH", lambda t: t.gpus > 0),
 )
+"""The launcher's variables forwarded to remote hosts (``-x NAME``, no value)."""
 
 
-class MpiBackend:
-    name = "mpi"
-
-    def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
-        itype = lookup(spec.instance_type)
-        assert itype is not None, "the spec check rejects unknown instance types"
-        procs = processes_per_host(spec, itype)
-        count = spec.instance_count
-        python = python_executable()
-        if itype.is_local:
-            addrs, mpi_hosts, nic = ["127.0.0.1"] * count, ["localhost"] * count, LOOPBACK_NIC
-        else:
-            addrs = mpi_hosts = contract.host_names(count)
-            nic = CLUSTER_NIC
-        plan = make_plan(spec, job_id, tenter_home(), python, addrs=addrs, network_interface=nic)
-        argv = mpirun_argv(
-            plan,
-            mpi_hosts,
-            procs,
-            python,
-            user_options=spec.distribution.user_mpi_options(),
-            network_interface=nic,
-            host_slots=procs * count if itype.is_local else procs,
-            allow_run_as_root=os.geteuid() == 0,
-            agent_store=True,
-            rank_logs=True,
-        )
-        return dataclasses.replace(plan, launcher=argv)
-
-    def submit(self, plan: Plan) -> JobResult:
-        require_mpirun(plan)
-        return MpiJob(plan).run()
-
-    def status(self, plan: Plan) -> JobStatus:
-        return processes.process_status(plan)
-
-    def cancel(self, plan: Plan) -> str:
-        return processes.stop_processes(plan)
+def default_options(itype: InstanceType, nic: str) -> MpiOptions:
+    """tenter's defaults for an instance type: MCA parameters and ``-x`` variables."""
+    env: dict[str, str | None] = {name: None for name, needed in FORWARDED_ENV if needed(itype)}
+    env.update(fabric_env(itype, nic))
+    return MpiOptions(mca=mca_defaults(nic), env=env)
 
 
-def create_backend() -> MpiBackend:
-    return MpiBackend()
+def _flags(user_other: Sequence[str]) -> list[str]:
+    """Our mpirun flags, less those the user gives, then the user's."""
+    given = {_FLAG_ALIASES.get(token, token) for token in user_other}
+    ours: list[str] = []
+    for flag, values in FLAG_DEFAULTS.items():
+        if flag not in given:
+            ours += [flag, *values]
+    return [*ours, *user_other]
 
 
-def require_mpirun(plan: Plan) -> None:
-    """The doctor's mpirun check, as an error (exit 2) when mpirun is missing."""
-    itype = lookup(str(plan.spec["instance_type"]))
+def mpirun_argv(
+    plan: Plan,
+    hosts: Sequence[str],
+    slots_per_host: int,
+    python: str,
+    *,
+    user_options: MpiOptions,
+    network_interface: str,
+    master_port: str = MASTER_PORT,
+    host_slots: int | None = None,
+    hostfile: str | None = None,
+    allow_run_as_root: bool = False,
+    agent_store: bool = False,
+    rank_logs: bool = False,
+) -> list[str]:
+    """The mpirun argv that runs ``plan``: host ``i`` of the plan on ``hosts[i]``.
+
+    ``master_port``: the placeholder ``${master_port}`` until the launcher picks the port.
+    ``host_slots``: the slots each host offers (default ``slots_per_host``; simulated hosts
+    that share this machine each name all of its slots).
+    ``hostfile``: passed as ``--hostfile`` (slots come from it; each context still names its
+    host). ``agent_store``: the launcher serves ``MASTER_ADDR:MASTER_PORT`` (torch elastic's
+    agent store) instead of rank 0. ``rank_logs``: each rank writes ``logs/rank-N.*`` in the
+    job directory (which must be on a shared file system) instead of mpirun's console.
+    """
+    if len(hosts) != len(plan.hosts):
+        raise ValueError(f"the plan has {len(plan.hosts)} hosts but {len(hosts)} were given")
+    itype = lookup(plan.instance_type)
     assert itype is not None, "the spec check rejects unknown instance types"
-    job = JobContext(itype, plan.procs_per_host, simulated=False, uses_mpi=True)
-    result = MPIRUN.run(Context(System(), job))
-    if result.status == Status.FAIL:
-        raise SpecError([Problem("backend", f"mpi: {result.found}. Fix: {result.remedy}")])
+    options = user_options.merged_over(default_options(itype, network_interface))
+    argv = [MPIRUN]
+    if allow_run_as_root:
+        argv.append("--allow-run-as-root")
+    argv += _flags(options.other)
+    for name, value in options.mca.items():
+        argv += ["--mca", name, value]
+    if hostfile is not None:
+        argv += ["--hostfile", hostfile]
+    job_env = {
+        "MASTER_ADDR": plan.hosts[0].ranks[0].env["MASTER_ADDR"],
+        "MASTER_PORT": master_port,
+        "TORCHELASTIC_USE_AGENT_STORE": str(agent_store),
+    }
+    if rank_logs:
+        job_env["TENTER_RANK_LOGS"] = str(Path(plan.job_dir) / "logs")
+    for host, target in zip(plan.hosts, hosts, strict=True):
+        env: dict[str, str | None] = {**host.env, **job_env}
+        # The user's -x replaces the contract's value as well as tenter's defaults.
+        env = {**env, **options.env}
+        argv += ["-np", str(slots_per_host)]
+        argv += ["--host", target if hostfile else f"{target}:{host_slots or slots_per_host}"]
+        for name, env_value in env.items():
+            argv += ["-x", name if env_value is None else f"{name}={env_value}"]
+        argv += [python, "-m", SHIM_MODULE, *plan.command, ":"]
+    return argv[:-1]
 
 
-class MpiJob(LocalJob):
-    """A local job whose ranks mpirun starts: one launcher process instead of the agents."""
-
-    def __init__(self, plan: Plan) -> None:
-        super().__init__(plan)
-        itype = lookup(str(plan.spec["instance_type"]))
-        # Ranks on other hosts reach the store through the hosts' network.
-        self.listen_addr = "127.0.0.1" if itype is not None and itype.is_local else "0.0.0.0"
-
-    def _start(self) -> None:
-        argv = [arg.replace(MASTER_PORT, str(self.rdzv_port)) for arg in self.plan.launcher]
-        argv[0] = shutil.which(argv[0]) or argv[0]
-        with open(Path(self.plan.job_dir) / "logs" / MPIRUN_LOG, "wb") as log:
-            self.agents.append(
-                subprocess.Popen(
-                    argv,
-                    # mpirun itself carries the job id, so the final sweep finds it too.
-                    env={**os.environ, "TENTER_JOB_ID": self.plan.job_id},
-                    cwd=self.plan.cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-
-    def _result(
-        self, reason: str | None, stopped_at: float | None, duration: float, port: int
-    ) -> JobResult:
-        self._record_signalled_ranks()
-        return super()._result(reason, stopped_at, duration, port)
-
-    def _record_signalled_ranks(self) -> None:
-        """Ranks mpirun saw die by a signal, as agent results (what an agent would report)."""
-        log = Path(self.plan.job_dir) / "logs" / MPIRUN_LOG
-        text = log.read_text(errors="replace") if log.exists() else ""
-        when = log.stat().st_mtime if log.exists() else time.time()
-        by_host: dict[int, list[dict[str, object]]] = {}
-        for match in _SIGNALLED.finditer(text):
-            rank, pid, signum = (int(g) for g in match.groups())
-            host = rank // self.plan.procs_per_host
-            by_host.setdefault(host, []).append(
-                {
-                    "rank": rank,
-                    "local_rank": rank % self.plan.procs_per_host,
-                    "pid": pid,
-                    "exit_code": -signum,
-                    "timestamp": when,
-                    "error_file": f"{self.plan.log_stem(self.plan.hosts[host].name, rank, 0)}"
-                    ".error.json",
-                }
-            )
-        for index, failures in by_host.items():
-            result = {"state": "FAILED", "failures": failures, "message": "reported by mpirun"}
-            (Path(self.plan.hosts[index].dir) / AGENT_RESULT).write_text(json.dumps(result))
+def mpirun_command(
+    spec: JobSpec,
+    hosts: Sequence[str],
+    slots_per_host: int,
+    python: str,
+    *,
+    job_id: str,
+    tenter_home: Path,
+    master_port: str = "29500",
+    network_interface: str = CLUSTER_NIC,
+    hostfile: str | None = None,
+    allow_run_as_root: bool = False,
+) -> list[str]:
+    """The full mpirun argv of a validated spec on ``hosts`` (host names, one per host of the
+    job; with ``hostfile`` their slots come from that file). Rank 0 serves the store at
+    ``hosts[0]:master_port``; ranks' output goes to mpirun's console, tagged."""
+    plan = make_plan(
+        spec, job_id, tenter_home, python, addrs=list(hosts), network_interface=network_interface
+    )
+    return mpirun_argv(
+        plan,
+        hosts,
+        slots_per_host,
+        python,
+        user_options=spec.distribution.user_mpi_options(),
+        network_interface=network_interface,
+        master_port=master_port,
+        hostfile=hostfile,
+        allow_run_as_root=allow_run_as_root,
+    )

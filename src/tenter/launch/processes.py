@@ -1,59 +1,82 @@
-"""Status and cancel for jobs whose processes run on this machine (local and mpi backends).
+"""The processes of a job that runs on this machine (local and mpi backends): finding them,
+their status, stopping them.
 
-Every process of such a job carries ``TENTER_JOB_ID`` in its environment (see
-:func:`tenter.launch.local.job_processes`); the launcher (``tenter run``) is the parent that
-does not. Cancelling signals the launcher, which stops the job as Ctrl-C does and writes its
+Every process of such a job carries ``TENTER_JOB_ID`` in its environment, including workers
+whose agent died (they run in sessions of their own); the launcher is the parent that does
+not. Cancelling signals the launcher, which stops the job as Ctrl-C does and writes its
 summary; processes without a launcher (it was killed) are stopped directly.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 
 import psutil
 
-from tenter.launch.api import JobStatus
-from tenter.launch.local import STOP_GRACE_S, job_processes
-from tenter.launch.plan import Plan
-
+STOP_GRACE_S = 10.0
+"""How long stopped workers get to exit after SIGTERM before SIGKILL."""
 CANCEL_TIMEOUT_S = STOP_GRACE_S + 20.0
 """The launcher's own grace period for its workers, plus writing the summary."""
 
 
-def process_status(plan: Plan) -> JobStatus:
-    procs = job_processes(plan.job_id)
-    if procs:
-        return JobStatus(True, f"RUNNING ({len(procs)} processes on this machine)")
-    return JobStatus(
-        False, "ENDED without a summary: no process of the job is left (its launcher was killed)"
-    )
+def env_of(proc: psutil.Process, name: str) -> str | None:
+    try:
+        return proc.environ().get(name)
+    except psutil.Error:
+        return None
 
 
-def _launchers(procs: list[psutil.Process]) -> list[psutil.Process]:
-    pids = {p.pid for p in procs}
-    found: dict[int, psutil.Process] = {}
+def job_processes(job_id: str) -> list[psutil.Process]:
+    """Every process of this job but this one."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid != os.getpid() and env_of(proc, "TENTER_JOB_ID") == job_id:
+            found.append(proc)
+    return found
+
+
+def kill_all(procs: list[psutil.Process]) -> None:
+    """SIGKILL ``procs`` and reap what can be reaped."""
     for proc in procs:
         with contextlib.suppress(psutil.Error):
-            parent = proc.parent()
-            if parent is not None and parent.pid not in pids and parent.pid != 1:
-                found[parent.pid] = parent
-    return list(found.values())
+            proc.kill()
+    psutil.wait_procs(procs, timeout=STOP_GRACE_S)
 
 
-def stop_processes(plan: Plan) -> str:
-    procs = job_processes(plan.job_id)
-    if not procs:
-        return f"job {plan.job_id} has no process left to stop"
-    launchers = _launchers(procs)
-    targets = launchers or procs
+def process_count(job_id: str) -> int:
+    return len(job_processes(job_id))
+
+
+def process_identity(pid: int) -> str:
+    """``pid@start time``: names one process for good (a pid alone may be reused)."""
+    return f"{pid}@{psutil.Process(pid).create_time()}"
+
+
+def alive(identity: str) -> psutil.Process | None:
+    """The process :func:`process_identity` named, if it still runs."""
+    pid, _, started = identity.partition("@")
+    try:
+        proc = psutil.Process(int(pid))
+        if str(proc.create_time()) == started and proc.status() != psutil.STATUS_ZOMBIE:
+            return proc
+    except (psutil.Error, ValueError):
+        pass
+    return None
+
+
+def stop_job(job_id: str, launcher: psutil.Process | None) -> str:
+    """Stop a job from outside: SIGTERM to its launcher (which stops the hosts in order and
+    writes the summary), else to its processes; SIGKILL what is left after the grace period."""
+    procs = job_processes(job_id)
+    if launcher is None and not procs:
+        return f"job {job_id} has no process left to stop"
+    targets = [launcher] if launcher is not None else procs
     for proc in targets:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGTERM)
     _, alive = psutil.wait_procs(targets, timeout=CANCEL_TIMEOUT_S)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=STOP_GRACE_S)
-    who = "its launcher" if launchers else f"{len(procs)} processes (no launcher left)"
-    return f"cancelled job {plan.job_id}: stopped {who}"
+    kill_all(alive)
+    who = "its launcher" if launcher is not None else f"{len(procs)} processes (no launcher left)"
+    return f"cancelled job {job_id}: stopped {who}"

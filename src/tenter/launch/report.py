@@ -16,10 +16,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tenter.launch import layout
-from tenter.launch.api import Failure, JobResult
+from tenter.contract.plan import Plan
+from tenter.jobdir import layout
+from tenter.jobdir.results import Failure, JobResult, write_result
 from tenter.launch.console import read_index
-from tenter.launch.plan import Plan
 
 AGENT_RESULT = "agent-result.json"
 STDERR_TAIL_LINES = 20
@@ -55,15 +55,6 @@ def exit_meaning(exit_code: int | None) -> str:
     return f"signal {signum} ({sig.name}, exit code {128 + signum})" + (
         f": {meaning}" if meaning else ""
     )
-
-
-def job_exit_code(failure: Failure | None) -> int:
-    """The launcher's exit status: the root cause's, signals as 128+N like a shell."""
-    if failure is None or failure.exit_code is None:
-        return 1
-    if failure.exit_code < 0:
-        return 128 - failure.exit_code
-    return failure.exit_code or 1
 
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]: ", re.MULTILINE)
@@ -137,7 +128,7 @@ def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure
             if result["state"] == "ERROR":
                 agent_errors.append(f"{host.name}: {result['message']}")
             reported.update({f["error_file"]: f for f in result["failures"]})
-    entries = read_index(plan)
+    entries = read_index(plan.job_dir)
     last_attempt: dict[object, object] = {}
     for entry in entries:
         last_attempt[entry["host"]] = entry["attempt"]
@@ -236,7 +227,7 @@ def record_result(
     failures: list[Failure],
     extra: list[str],
     *,
-    exit_code: int | None,
+    exit_code: int,
     duration_s: float,
     interrupted: bool,
     rdzv_endpoint: str,
@@ -245,13 +236,14 @@ def record_result(
     (``summary.json``, each host's ``output/success|failure``), so that every backend that
     runs tenter's agents leaves the same job directory.
 
-    ``exit_code`` is how the launcher saw the job end; None: it failed, and the root cause's
-    status is the job's. ``extra`` lines go into a failed job's summary before the root cause.
+    ``exit_code`` is the job's, in :class:`tenter.errors.ExitCode`'s table (the root cause's
+    own status is in its failure record). ``extra`` lines go into a failed job's summary before
+    the root cause.
     """
     result = JobResult(
         job_id=plan.job_id,
         job_dir=plan.job_dir,
-        exit_code=0,
+        exit_code=exit_code,
         duration_s=duration_s,
         hosts=len(plan.hosts),
         procs_per_host=plan.procs_per_host,
@@ -259,14 +251,10 @@ def record_result(
         interrupted=interrupted,
         rdzv_endpoint=rdzv_endpoint,
     )
-    code = job_exit_code(result.root_cause) if exit_code is None else exit_code
-    result = dataclasses.replace(result, exit_code=code)
     summary = render_summary(result, plan, extra)
     why = None if result.ok else failure_reason(result)
     for host in plan.hosts:
-        layout.write_outcome(host, why)
+        layout.write_outcome(host.dir, why)
     result = dataclasses.replace(result, summary=summary)
-    (Path(plan.job_dir) / "summary.json").write_text(
-        json.dumps(dataclasses.asdict(result), indent=2)
-    )
+    write_result(Path(plan.job_dir), result)
     return result

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tenter.contract.plan import Plan
 from tenter.launch.console import read_index
-from tenter.launch.plan import Plan
 from tenter.monitor.live import format_bytes, format_duration
 from tenter.monitor.records import Sample, read_metrics, read_rank_samples
 
@@ -213,7 +213,7 @@ def write_report(job_dir: Path) -> Path:
     out = job_dir / "report"
     out.mkdir(exist_ok=True)
     plan = Plan.from_json((job_dir / "plan.json").read_text())
-    hosts = {int(str(e["rank"])): str(e["host"]) for e in read_index(plan)}
+    hosts = {int(str(e["rank"])): str(e["host"]) for e in read_index(plan.job_dir)}
     ranks = summarise_ranks(samples, metrics, hosts)
     slow = stragglers(ranks)
     lines = [f"# Job {job_dir.name}", ""]

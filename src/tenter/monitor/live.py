@@ -37,8 +37,8 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
+from tenter.contract.plan import Plan
 from tenter.launch.console import read_index, say
-from tenter.launch.plan import Plan
 from tenter.monitor.gpu import GpuUsage, Nvml, open_nvml
 from tenter.monitor.records import METRICS_FILE, JsonlFollower, Sample, rank_file
 
@@ -282,7 +282,9 @@ class LiveView:
     def _sample(self) -> Snapshot:
         now = self._clock()
         entries: dict[int, dict[str, Any]] = {}
-        for opened in read_index(self.plan):  # in order: a restart's entry replaces the last
+        for opened in read_index(
+            self.plan.job_dir
+        ):  # in order: a restart's entry replaces the last
             entries[int(str(opened["rank"]))] = opened
         planned = {r.rank: h.name for h in self.plan.hosts for r in h.ranks}
         usage = self._processes.sample()

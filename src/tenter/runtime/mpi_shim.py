@@ -4,7 +4,7 @@ torch rank, then ``exec``s COMMAND.
 mpirun gives each rank ``OMPI_COMM_WORLD_RANK``/``_SIZE``; its host's part of the worker
 contract arrives through ``-x`` (``TENTER_HOST_INDEX``, ``TENTER_NUM_HOSTS``, ``SM_*``,
 ``MASTER_ADDR``/``MASTER_PORT``). The shim adds the per-rank torchrun variables with the same
-function every backend uses (:func:`tenter.runtime.contract.torchrun_env`), so a plain
+function every backend uses (:func:`tenter.contract.torchrun.torchrun_env`), so a plain
 ``init_process_group("gloo")`` script works unchanged under mpirun. ``LOCAL_RANK`` is
 ``RANK - host index * processes per host``, not ``OMPI_COMM_WORLD_LOCAL_RANK``: they agree on a
 real cluster, and only the former is right when several simulated hosts share this machine.
@@ -23,8 +23,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from tenter.launch.records import record_worker_logs
-from tenter.runtime import contract
+from tenter.contract.torchrun import torchrun_env
+from tenter.jobdir.records import record_worker_logs
 
 
 def rank_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -34,7 +34,7 @@ def rank_env(environ: Mapping[str, str]) -> dict[str, str]:
     hosts = int(environ["TENTER_NUM_HOSTS"])
     host_index = int(environ["TENTER_HOST_INDEX"])
     per_host = world // hosts
-    env = contract.torchrun_env(
+    env = torchrun_env(
         rank=rank,
         local_rank=rank - host_index * per_host,
         group_rank=host_index,

@@ -1,15 +1,6 @@
-"""The worker contract: what every process of a job sees, written once for every backend.
-
-Two layers, in this order (later wins):
-
-1. The SageMaker training contract, per host: the ``/opt/ml`` layout under the host's
-   directory (``input/config/*.json``, ``input/data/<channel>``, ``model/``, ``output/``,
-   ``checkpoints/``) and the ``SM_*`` variables the sagemaker-training toolkit exports.
-2. The torchrun environment, per rank: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-   ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``ROLE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``,
-   ``TORCHELASTIC_*`` (set by torch elastic's agent; the plan shows the same values).
-
-Everything here is a pure function of the job, so that ``tenter plan`` can print it.
+"""The SageMaker training contract, per host: the ``/opt/ml`` layout under the host's directory
+(``input/config/*.json``, ``input/data/<channel>``, ``model/``, ``output/``, ``checkpoints/``)
+and the ``SM_*`` variables the sagemaker-training toolkit exports. Pure functions of the job.
 """
 
 from __future__ import annotations
@@ -196,38 +187,3 @@ def sagemaker_env(
     for key, value in hyperparameters.items():
         env[f"SM_HP_{key.upper()}"] = value
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in env.items()}
-
-
-def torchrun_env(
-    *,
-    rank: int,
-    local_rank: int,
-    group_rank: int,
-    local_world_size: int,
-    num_hosts: int,
-    master_addr: str,
-    master_port: str,
-    run_id: str,
-    max_restarts: int,
-    restart_count: int = 0,
-    use_agent_store: bool = True,
-) -> dict[str, str]:
-    """The variables torch elastic's local agent sets for one worker (role ``default``)."""
-    world = local_world_size * num_hosts
-    return {
-        "RANK": str(rank),
-        "LOCAL_RANK": str(local_rank),
-        "WORLD_SIZE": str(world),
-        "LOCAL_WORLD_SIZE": str(local_world_size),
-        "GROUP_RANK": str(group_rank),
-        "GROUP_WORLD_SIZE": str(num_hosts),
-        "ROLE_NAME": "default",
-        "ROLE_RANK": str(rank),
-        "ROLE_WORLD_SIZE": str(world),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": master_port,
-        "TORCHELASTIC_RUN_ID": run_id,
-        "TORCHELASTIC_RESTART_COUNT": str(restart_count),
-        "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
-        "TORCHELASTIC_USE_AGENT_STORE": str(use_agent_store),
-    }

@@ -1,7 +1,8 @@
 """The job directory on disk::
 
-<job_dir>/plan.json                  the plan that ran (plus hosts that joined)
-<job_dir>/summary.json               outcome, duration, failures
+<job_dir>/plan.json                  the request that ran (the plan; Kubernetes: the manifests)
+<job_dir>/handle.json                which backend holds the job and its id there
+<job_dir>/summary.json               outcome, duration, failures (written when the job ends)
 <job_dir>/events.jsonl               rendezvous rounds and restarts, as the agents saw them
 <job_dir>/checkpoints/               the job's checkpoints (unless the spec names a dir)
 <job_dir>/logs/rank-<N>.stdout|.stderr|.error.json   (restarts: rank-<N>.<host>.attempt-<K>.*)
@@ -16,10 +17,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 
-from tenter.launch.plan import HostPlan, Plan
-
+PLAN_FILE = "plan.json"
+HANDLE_FILE = "handle.json"
+SUMMARY_FILE = "summary.json"
+LOGS_DIR = "logs"
 HOST_SUBDIRS = (
     "input/config",
     "input/data",
@@ -29,18 +34,28 @@ HOST_SUBDIRS = (
 )
 
 
-def create(plan: Plan) -> None:
+class HostTree(Protocol):
+    """What a host's ``/opt/ml`` tree is made of (the plan's HostPlan has these fields)."""
+
+    @property
+    def dir(self) -> str: ...
+    @property
+    def files(self) -> Mapping[str, str]: ...
+    @property
+    def links(self) -> Mapping[str, str]: ...
+
+
+def create(job_dir: Path, hosts: Iterable[HostTree], shared_dirs: Iterable[str] = ()) -> None:
     """Create the job directory. Fails if it exists: a job id is never reused."""
-    job_dir = Path(plan.job_dir)
     job_dir.mkdir(parents=True, exist_ok=False)
-    (job_dir / "logs").mkdir()
-    Path(plan.hosts[0].links["checkpoints"]).mkdir(parents=True, exist_ok=True)
-    for host in plan.hosts:
+    (job_dir / LOGS_DIR).mkdir()
+    for path in shared_dirs:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    for host in hosts:
         create_host(host)
-    write_plan(plan)
 
 
-def create_host(host: HostPlan) -> None:
+def create_host(host: HostTree) -> None:
     root = Path(host.dir)
     for sub in HOST_SUBDIRS:
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -50,16 +65,16 @@ def create_host(host: HostPlan) -> None:
         os.symlink(target, root / rel)
 
 
-def write_plan(plan: Plan) -> None:
-    """``plan.json``, replaced atomically (a joining host's agent reads it)."""
-    tmp = Path(plan.job_dir) / ".plan.json.tmp"
-    tmp.write_text(plan.to_json())
-    tmp.replace(Path(plan.job_dir) / "plan.json")
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` in one step: a reader sees the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
-def write_outcome(host: HostPlan, failure: str | None) -> None:
+def write_outcome(host_dir: str, failure: str | None) -> None:
     """SageMaker's ``output/success`` or ``output/failure`` (holding the reason)."""
-    out = Path(host.dir) / "output"
+    out = Path(host_dir) / "output"
     if failure is None:
         (out / "success").write_text("")
     else:

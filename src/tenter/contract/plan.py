@@ -1,8 +1,9 @@
 """The plan: for every host and every rank, the exact command, directory and environment.
 
-:func:`make_plan` is a pure function of the spec (plus the job id and the Python to use),
-so ``tenter plan`` can print it and tests can pin it. The local backend executes this same
-object: each host's agent reads its :class:`HostPlan` from ``plan.json``.
+:func:`make_plan` is a pure function of the spec (plus the job id and the Python to use), so
+``tenter plan`` can print it and tests can pin it. The backends that run tenter's per-host agent
+(local, Slurm) or mpirun execute this same object: each agent reads its :class:`HostPlan` from
+``plan.json``.
 
 Two values cannot be known before launch and appear as placeholders: the rendezvous port
 (``${rdzv_port}``) and ``MASTER_PORT`` (``${master_port}``, the port of the store that rank 0's
@@ -17,15 +18,13 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-from tenter.runtime import contract
+from tenter.contract import sagemaker, torchrun, worker
+from tenter.contract.fabric import LOOPBACK_NIC
 from tenter.spec import JobSpec, lookup, processes_per_host
 
 RDZV_PORT = "${rdzv_port}"
-
 MASTER_PORT = "${master_port}"
-LOOPBACK_NIC = "lo"
 
 
 @dataclass(frozen=True)
@@ -69,8 +68,8 @@ class Plan:
     hosts: list[HostPlan]
     procs_per_host: int
     rdzv_endpoint: str
-    spec: dict[str, Any]
-    """The resolved spec: ``tenter join`` derives a new host's plan from it."""
+    instance_type: str
+    checkpoint_dir: str = ""
     rdzv_backend: str = "c10d"
     min_hosts: int = 1
     max_hosts: int = 1
@@ -84,16 +83,14 @@ class Plan:
     max_run: int | None = None
     console_ranks: list[int] | None = None
     tag_output: bool = True
-    live: bool | None = None
-    """Draw the live per-rank table (None: when the console is a terminal)."""
-    metrics_port: int | None = None
-    """Serve Prometheus metrics on this port (0: any free one); None: no endpoint."""
-    metrics_addr: str = "127.0.0.1"
     launcher: list[str] = field(default_factory=list)
     """What starts the job on a cluster backend: the mpirun or sbatch argv (empty on the local
     backend, which starts one agent per host itself)."""
     files: dict[str, str] = field(default_factory=dict)
     """Files a cluster backend writes into ``job_dir`` before ``launcher`` runs: path -> text."""
+    spare_hosts: list[HostPlan] = field(default_factory=list)
+    """Hosts an elastic job may add up to ``max_hosts`` (``tenter join``), planned now so that
+    what joins is what ``tenter plan`` showed."""
 
     @property
     def world_size(self) -> int:
@@ -119,10 +116,13 @@ class Plan:
     @classmethod
     def from_json(cls, text: str) -> Plan:
         data = json.loads(text)
-        hosts = [
-            HostPlan(**{**h, "ranks": [RankPlan(**r) for r in h["ranks"]]}) for h in data["hosts"]
-        ]
-        return cls(**{**data, "hosts": hosts})
+
+        def hosts(key: str) -> list[HostPlan]:
+            return [
+                HostPlan(**{**h, "ranks": [RankPlan(**r) for r in h["ranks"]]}) for h in data[key]
+            ]
+
+        return cls(**{**data, "hosts": hosts("hosts"), "spare_hosts": hosts("spare_hosts")})
 
 
 def new_job_id(name: str) -> str:
@@ -145,20 +145,6 @@ def simulated_host_addr(index: int) -> str:
     return f"127.{100 + index}.0.1"
 
 
-def _command(spec: JobSpec, python: str) -> list[str]:
-    user_args = [*contract.hyperparameter_args(spec.hyperparameters), *spec.args]
-    # Python entries run under tenter's bootstrap, which records an uncaught exception
-    # with its traceback in the rank's error file: that is how the failure summary names
-    # the first failing rank's traceback without the script changing.
-    bootstrap = [python, "-m", "tenter.runtime.bootstrap"]
-    if spec.entry_point is not None:
-        return [*bootstrap, str(Path(spec.source_dir) / spec.entry_point), *user_args]
-    if spec.module is not None:
-        return [*bootstrap, "-m", spec.module, *user_args]
-    assert spec.command is not None, "the spec check requires one entry"
-    return [*spec.command, *user_args]
-
-
 def make_plan(
     spec: JobSpec,
     job_id: str,
@@ -168,83 +154,46 @@ def make_plan(
     addrs: list[str] | None = None,
     network_interface: str = LOOPBACK_NIC,
 ) -> Plan:
-    """The plan of a validated, path-resolved spec on the local backend.
+    """The plan of a validated, path-resolved spec.
 
     Cluster backends (mpirun, Slurm) pass the hosts' real ``addrs`` and ``network_interface``;
     by default the hosts are simulated on this machine's loopback interface."""
-    jobs_dir = jobs_root(spec, tenter_home)
     elastic = spec.elastic
+    spare = range(spec.instance_count + 1, (elastic.max_hosts or 0) + 1) if addrs is None else ()
     itype = lookup(spec.instance_type)
     assert itype is not None, "the spec check rejects unknown instance types"
     procs = processes_per_host(spec, itype)
-    job_dir = jobs_dir / job_id
-    names = contract.host_names(spec.instance_count)
+    job_dir = jobs_root(spec, tenter_home) / job_id
+    names = sagemaker.host_names(spec.instance_count)
+    simulated = addrs is None
     if addrs is None:
         addrs = [simulated_host_addr(i) for i in range(spec.instance_count)]
-    world = procs * len(names)
-    entry = spec.entry_point or spec.module or " ".join(spec.command or [])
-    distribution = spec.distribution.model_dump()
-    pg_backend = spec.resolved_process_group_backend()
     checkpoint_dir = spec.checkpoint.dir or str(job_dir / "checkpoints")
-    checkpoint_env = {
-        "TENTER_CHECKPOINT_DIR": checkpoint_dir,
-        "TENTER_CHECKPOINT_KEEP": str(spec.checkpoint.keep),
-    }
-    if spec.checkpoint.every:
-        checkpoint_env["TENTER_CHECKPOINT_EVERY"] = str(spec.checkpoint.every)
-    common_env = {
-        "PYTHONUNBUFFERED": "1",
-        # torchrun sets 1 thread per worker; simulated hosts also share this machine's cores.
-        "OMP_NUM_THREADS": str(max(1, itype.cpus // world)),
-        **({"TENTER_PG_BACKEND": pg_backend} if pg_backend else {}),
-        # torch's compile cache, shared by jobs, instead of a directory left in /tmp.
-        "TORCHINDUCTOR_CACHE_DIR": str(tenter_home / "cache" / "torchinductor"),
-        **spec.environment,
-        "TENTER_JOB_ID": job_id,
-        "TENTER_JOB_DIR": str(job_dir),
-        "TENTER_NUM_HOSTS": str(len(names)),
-        # The job's distribution config, for the libraries that act on it (tenter.parallel).
-        "TENTER_DISTRIBUTION": json.dumps(distribution, separators=(",", ":")),
-        **checkpoint_env,
-    }
     restartable = elastic.max_restarts > 0
-    if restartable:
-        # torch reuses rank 0's shared store across rendezvous rounds without a per-round
-        # prefix, so a restarted group would read the previous attempt's gloo addresses.
-        # Opting out gives each attempt a fresh store, served by its rank 0 worker.
-        common_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     hosts = []
     for index, (name, addr) in enumerate(zip(names, addrs, strict=True)):
         host_dir = job_dir / "hosts" / name
-        channel_dirs = {ch: str(host_dir / "input" / "data" / ch) for ch in spec.channels}
-        env = {
-            **common_env,
-            "TENTER_HOST": name,
-            "TENTER_HOST_INDEX": str(index),
-            "TENTER_HOST_ADDR": addr,
-            **contract.sagemaker_env(
-                job_name=job_id,
-                current_host=name,
-                hosts=names,
-                host_dir=host_dir,
-                instance_type=itype.sagemaker_name,
-                num_gpus=itype.gpus,
-                num_cpus=itype.cpus,
-                num_neurons=itype.neuron_cores,
-                network_interface=network_interface,
-                hyperparameters=spec.hyperparameters,
-                channels=channel_dirs,
-                entry_point=entry,
-                module_dir=spec.source_dir,
-                distribution=distribution,
-            ),
-        }
+        where = worker.Placement(
+            job_id=job_id,
+            job_dir=job_dir,
+            host=name,
+            host_index=str(index),
+            host_addr=addr,
+            hosts=names,
+            host_dir=host_dir,
+            network_interface=network_interface,
+            module_dir=spec.source_dir,
+            checkpoint_dir=checkpoint_dir,
+            channels={ch: str(host_dir / "input" / "data" / ch) for ch in spec.channels},
+            simulated=simulated,
+            cache_dir=tenter_home / "cache",
+        )
         config = {
-            "resourceconfig.json": contract.resource_config(
+            "resourceconfig.json": sagemaker.resource_config(
                 name, names, itype.sagemaker_name, network_interface
             ),
-            "hyperparameters.json": contract.hyperparameters_json(spec.hyperparameters),
-            "inputdataconfig.json": contract.input_data_config(spec.channels),
+            "hyperparameters.json": sagemaker.hyperparameters_json(spec.hyperparameters),
+            "inputdataconfig.json": sagemaker.input_data_config(spec.channels),
         }
         ranks = []
         for local_rank in range(procs):
@@ -255,7 +204,7 @@ def make_plan(
                     rank=rank,
                     local_rank=local_rank,
                     env={
-                        **contract.torchrun_env(
+                        **torchrun.torchrun_env(
                             rank=rank,
                             local_rank=local_rank,
                             group_rank=index,
@@ -280,7 +229,7 @@ def make_plan(
                 index=index,
                 addr=addr,
                 dir=str(host_dir),
-                env=env,
+                env=worker.host_env(spec, itype, procs, where),
                 files={
                     f"input/config/{fname}": json.dumps(content, indent=2)
                     for fname, content in config.items()
@@ -297,12 +246,14 @@ def make_plan(
         job_id=job_id,
         job_dir=str(job_dir),
         backend=spec.backend,
-        command=_command(spec, python),
+        command=worker.worker_argv(spec, python, spec.source_dir),
         cwd=spec.source_dir,
         hosts=hosts,
         procs_per_host=procs,
         rdzv_endpoint=elastic.rendezvous.endpoint or f"127.0.0.1:{RDZV_PORT}",
-        spec=spec.model_dump(mode="json"),
+        instance_type=spec.instance_type,
+        spare_hosts=[_spare_host(spec, job_id, tenter_home, python, count) for count in spare],
+        checkpoint_dir=checkpoint_dir,
         # torch's name for the etcd backend of its dynamic rendezvous (the one that orders
         # hosts by address, as c10d does).
         rdzv_backend="etcd-v2" if elastic.rendezvous.backend == "etcd" else "c10d",
@@ -310,9 +261,6 @@ def make_plan(
         max_hosts=elastic.max_hosts or spec.instance_count,
         join_timeout=elastic.rendezvous.join_timeout,
         last_call_timeout=elastic.rendezvous.last_call_timeout,
-        # Simulated hosts share a loopback: heartbeats are free, and a lost host is then
-        # dropped in 3 s instead of torch's default 15 s.
-        keep_alive_s=1,
         max_restarts=elastic.max_restarts,
         hang_timeout=elastic.hang_timeout,
         on_hang=elastic.on_hang,
@@ -320,3 +268,14 @@ def make_plan(
         console_ranks=spec.logs.ranks,
         tag_output=spec.logs.tag,
     )
+
+
+def _spare_host(spec: JobSpec, job_id: str, tenter_home: Path, python: str, count: int) -> HostPlan:
+    """Host ``count`` of the job, as it is when it joins the ``count - 1`` before it."""
+    grown = spec.model_copy(
+        update={
+            "instance_count": count,
+            "elastic": spec.elastic.model_copy(update={"max_hosts": None}),
+        }
+    )
+    return make_plan(grown, job_id, tenter_home, python).hosts[-1]

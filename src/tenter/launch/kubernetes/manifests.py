@@ -7,7 +7,7 @@ One spec renders as one of three Kubeflow objects:
   variables the operator sets; an elastic spec (``elastic.min_hosts``/``max_hosts`` or an etcd
   rendezvous) gets an ``elasticPolicy`` and Workers only, as the operator requires.
 - ``MPIJob`` (``kubeflow.org/v2beta1``, MPI Operator) for ``mpi`` and ``smdistributed`` jobs:
-  one Launcher running the mpirun command of :mod:`tenter.launch.mpi_command` (the mpi
+  one Launcher running the mpirun command of :mod:`tenter.launch.mpirun` (the mpi
   backend's own), and N Workers running ``sshd``; every variable of the worker contract
   reaches the ranks through mpirun's ``-x``, because processes started over ssh do not see
   the pod's environment.
@@ -16,7 +16,7 @@ One spec renders as one of three Kubeflow objects:
 
 Every training pod gets the instance type's resources from the catalog (GPUs, EFA interfaces,
 hugepages, CPU and memory), a memory-backed ``/dev/shm``, a node selector on the instance
-type, the EFA/NCCL variables (:data:`tenter.launch.mpi_command.EFA_ENV`, shared with mpirun)
+type, the EFA/NCCL variables (:mod:`tenter.contract.fabric`, the same for every backend)
 and the spec's claimed volumes; none is privileged: EFA devices come from the EFA device
 plugin as ``vpc.amazonaws.com/efa`` resources.
 """
@@ -24,15 +24,16 @@ plugin as ``vpc.amazonaws.com/efa`` resources.
 from __future__ import annotations
 
 import copy
-import json
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tenter.launch.mpi_command import CLUSTER_NIC, EFA_ENV, mpirun_command
-from tenter.runtime import contract
+from tenter.contract.fabric import CLUSTER_NIC
+from tenter.contract.sagemaker import hyperparameter_args
+from tenter.contract.worker import BOOTSTRAP, Placement, host_env
+from tenter.launch.mpirun import mpirun_command
 from tenter.spec import JobSpec, Problem, SpecError, lookup, processes_per_host
 from tenter.spec.catalog import InstanceType
 from tenter.spec.kubernetes import KubernetesOptions
@@ -52,7 +53,6 @@ system, its eviction threshold and the per-node daemons (CNI, device plugins).""
 LAUNCHER_RESOURCES: Manifest = {"requests": {"cpu": 1, "memory": "2Gi"}}
 """mpirun and its ssh sessions only: the launcher runs no rank."""
 SHM_VOLUME = "dshm"
-BOOTSTRAP = "tenter.runtime.bootstrap"
 SSHD = ["/usr/sbin/sshd", "-De"]
 """MPI workers serve ssh for the launcher's mpirun (the MPI Operator mounts the keys)."""
 POD_TENTER_HOME = Path("/opt/ml/tenter")
@@ -241,66 +241,52 @@ def _env_list(env: Mapping[str, str]) -> list[Manifest]:
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
-def efa_env(itype: InstanceType) -> dict[str, str]:
-    """The EFA/NCCL variables of ``itype``: the mpirun backend's data, same values."""
-    env = {name: value for name, value, needed in EFA_ENV if needed(itype)}
-    if itype.gpus:
-        env["NCCL_SOCKET_IFNAME"] = CLUSTER_NIC
-    return env
+HOST_REF = "$(TENTER_HOST)"
+"""The pod's own name, which the kubelet expands in the values that refer to it."""
+FROM_DOWNWARD_API = {"TENTER_HOST": "metadata.name", "TENTER_HOST_ADDR": "status.podIP"}
+"""Variables whose value only the pod knows: its name and address."""
+LEFT_OUT = {"TENTER_HOST_INDEX", "SM_TRAINING_ENV"}
+"""Per-host values one pod template cannot hold: the node rank arrives as torchrun's
+``GROUP_RANK``, and ``SM_TRAINING_ENV``'s ``is_master`` differs per host."""
 
 
 def worker_env(
     spec: JobSpec, itype: InstanceType, job_id: str, hosts: list[str], procs: int
 ) -> list[Manifest]:
-    """The environment of a torchrun pod: EFA/NCCL defaults, the spec's, tenter's and
-    SageMaker's (torchrun adds the per-rank variables).
+    """The environment of a torchrun pod: the worker contract (:func:`tenter.contract.worker.
+    host_env`, as on every backend; torchrun adds the per-rank variables).
 
-    One pod template serves every host, so the host's own name comes from the downward API
-    (``TENTER_HOST``, the pod name) and the per-host SageMaker values refer to it as
-    ``$(TENTER_HOST)``, which the kubelet expands; ``SM_TRAINING_ENV``, whose ``is_master``
-    differs per host, is left out.
-    """
-    host_ref = "$(TENTER_HOST)"
-    pg_backend = spec.resolved_process_group_backend()
-    sm = contract.sagemaker_env(
-        job_name=job_id,
-        current_host=hosts[0],
+    One pod template serves every host, so the host's own name and address come from the
+    downward API and the per-host SageMaker values refer to it as ``$(TENTER_HOST)``."""
+    where = Placement(
+        job_id=job_id,
+        job_dir=POD_SM_DIR,
+        host=HOST_REF,
+        host_index="",
+        host_addr="",
         hosts=hosts,
         host_dir=POD_SM_DIR,
-        instance_type=itype.sagemaker_name,
-        num_gpus=itype.gpus,
-        num_cpus=itype.cpus,
-        num_neurons=itype.neuron_cores,
         network_interface=CLUSTER_NIC,
-        hyperparameters=spec.hyperparameters,
-        channels={},
-        entry_point=spec.entry_point or spec.module or " ".join(spec.command or []),
         module_dir=spec.kubernetes.working_dir,
-        distribution=spec.distribution.model_dump(),
+        # SageMaker's checkpoint_local_path default.
+        checkpoint_dir=spec.checkpoint.dir or str(POD_SM_DIR / "checkpoints"),
+        channels={},
+        simulated=False,
     )
-    per_host = ("SM_CURRENT_HOST", "SM_RESOURCE_CONFIG", "SM_TRAINING_ENV")
+    env = host_env(spec, itype, procs, where)
+    per_host = {k: v for k, v in env.items() if HOST_REF in v and k not in FROM_DOWNWARD_API}
     values = {
-        "PYTHONUNBUFFERED": "1",
-        **efa_env(itype),
-        # torchrun's default, made explicit: one OpenMP thread per rank.
-        "OMP_NUM_THREADS": str(max(1, itype.cpus // procs)),
-        **({"TENTER_PG_BACKEND": pg_backend} if pg_backend else {}),
-        **spec.environment,
-        "TENTER_JOB_ID": job_id,
-        "TENTER_NUM_HOSTS": str(len(hosts)),
-        **({"TENTER_CHECKPOINT_DIR": spec.checkpoint.dir} if spec.checkpoint.dir else {}),
-        **{k: v for k, v in sm.items() if k not in per_host},
-    }
-    own = {
-        "SM_CURRENT_HOST": host_ref,
-        "SM_RESOURCE_CONFIG": json.dumps(
-            contract.resource_config(host_ref, hosts, itype.sagemaker_name, CLUSTER_NIC)
-        ),
+        k: literal(v)
+        for k, v in env.items()
+        if k not in per_host and k not in FROM_DOWNWARD_API and k not in LEFT_OUT
     }
     return [
-        {"name": "TENTER_HOST", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        *_env_list({k: literal(v) for k, v in values.items()}),
-        *_env_list(own),
+        *(
+            {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+            for name, path in FROM_DOWNWARD_API.items()
+        ),
+        *_env_list(values),
+        *_env_list(per_host),
     ]
 
 
@@ -311,7 +297,7 @@ def torchrun_command(spec: JobSpec, max_restarts: int) -> list[str]:
     run = [opts.python, "-m", "torch.distributed.run"]
     if max_restarts:
         run += ["--max-restarts", str(max_restarts)]
-    user_args = [*contract.hyperparameter_args(spec.hyperparameters), *spec.args]
+    user_args = [*hyperparameter_args(spec.hyperparameters), *spec.args]
     if spec.entry_point is not None:
         script = posixpath.join(opts.working_dir, spec.entry_point)
         argv = [*run, "-m", BOOTSTRAP, script, *user_args]

@@ -1,0 +1,47 @@
+"""The torchrun environment, per rank: what torch elastic's local agent sets for a worker.
+
+``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``ROLE_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_*``. On the local and Slurm backends torch's
+agent sets them itself (the plan shows the same values); the mpirun shim sets them from this
+function; on Kubernetes, torchrun in the pod does.
+"""
+
+from __future__ import annotations
+
+SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+"""torchrun's default ``--signals-to-handle``, which its agent exports to every worker."""
+
+
+def torchrun_env(
+    *,
+    rank: int,
+    local_rank: int,
+    group_rank: int,
+    local_world_size: int,
+    num_hosts: int,
+    master_addr: str,
+    master_port: str,
+    run_id: str,
+    max_restarts: int,
+    restart_count: int = 0,
+    use_agent_store: bool = True,
+) -> dict[str, str]:
+    """The variables torch elastic's local agent sets for one worker (role ``default``)."""
+    world = local_world_size * num_hosts
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+        "GROUP_RANK": str(group_rank),
+        "GROUP_WORLD_SIZE": str(num_hosts),
+        "ROLE_NAME": "default",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": master_port,
+        "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_RESTART_COUNT": str(restart_count),
+        "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
+        "TORCHELASTIC_USE_AGENT_STORE": str(use_agent_store),
+    }

@@ -1,0 +1,76 @@
+"""A job's outcome: :class:`JobResult` (``summary.json``) and its :class:`Failure` records."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tenter.jobdir.layout import SUMMARY_FILE, write_atomic
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One rank (or pod) that did not finish successfully."""
+
+    host: str
+    rank: int
+    local_rank: int
+    pid: int | None
+    exit_code: int | None
+    """The process's exit status; negative: killed by that signal."""
+    timestamp: float
+    message: str = ""
+    traceback: str = ""
+    stderr_tail: str = ""
+    log: str = ""
+    secondary: bool = False
+    """A consequence of another failure (a peer's broken connection, tenter's own stop)."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: str
+    job_dir: str
+    exit_code: int
+    """The job's exit code in :class:`tenter.errors.ExitCode`'s table."""
+    duration_s: float
+    hosts: int
+    procs_per_host: int
+    failures: list[Failure] = field(default_factory=list)
+    interrupted: bool = False
+    summary: str = ""
+    """The end-of-job report (root cause first when it failed)."""
+    rdzv_endpoint: str = ""
+    """Where the rendezvous store listened (released when the job ended)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def root_cause(self) -> Failure | None:
+        primary = [f for f in self.failures if not f.secondary] or self.failures
+        return min(primary, key=lambda f: f.timestamp) if primary else None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobResult:
+        failures = [Failure(**f) for f in data.get("failures", [])]
+        return cls(**{**data, "failures": failures})
+
+
+def write_result(job_dir: Path, result: JobResult) -> None:
+    write_atomic(job_dir / SUMMARY_FILE, result.to_json())
+
+
+def read_result(job_dir: Path) -> JobResult | None:
+    """The job's result, or None while it has none (it runs, or its launcher was killed)."""
+    path = job_dir / SUMMARY_FILE
+    if not path.exists():
+        return None
+    return JobResult.from_dict(json.loads(path.read_text()))

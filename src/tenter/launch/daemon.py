@@ -1,0 +1,33 @@
+"""``python -m tenter.launch.daemon BACKEND JOB_DIR``: the launcher of a detached job
+(``tenter run --detach`` on the local and mpi backends).
+
+It runs the job's :class:`~tenter.launch.supervisor.Supervisor` as ``tenter run`` would in its
+own process, and exits with the job's exit code once ``summary.json`` is written. SIGTERM,
+SIGINT and SIGHUP (``tenter cancel``) stop the job the way Ctrl-C does.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tenter.contract.plan import Plan
+from tenter.jobdir import layout
+from tenter.launch.api import get_backend
+from tenter.launch.signals import stop_requests
+from tenter.launch.supervised import SupervisedBackend
+
+
+def main(argv: list[str]) -> int:
+    backend_name, job_dir = argv
+    backend = get_backend(backend_name)
+    assert isinstance(backend, SupervisedBackend), f"{backend_name} jobs do not detach this way"
+    plan = Plan.from_json((Path(job_dir) / layout.PLAN_FILE).read_text())
+    job = backend.supervisor(plan)
+    with stop_requests() as stop:
+        job.start()
+        return job.wait(stop).exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,394 @@
+"""The Kubernetes backend: a job as a Kubeflow PyTorchJob, MPIJob or TrainJob.
+
+``dryrun`` renders the job object (:mod:`~tenter.launch.kubernetes.manifests`), checks it
+against the operators' admission rules (:mod:`~tenter.launch.kubernetes.rules`) and returns a
+:class:`~tenter.launch.kubernetes.request.KubernetesRequest`, whose ``materialize()`` is the
+exact object submitted and whose ``str`` is its YAML (what ``tenter plan --backend kubernetes``
+prints). ``submit`` creates it through the official ``kubernetes`` client (``pip install
+'tenter[kubernetes]'``; imported only here, and only when no client is injected) and keeps the
+request and the job's handle in a job directory on this machine, so that ``tenter
+status|logs|cancel JOB`` reach it like any other job. ``wait`` follows the pods' phases and
+restarts and returns the job's terminal state: exit code 0, 1 when it failed (the earliest
+failing container is the root cause), 124 past ``max_run``, 130 when cancelled (the job is then
+deleted). ``logs`` streams the pods that hold the selected ranks, again after a container
+restarts.
+
+The submission path is deliberately thin and is tested against fakes of the client's
+``CustomObjectsApi`` and ``CoreV1Api``; it is not exercised against a live API server in CI.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tenter.contract.plan import jobs_root
+from tenter.errors import ExitCode, JobNotFoundError
+from tenter.jobdir import layout
+from tenter.jobdir.handle import JobHandle
+from tenter.jobdir.lookup import tenter_home
+from tenter.jobdir.results import Failure, JobResult, write_result
+from tenter.launch.api import JobStatus
+from tenter.launch.kubernetes import manifests, rules
+from tenter.launch.kubernetes.cluster import (
+    Clients,
+    JobState,
+    PodState,
+    connect,
+    job_state,
+    pod_states,
+    refusal,
+)
+from tenter.launch.kubernetes.manifests import KINDS
+from tenter.launch.kubernetes.request import KubernetesRequest
+from tenter.spec import JobSpec, SpecError, lookup, processes_per_host
+
+POLL_S = 2.0
+"""How often the job and its pods are read while it runs."""
+LOG_JOIN_S = 10.0
+"""How long the log streams get to deliver their last lines once the job ended."""
+
+Printer = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _stdout(line: str) -> None:
+    print(line, flush=True)
+
+
+def read_request(handle: JobHandle) -> KubernetesRequest:
+    return KubernetesRequest.from_record((Path(handle.job_dir) / layout.PLAN_FILE).read_text())
+
+
+@dataclass
+class KubernetesBackend:
+    """``dryrun`` is pure; the other verbs talk to the cluster through ``clients`` (default:
+    :func:`~tenter.launch.kubernetes.cluster.connect` to the request's kubeconfig context)."""
+
+    clients: Clients | None = None
+    poll_s: float = POLL_S
+    out: Printer = _stdout
+    err: Printer = _stderr
+    clock: Callable[[], float] = time.monotonic
+    name: str = field(default="kubernetes", init=False)
+    reports_progress: bool = field(default=False, init=False)
+    """Ranks write their progress inside the pods: no live view or metrics from here."""
+
+    def dryrun(self, spec: JobSpec, job_id: str) -> KubernetesRequest:
+        obj = manifests.render(spec, job_id)
+        problems = rules.problems(obj)
+        if problems:
+            raise SpecError(problems)
+        itype = lookup(spec.instance_type)
+        assert itype is not None, "render rejects unknown instance types"
+        kind = obj["kind"]
+        procs = processes_per_host(spec, itype)
+        return KubernetesRequest(
+            job_id=job_id,
+            kind=kind,
+            namespace=spec.kubernetes.namespace,
+            context=spec.kubernetes.context,
+            objects=[obj],
+            hosts=spec.instance_count,
+            procs_per_host=procs,
+            job_dir=str(jobs_root(spec, tenter_home()) / job_id),
+            log_pods=_log_pods(spec, kind, job_id, procs),
+            rank_pods=manifests.pytorch_hosts(spec, job_id) if kind == "PyTorchJob" else None,
+        )
+
+    def _clients(self, context: str | None) -> Clients:
+        if self.clients is None:
+            self.clients = connect(context)
+        return self.clients
+
+    def submit(self, request: KubernetesRequest, *, detach: bool = False) -> JobHandle:
+        """Create the job's objects (a Kubernetes job outlives ``tenter run`` anyway). If any
+        create fails, the objects already created are deleted: nothing is left running."""
+        kind = KINDS[request.kind]
+        clients = self._clients(request.context)
+        created: list[str] = []
+        try:
+            for obj in request.materialize():
+                clients.custom.create_namespaced_custom_object(
+                    kind.group, kind.version, request.namespace, kind.plural, obj
+                )
+                created.append(obj["metadata"]["name"])
+        except Exception as e:
+            for name in created:
+                self._delete(clients, request.kind, request.namespace, name)
+            raise refusal(kind, request.namespace, e) from e
+        job_dir = Path(request.job_dir)
+        job_dir.mkdir(parents=True)
+        layout.write_atomic(job_dir / layout.PLAN_FILE, request.record())
+        handle = JobHandle(
+            self.name,
+            request.job_id,
+            request.job_dir,
+            f"{request.namespace}/{request.kind}/{request.job_id}",
+            {"context": request.context or "", "submitted": str(time.time())},
+        )
+        handle.write()
+        self.err(
+            f"created {kind.kind} {request.namespace}/{request.job_id} "
+            f"(kubectl get {kind.plural} -n {request.namespace} {request.job_id})"
+        )
+        return handle
+
+    def wait(self, handle: JobHandle, stop: threading.Event) -> JobResult:
+        """Poll the job and its pods until the job ends, printing phase changes and restarts;
+        ``stop`` deletes the job."""
+        request = read_request(handle)
+        clients = self._clients(request.context)
+        kind = KINDS[request.kind]
+        start = self.clock()
+        seen: dict[str, PodState] = {}
+        while True:
+            if stop.is_set():
+                self._delete(clients, request.kind, request.namespace, request.job_id)
+                result = self._result(request, JobState("Failed", "Interrupted"), [], start, True)
+                break
+            pods = self._pods(clients, request.kind, request.namespace, request.job_id)
+            for pod in pods:
+                before = seen.get(pod.name)
+                if before is None or before.phase != pod.phase:
+                    self.err(f"pod {pod.name}: {pod.phase}")
+                if before is not None and pod.restarts > before.restarts:
+                    self.err(
+                        f"pod {pod.name}: restarted ({pod.restarts}), last exit code "
+                        f"{pod.exit_code} {pod.reason}".rstrip()
+                    )
+                seen[pod.name] = pod
+            obj = clients.custom.get_namespaced_custom_object(
+                kind.group, kind.version, request.namespace, kind.plural, request.job_id
+            )
+            state = job_state(obj)
+            if state.finished:
+                result = self._result(request, state, pods, start, False)
+                break
+            time.sleep(self.poll_s)
+        write_result(Path(handle.job_dir), result)
+        return result
+
+    def _pods(self, clients: Clients, kind: str, namespace: str, name: str) -> list[PodState]:
+        return pod_states(
+            clients.core.list_namespaced_pod(
+                namespace, label_selector=manifests.pod_selector(kind, name)
+            ),
+            KINDS[kind].log_container,
+        )
+
+    def _result(
+        self,
+        request: KubernetesRequest,
+        state: JobState,
+        pods: list[PodState],
+        start: float,
+        interrupted: bool,
+    ) -> JobResult:
+        failures = [
+            Failure(
+                host=p.name,
+                rank=-1,
+                local_rank=-1,
+                pid=None,
+                exit_code=p.exit_code,
+                timestamp=p.finished or 0.0,
+                message=p.reason,
+            )
+            for p in pods
+            if p.exit_code
+        ]
+        root = min(failures, key=lambda f: f.timestamp) if failures else None
+        if state.ok:
+            code = ExitCode.OK
+        elif interrupted:
+            code = ExitCode.INTERRUPTED
+        elif state.reason == "DeadlineExceeded":
+            code = ExitCode.MAX_RUN
+        else:
+            code = ExitCode.JOB_FAILED
+        duration = self.clock() - start
+        what = f"{request.kind} {request.namespace}/{request.job_id}"
+        if state.ok:
+            summary = f"job {what} SUCCEEDED after {duration:.1f} s"
+        else:
+            verb = "INTERRUPTED (deleted)" if interrupted else "FAILED"
+            summary = f"job {what} {verb} after {duration:.1f} s"
+            detail = ": ".join(x for x in (state.reason, state.message) if x)
+            if detail:
+                summary += f"\n{detail}"
+            if root is not None:
+                summary += (
+                    f"\nroot cause: pod {root.host}: exit code {root.exit_code} "
+                    f"{root.message}".rstrip()
+                    + f"\n  logs: kubectl logs -n {request.namespace} {root.host} "
+                    f"-c {KINDS[request.kind].log_container}"
+                )
+        return JobResult(
+            job_id=request.job_id,
+            job_dir=request.job_dir,
+            exit_code=code,
+            duration_s=duration,
+            hosts=request.hosts,
+            procs_per_host=request.procs_per_host,
+            failures=failures,
+            interrupted=interrupted,
+            summary=summary,
+        )
+
+    def logs(self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool) -> PodLogs:
+        request = read_request(handle)
+        pods = request.log_pods if ranks is None else _pods_of_ranks(request, ranks)
+        return PodLogs(self, request, pods, tag, follow)
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        namespace, kind, name = handle.scheduler_id.split("/")
+        clients = self._clients(handle.details.get("context") or None)
+        info = KINDS[kind]
+        try:
+            obj = clients.custom.get_namespaced_custom_object(
+                info.group, info.version, namespace, info.plural, name
+            )
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                return JobStatus(False, f"{kind} {namespace}/{name} no longer exists")
+            raise
+        state = job_state(obj)
+        detail = ": ".join(x for x in (state.reason, state.message) if x)
+        lines = [
+            f"{state.state.upper()} ({kind} {namespace}/{name}"
+            + (f": {detail})" if detail else ")")
+        ]
+        for pod in self._pods(clients, kind, namespace, name):
+            ended = f"  exit code {pod.exit_code} {pod.reason}".rstrip() if pod.exit_code else ""
+            lines.append(f"  pod {pod.name}  {pod.phase}  restarts {pod.restarts}{ended}")
+        return JobStatus(not state.finished, "\n".join(lines))
+
+    def cancel(self, handle: JobHandle) -> str:
+        namespace, kind, name = handle.scheduler_id.split("/")
+        clients = self._clients(handle.details.get("context") or None)
+        self._delete(clients, kind, namespace, name)
+        return f"deleted {kind} {namespace}/{name}"
+
+    def _delete(self, clients: Clients, kind: str, namespace: str, name: str) -> None:
+        """Delete the job; Foreground propagation deletes its pods and services first."""
+        info = KINDS[kind]
+        clients.custom.delete_namespaced_custom_object(
+            info.group, info.version, namespace, info.plural, name, propagation_policy="Foreground"
+        )
+        self.err(f"deleted {kind} {namespace}/{name}")
+
+    def find(self, name: str, namespace: str, context: str | None = None) -> JobHandle:
+        """A handle for job ``name`` that tenter did not submit from this machine (any of the
+        kinds tenter renders): what ``tenter k8s status|cancel`` use."""
+        clients = self._clients(context)
+        for kind in KINDS.values():
+            try:
+                clients.custom.get_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name
+                )
+            except Exception as e:
+                if getattr(e, "status", None) == 404:
+                    continue
+                raise
+            return JobHandle(
+                self.name, name, "", f"{namespace}/{kind.kind}/{name}", {"context": context or ""}
+            )
+        raise JobNotFoundError(
+            "JOB", f"no {', '.join(KINDS)} named '{name}' in namespace '{namespace}'"
+        )
+
+
+class PodLogs:
+    """Streams the output of the job's pods (those in ``pods``; None: all): one stream per
+    container run, so a restarted container's output is followed too. ``stop()`` reads every
+    selected pod once more, so no line of a pod that ended between two polls is lost."""
+
+    def __init__(
+        self,
+        backend: KubernetesBackend,
+        request: KubernetesRequest,
+        pods: list[str] | None,
+        tag: bool,
+        follow: bool,
+    ) -> None:
+        self._backend, self._request, self._pods, self._tag = backend, request, pods, tag
+        self._follow = follow
+        self._streams: dict[tuple[str, int], threading.Thread] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tenter-pod-logs", daemon=True)
+
+    def start(self) -> PodLogs:
+        if self._follow:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._poll()
+        for thread in self._streams.values():
+            thread.join(LOG_JOIN_S)
+
+    def _run(self) -> None:
+        while not self._done.wait(self._backend.poll_s):
+            self._poll()
+
+    def _poll(self) -> None:
+        r = self._request
+        clients = self._backend._clients(r.context)
+        for pod in self._backend._pods(clients, r.kind, r.namespace, r.job_id):
+            wanted = self._pods is None or pod.name in self._pods
+            key = (pod.name, pod.restarts)
+            if wanted and key not in self._streams and pod.phase != "Pending":
+                self._streams[key] = self._stream(clients, pod.name)
+
+    def _stream(self, clients: Clients, pod: str) -> threading.Thread:
+        r = self._request
+        container = KINDS[r.kind].log_container
+        # MPI output already carries mpirun's [job,rank] tags; others get the pod's name.
+        prefix = f"[{pod}] " if self._tag and r.kind != "MPIJob" else ""
+
+        def follow() -> None:
+            response: Any = clients.core.read_namespaced_pod_log(
+                pod, r.namespace, container=container, follow=True, _preload_content=False
+            )
+            for raw in response:
+                self._backend.out(prefix + raw.decode(errors="replace").rstrip("\n"))
+
+        thread = threading.Thread(target=follow, name=f"logs-{pod}", daemon=True)
+        thread.start()
+        return thread
+
+
+def _log_pods(spec: JobSpec, kind: str, name: str, procs: int) -> list[str] | None:
+    """The pods holding ``logs.ranks`` (host i holds ranks i*procs...), or None for all."""
+    if kind == "MPIJob":
+        return [f"{name}-launcher"]  # mpirun gathers every rank's output there
+    if spec.logs.ranks is None or kind == "TrainJob":
+        return None  # JobSet's pod names end in a random suffix: follow them all
+    hosts = manifests.pytorch_hosts(spec, name)
+    return sorted({hosts[r // procs] for r in spec.logs.ranks})
+
+
+def _pods_of_ranks(request: KubernetesRequest, ranks: list[int]) -> list[str] | None:
+    """``tenter logs --ranks``: the PyTorchJob pods holding ``ranks``; every pod otherwise."""
+    names = request.rank_pods
+    if names is None:
+        return request.log_pods
+    return sorted(
+        {
+            names[r // request.procs_per_host]
+            for r in ranks
+            if r // request.procs_per_host < len(names)
+        }
+    )

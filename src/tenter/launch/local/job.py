@@ -1,0 +1,107 @@
+"""A local job: one agent process per simulated host, started and watched by the launcher.
+
+An agent killed by a signal is a lost host: an elastic job goes on while ``min_hosts``
+remain (torch elastic re-forms the world without it). ``tenter join JOB`` adds one of the
+plan's spare hosts, which enters at the next rendezvous round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from tenter.contract.plan import HostPlan, Plan
+from tenter.jobdir import layout
+from tenter.launch.api import python_executable
+from tenter.launch.console import say
+from tenter.launch.processes import env_of, job_processes, kill_all
+from tenter.launch.supervisor import Supervisor
+
+
+def control_dir(job_dir: str) -> Path:
+    """Requests to a running job (``tenter join`` writes ``join-*`` files here)."""
+    path = Path(job_dir) / "control"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+class LocalJob(Supervisor):
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan)
+        self.lost: set[int] = set()
+        """Indexes of hosts whose agent was killed while the job went on without them."""
+
+    def start_processes(self) -> None:
+        for host in self.plan.hosts:
+            self._start_agent(host)
+
+    def _start_agent(self, host: HostPlan) -> None:
+        plan_file = str(Path(self.plan.job_dir) / layout.PLAN_FILE)
+        log_path = Path(self.plan.job_dir) / "logs" / f"agent-{host.name}.log"
+        with open(log_path, "wb") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        python_executable(),
+                        "-m",
+                        "tenter.launch.agent",
+                        plan_file,
+                        str(host.index),
+                        str(self.rdzv_port),
+                    ],
+                    env={**os.environ, **host.env},
+                    cwd=self.plan.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    # Ctrl-C in a terminal reaches the launcher only, which stops the
+                    # hosts in order rather than all processes at once.
+                    start_new_session=True,
+                )
+            )
+
+    def check_processes(self) -> str:
+        """running, succeeded, or failed."""
+        active = [i for i in range(len(self.procs)) if i not in self.lost]
+        for i in active:
+            code = self.procs[i].poll()
+            if code is None or code == 0:
+                continue
+            if code < 0 and len(active) - 1 >= self.plan.min_hosts and self.plan.max_restarts:
+                self._lose_host(i, signal.Signals(-code).name)
+                return "running"
+            return "failed"
+        codes = [self.procs[i].poll() for i in active]
+        return "succeeded" if codes and all(c == 0 for c in codes) else "running"
+
+    def _lose_host(self, index: int, why: str) -> None:
+        self.lost.add(index)
+        name = self.plan.hosts[index].name
+        # Its workers run in sessions of their own and outlive their killed agent.
+        kill_all([p for p in job_processes(self.plan.job_id) if env_of(p, "TENTER_HOST") == name])
+        left = len(self.procs) - len(self.lost)
+        say(f"host {name} lost (its agent was killed by {why}); going on with {left} hosts")
+
+    def on_tick(self) -> None:
+        self._admit_joining_hosts()
+
+    def _admit_joining_hosts(self) -> None:
+        """``tenter join JOB`` leaves a request file; start one spare host per request."""
+        for request in sorted(control_dir(self.plan.job_dir).glob("join-*")):
+            request.unlink()
+            active = len(self.procs) - len(self.lost)
+            spare = self.plan.spare_hosts
+            if active >= self.plan.max_hosts or not spare:
+                say(f"cannot add a host: the job has {active} of max_hosts {self.plan.max_hosts}")
+                continue
+            host = spare[0]
+            self.plan = dataclasses.replace(
+                self.plan, hosts=[*self.plan.hosts, host], spare_hosts=spare[1:]
+            )
+            layout.create_host(host)
+            layout.write_atomic(Path(self.plan.job_dir) / layout.PLAN_FILE, self.plan.to_json())
+            self._start_agent(host)
+            say(f"host {host.name} joining; it enters at the next rendezvous")

@@ -1,0 +1,139 @@
+"""The mpi backend: ``tenter run --backend mpi job.yaml`` starts every rank with Open MPI's
+``mpirun`` (the argv is :func:`tenter.launch.mpirun.mpirun_argv`; ``tenter plan --backend
+mpi`` prints it whole).
+
+Hosts: with ``instance_type: local`` the job's hosts are simulated on this machine (every app
+context on ``localhost``); with a catalog type they are SageMaker's ``algo-1`` ... ``algo-N``,
+and tenter runs on ``algo-1`` as SageMaker's toolkit does.
+
+Everything around mpirun is the shared :class:`~tenter.launch.supervisor.Supervisor`'s, as on
+the local backend: the job directory, the store the ranks rendezvous on (served by tenter on a
+port the kernel picked, ``MASTER_PORT``: ranks are its clients, as torch elastic's workers are
+of their agent's store), stopping on the first recorded failure, ``max_run``, Ctrl-C, the
+final sweep of every process carrying ``TENTER_JOB_ID``, and the root-cause summary.
+mpirun's own output (its error reports) goes to ``logs/mpirun.log``; a rank it reports killed
+by a signal (which leaves no error file) is added to the report from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from tenter.contract.fabric import CLUSTER_NIC, LOOPBACK_NIC
+from tenter.contract.plan import MASTER_PORT, Plan, make_plan
+from tenter.contract.sagemaker import host_names
+from tenter.errors import MissingToolError
+from tenter.jobdir.lookup import tenter_home
+from tenter.launch.api import python_executable
+from tenter.launch.mpirun import MPIRUN, mpirun_argv
+from tenter.launch.report import AGENT_RESULT
+from tenter.launch.supervised import SupervisedBackend
+from tenter.launch.supervisor import Supervisor
+from tenter.spec import JobSpec, lookup, processes_per_host
+
+MPIRUN_LOG = "mpirun.log"
+
+# Open MPI 4's report of a rank that died by a signal.
+_SIGNALLED = re.compile(
+    r"process rank (\d+) with PID (\d+) on node \S+ exited on signal (\d+)", re.IGNORECASE
+)
+
+
+class MpiBackend(SupervisedBackend):
+    name = "mpi"
+
+    def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
+        itype = lookup(spec.instance_type)
+        assert itype is not None, "the spec check rejects unknown instance types"
+        procs = processes_per_host(spec, itype)
+        count = spec.instance_count
+        python = python_executable()
+        if itype.is_local:
+            addrs, mpi_hosts, nic = ["127.0.0.1"] * count, ["localhost"] * count, LOOPBACK_NIC
+        else:
+            addrs = mpi_hosts = host_names(count)
+            nic = CLUSTER_NIC
+        plan = make_plan(spec, job_id, tenter_home(), python, addrs=addrs, network_interface=nic)
+        argv = mpirun_argv(
+            plan,
+            mpi_hosts,
+            procs,
+            python,
+            user_options=spec.distribution.user_mpi_options(),
+            network_interface=nic,
+            host_slots=procs * count if itype.is_local else procs,
+            allow_run_as_root=os.geteuid() == 0,
+            agent_store=True,
+            rank_logs=True,
+        )
+        return dataclasses.replace(plan, launcher=argv)
+
+    def check_ready(self, plan: Plan) -> None:
+        if shutil.which(MPIRUN) is None:
+            raise MissingToolError(
+                "backend",
+                "mpi: mpirun is not on PATH",
+                "install Open MPI (Debian: apt-get install openmpi-bin), or choose another "
+                "backend (--backend local)",
+            )
+
+    def supervisor(self, plan: Plan) -> MpiJob:
+        return MpiJob(plan)
+
+
+class MpiJob(Supervisor):
+    """A job whose ranks mpirun starts: one launcher process instead of the agents."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan)
+        itype = lookup(plan.instance_type)
+        # Ranks on other hosts reach the store through the hosts' network.
+        self.listen_addr = "127.0.0.1" if itype is not None and itype.is_local else "0.0.0.0"
+
+    def start_processes(self) -> None:
+        argv = [arg.replace(MASTER_PORT, str(self.rdzv_port)) for arg in self.plan.launcher]
+        argv[0] = shutil.which(argv[0]) or argv[0]
+        with open(Path(self.plan.job_dir) / "logs" / MPIRUN_LOG, "wb") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    argv,
+                    # mpirun itself carries the job id, so the final sweep finds it too.
+                    env={**os.environ, "TENTER_JOB_ID": self.plan.job_id},
+                    cwd=self.plan.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+
+    def collect_extra_failures(self) -> None:
+        """Ranks mpirun saw die by a signal, as agent results (what an agent would report)."""
+        log = Path(self.plan.job_dir) / "logs" / MPIRUN_LOG
+        text = log.read_text(errors="replace") if log.exists() else ""
+        when = log.stat().st_mtime if log.exists() else time.time()
+        by_host: dict[int, list[dict[str, object]]] = {}
+        for match in _SIGNALLED.finditer(text):
+            rank, pid, signum = (int(g) for g in match.groups())
+            host = rank // self.plan.procs_per_host
+            by_host.setdefault(host, []).append(
+                {
+                    "rank": rank,
+                    "local_rank": rank % self.plan.procs_per_host,
+                    "pid": pid,
+                    "exit_code": -signum,
+                    "timestamp": when,
+                    "error_file": f"{self.plan.log_stem(self.plan.hosts[host].name, rank, 0)}"
+                    ".error.json",
+                }
+            )
+        for index, failures in by_host.items():
+            result = {"state": "FAILED", "failures": failures, "message": "reported by mpirun"}
+            (Path(self.plan.hosts[index].dir) / AGENT_RESULT).write_text(json.dumps(result))

@@ -1,0 +1,214 @@
+"""The slurm backend: ``tenter run --backend slurm job.yaml`` submits the job with ``sbatch``.
+
+The batch script (:mod:`~tenter.launch.slurm.script`) asks for the job's nodes, tasks per node,
+CPUs per task, GPUs per node and time limit, and runs one ``srun`` step that starts one tenter
+agent per node (:mod:`~tenter.launch.slurm.node`).
+
+``wait`` follows the job: its state with ``squeue`` (``scontrol show job`` once it left the
+queue; ``sacct`` after Slurm forgot it, when accounting is configured); the job's exit code is
+0, 1 for a failed rank (the root cause in the summary), 124 for Slurm's TIMEOUT, 130 when
+cancelled. A Slurm job outlives ``tenter run`` anyway: ``--detach`` returns after ``sbatch``.
+An answer Slurm cannot give for a while (a busy or restarting slurmctld) is retried, never
+taken as the job's end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from tenter.contract.fabric import CLUSTER_NIC, LOOPBACK_NIC
+from tenter.contract.plan import Plan, make_plan
+from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
+from tenter.jobdir.handle import JobHandle
+from tenter.jobdir.lookup import tenter_home
+from tenter.jobdir.results import JobResult
+from tenter.launch import report
+from tenter.launch.api import JobStatus, python_executable
+from tenter.launch.console import ConsoleTail, say
+from tenter.launch.slurm.node import PORT_FILE
+from tenter.launch.slurm.script import SCRIPT, node_placeholder, sbatch_script
+from tenter.launch.supervised import read_plan
+from tenter.launch.supervisor import create_job_dir
+from tenter.spec import JobSpec, lookup
+
+POLL_S = 0.5
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
+"""squeue's states of a job that has not ended."""
+EXIT_BY_STATE = {
+    "TIMEOUT": ExitCode.MAX_RUN,
+    "CANCELLED": ExitCode.INTERRUPTED,
+    "DEADLINE": ExitCode.MAX_RUN,
+}
+UNKNOWN_GRACE_S = 120.0
+"""How long Slurm may fail to tell a job's state (slurmctld restarting, a slow answer) before
+``wait`` gives up on it."""
+COMMAND_TIMEOUT_S = 30.0
+"""One squeue/scontrol/sacct call; a slower one counts as no answer."""
+
+
+class SlurmBackend:
+    name = "slurm"
+    reports_progress = True  # the job directory is on the cluster's shared file system
+
+    def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
+        itype = lookup(spec.instance_type)
+        assert itype is not None, "the spec check rejects unknown instance types"
+        plan = make_plan(
+            spec,
+            job_id,
+            tenter_home(),
+            python_executable(),
+            addrs=[node_placeholder(i) for i in range(spec.instance_count)],
+            network_interface=LOOPBACK_NIC if itype.is_local else CLUSTER_NIC,
+        )
+        script = Path(plan.job_dir) / SCRIPT
+        return dataclasses.replace(
+            plan,
+            launcher=["sbatch", "--parsable", str(script)],
+            files={SCRIPT: sbatch_script(plan, spec, python_executable())},
+        )
+
+    def submit(self, plan: Plan, *, detach: bool = False) -> JobHandle:
+        """Create the job directory and submit the script (a Slurm job always outlives the
+        process that submitted it: ``detach`` changes nothing here)."""
+        if shutil.which("sbatch") is None:
+            raise MissingToolError(
+                "backend",
+                "slurm: sbatch is not on PATH",
+                "run tenter on a Slurm login node, or install the Slurm client (Debian: "
+                "apt-get install slurm-client) configured for your cluster (SLURM_CONF)",
+            )
+        create_job_dir(plan)
+        for name, text in plan.files.items():
+            (Path(plan.job_dir) / name).write_text(text)
+        done = subprocess.run(plan.launcher, capture_output=True, text=True, cwd=plan.cwd)
+        if done.returncode != 0:
+            shutil.rmtree(plan.job_dir)  # nothing was submitted: leave nothing behind
+            raise BackendRefusedError(
+                "backend",
+                f"slurm: sbatch rejected the job: {done.stderr.strip()}",
+                "`tenter plan --backend slurm` prints the script's #SBATCH lines; compare them "
+                "with the partition's limits (`sinfo -o '%P %D %c %m %G %l'`): a GPU count "
+                "(instance_type), node count (instance_count) or time limit (max_run) it cannot "
+                "give",
+            )
+        slurm_id = done.stdout.strip().split(";")[0]
+        handle = JobHandle(
+            self.name, plan.job_id, plan.job_dir, slurm_id, {"submitted": str(time.time())}
+        )
+        handle.write()
+        say(f"submitted as Slurm job {slurm_id}")
+        return handle
+
+    def wait(self, handle: JobHandle, stop: threading.Event) -> JobResult:
+        """Poll until the job ends; ``stop`` cancels it (and still waits for its end)."""
+        cancelled = False
+        unknown_since: float | None = None
+        while True:
+            state = slurm_state(handle.scheduler_id)
+            if state.name == "UNKNOWN":
+                unknown_since = unknown_since or time.monotonic()
+                if time.monotonic() - unknown_since > UNKNOWN_GRACE_S:
+                    break
+            elif state.name not in ACTIVE:
+                break
+            else:
+                unknown_since = None
+            if stop.is_set() and not cancelled:
+                subprocess.run(["scancel", handle.scheduler_id], capture_output=True)
+                cancelled = True
+            time.sleep(POLL_S)
+        duration = time.time() - float(handle.details.get("submitted", time.time()))
+        return _finish(read_plan(handle), state, duration)
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        state = slurm_state(handle.scheduler_id)
+        return JobStatus(
+            state.name in ACTIVE, f"{state.name} (Slurm job {handle.scheduler_id}{state.detail})"
+        )
+
+    def logs(
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
+    ) -> ConsoleTail:
+        shown = ranks if ranks is not None else read_plan(handle).console_ranks
+        return ConsoleTail(handle.job_dir, shown, tag)
+
+    def cancel(self, handle: JobHandle) -> str:
+        done = subprocess.run(["scancel", handle.scheduler_id], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise BackendRefusedError(
+                "JOB", f"scancel {handle.scheduler_id} failed: {done.stderr.strip()}"
+            )
+        return f"cancelled Slurm job {handle.scheduler_id}"
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
+    """A Slurm client call; None when it did not answer in time."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmState:
+    name: str
+    """Slurm's state (RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED...) or UNKNOWN."""
+    exit_code: int | None = None
+    detail: str = ""
+
+
+def _fields(text: str) -> dict[str, str]:
+    return dict(f.split("=", 1) for f in text.split() if "=" in f)
+
+
+def slurm_state(slurm_id: str) -> SlurmState:
+    """squeue while the job is queued, then scontrol (until MinJobAge), then sacct."""
+    queued = _run(["squeue", "-h", "-j", slurm_id, "-o", "%T %r"])
+    if queued is None:
+        return SlurmState("UNKNOWN", detail=": squeue did not answer")
+    if queued.returncode == 0 and queued.stdout.strip():
+        name, _, reason = queued.stdout.strip().partition(" ")
+        return SlurmState(name, detail=f": {reason}" if reason not in ("", "None") else "")
+    shown = _run(["scontrol", "show", "job", "-o", slurm_id])
+    if shown is None:
+        return SlurmState("UNKNOWN", detail=": scontrol did not answer")
+    if shown.returncode == 0 and "JobState=" in shown.stdout:
+        fields = _fields(shown.stdout)
+        code, _, sig = fields.get("ExitCode", "0:0").partition(":")
+        return SlurmState(fields["JobState"], 128 + int(sig) if sig not in ("", "0") else int(code))
+    acct = _run(["sacct", "-n", "-X", "-P", "-j", slurm_id, "-o", "State,ExitCode"])
+    if acct is None:
+        return SlurmState("UNKNOWN", detail=": sacct did not answer")
+    if acct.returncode == 0 and acct.stdout.strip():
+        name, _, code = acct.stdout.strip().splitlines()[0].partition("|")
+        return SlurmState(name.split()[0], int(code.partition(":")[0] or 0))
+    why = (acct.stderr or acct.stdout).strip()
+    if "accounting storage is disabled" in why:
+        why = (
+            "Slurm forgot the job (MinJobAge) and accounting is not configured "
+            "(AccountingStorageType), so sacct cannot tell; its logs are in the job directory"
+        )
+    return SlurmState("UNKNOWN", detail=f": {why}")
+
+
+def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
+    """The job's result from its files (the agents' reports and error files) and Slurm's
+    final state; writes summary.json and each host's output/success|failure."""
+    failures, agent_errors = report.collect_failures(plan, None)
+    port_file = Path(plan.job_dir) / PORT_FILE
+    code = 0 if state.name == "COMPLETED" else EXIT_BY_STATE.get(state.name, ExitCode.JOB_FAILED)
+    return report.record_result(
+        plan,
+        failures,
+        [f"Slurm job state: {state.name}{state.detail}", *agent_errors],
+        exit_code=code,
+        duration_s=duration,
+        interrupted=state.name == "CANCELLED",
+        rdzv_endpoint=port_file.read_text().strip() if port_file.exists() else "",
+    )

@@ -1,0 +1,88 @@
+"""``python -m tenter.launch.slurm.node PLAN``: one per node, started by the job's srun step.
+
+It resolves the node's part of the plan from ``SLURM_NODEID`` and ``SLURM_JOB_NODELIST`` (the
+plan names nodes ``${slurm_node_<i>}`` until Slurm allocates them) and runs tenter's per-host
+agent (:mod:`tenter.launch.agent`: torch elastic, the same worker contract, error files and
+logs as the local backend). The agents rendezvous (c10d) on the first node, whose entry serves
+the store on a port the kernel picks and publishes it in ``rdzv-port`` in the job directory,
+which Slurm jobs have on a shared file system anyway (their output paths).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tenter.contract.plan import RDZV_PORT, Plan
+from tenter.launch import agent
+from tenter.launch.report import AGENT_RESULT
+from tenter.launch.slurm.script import node_placeholder
+from tenter.launch.store import serve_store
+
+PORT_FILE = "rdzv-port"
+
+
+def _node_names(nodelist: str) -> list[str]:
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()
+
+
+def _wait_for_port(path: Path, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the first node did not publish its rendezvous port in {path}")
+        time.sleep(0.1)
+    return int(path.read_text().rsplit(":", 1)[1])
+
+
+def node_main(plan_path: str) -> int:
+    nodes = _node_names(os.environ["SLURM_JOB_NODELIST"])
+    node_id = int(os.environ["SLURM_NODEID"])
+    text = Path(plan_path).read_text()
+    for index, node in enumerate(nodes):
+        text = text.replace(node_placeholder(index), node)
+    plan = Plan.from_json(text)
+    plan = dataclasses.replace(plan, rdzv_endpoint=f"{nodes[0]}:{RDZV_PORT}")
+    host = plan.hosts[node_id]
+    with open(Path(plan.job_dir) / "logs" / f"agent-{host.name}.log", "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    resolved = Path(host.dir) / "plan.json"
+    resolved.write_text(plan.to_json())
+    os.environ.update(host.env)
+    port_file = Path(plan.job_dir) / PORT_FILE
+    store = None
+    if node_id == 0:
+        # The kernel picks the port and the store keeps the socket: no window for a clash.
+        listener = socket.create_server(("", 0), backlog=1024)
+        port = listener.getsockname()[1]
+        store = serve_store(nodes[0], listener)
+        tmp = port_file.with_suffix(".tmp")
+        tmp.write_text(f"{nodes[0]}:{port}\n")
+        tmp.replace(port_file)
+    else:
+        port = _wait_for_port(port_file, plan.join_timeout)
+    code = agent.main([str(resolved), str(node_id), str(port)])
+    if store is not None:
+        # Serve the store until every agent is done with it.
+        results = [Path(h.dir) / AGENT_RESULT for h in plan.hosts]
+        deadline = time.monotonic() + 60
+        while not all(r.exists() for r in results) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return code
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m tenter.launch.slurm.node PLAN_JSON")
+    code = node_main(sys.argv[1])
+    sys.stdout.flush()
+    os._exit(code)

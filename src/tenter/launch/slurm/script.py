@@ -1,0 +1,62 @@
+"""The batch script of a job (a pure function; ``tenter plan --backend slurm`` prints it and the
+job directory keeps it as ``job.sbatch``): resources in ``#SBATCH`` lines, then one ``srun``
+step that starts one tenter agent per node (``python -m tenter.launch.slurm.node PLAN``)."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from pathlib import Path
+
+from tenter.contract.plan import Plan
+from tenter.spec import JobSpec, lookup
+
+SCRIPT = "job.sbatch"
+NODE_MODULE = "tenter.launch.slurm.node"
+
+
+def node_placeholder(index: int) -> str:
+    """The name of node ``index`` of the allocation, until Slurm allocates it."""
+    return f"${{slurm_node_{index}}}"
+
+
+def sbatch_script(plan: Plan, spec: JobSpec, python: str) -> str:
+    itype = lookup(spec.instance_type)
+    assert itype is not None, "the spec check rejects unknown instance types"
+    procs, nodes = plan.procs_per_host, len(plan.hosts)
+    cpus_per_task = max(1, itype.cpus // procs)
+    logs = Path(plan.job_dir) / "logs"
+    directives = [
+        f"--job-name={plan.job_id}",
+        f"--nodes={nodes}",
+        f"--ntasks-per-node={procs}",
+        f"--cpus-per-task={cpus_per_task}",
+    ]
+    step = [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        f"--cpus-per-task={cpus_per_task * procs}",
+    ]
+    if itype.gpus > 0:
+        directives.append(f"--gpus-per-node={itype.gpus}")
+        step.append(f"--gpus-per-node={itype.gpus}")
+    if spec.max_run:
+        directives.append(f"--time={math.ceil(spec.max_run / 60)}")
+    directives += [f"--output={logs / 'slurm-%j.out'}", f"--chdir={plan.cwd}"]
+    # One failed agent ends the step; its peers would otherwise wait for a rendezvous.
+    step += ["--kill-on-bad-exit=1", python, "-m", NODE_MODULE]
+    step.append(str(Path(plan.job_dir) / "plan.json"))
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"# tenter job {plan.job_id}: the whole plan is plan.json next to this script.",
+            *(f"#SBATCH {shlex.quote(d)}" for d in directives),
+            "set -euo pipefail",
+            f"# One tenter agent per node starts its {procs} workers (torch elastic); the agents",
+            "# rendezvous (c10d) on the first node of $SLURM_JOB_NODELIST.",
+            "exec " + shlex.join(step),
+            "",
+        ]
+    )

@@ -1,0 +1,26 @@
+"""The rendezvous store a launcher serves to its hosts' agents (and mpirun's ranks)."""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+from typing import Any
+
+
+def serve_store(host: str, listener: socket.socket) -> Any:
+    """The rendezvous store, serving on ``listener``'s socket: the kernel picked the port
+    and the store takes the socket over, so no other process can take the port between
+    choosing and binding it. torch's default (libuv) store takes a listening socket only
+    from torch 2.8 (pytorch#150215); older torch gets the legacy store, which always could."""
+    import torch
+    import torch.distributed as dist
+
+    return dist.TCPStore(
+        host,
+        listener.getsockname()[1],
+        is_master=True,
+        master_listen_fd=listener.detach(),
+        wait_for_workers=False,
+        timeout=timedelta(seconds=300),
+        use_libuv=torch.__version__ >= "2.8",
+    )

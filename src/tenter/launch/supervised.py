@@ -1,0 +1,126 @@
+"""What the local and mpi backends share: their jobs run under a :class:`Supervisor` on this
+machine, in ``tenter run``'s own process or, with ``--detach``, in a launcher process of their
+own (``python -m tenter.launch.daemon``); ``status``, ``logs`` and ``cancel`` reach either from
+any process through the job directory and the job's processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from tenter.contract.plan import Plan
+from tenter.errors import ExitCode
+from tenter.jobdir import layout
+from tenter.jobdir.handle import JobHandle
+from tenter.jobdir.results import JobResult, read_result
+from tenter.launch.api import JobStatus, python_executable
+from tenter.launch.console import ConsoleTail
+from tenter.launch.processes import alive, job_processes, kill_all, process_identity, stop_job
+from tenter.launch.supervisor import Supervisor, create_job_dir
+
+FOLLOW_POLL_S = 0.2
+"""How often a process that did not launch a job looks for its summary."""
+
+
+def read_plan(handle: JobHandle) -> Plan:
+    return Plan.from_json((Path(handle.job_dir) / layout.PLAN_FILE).read_text())
+
+
+class SupervisedBackend:
+    name = ""
+    reports_progress = True
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Supervisor] = {}
+        """Jobs this process launched and has not waited for yet."""
+
+    def supervisor(self, plan: Plan) -> Supervisor:
+        raise NotImplementedError
+
+    def check_ready(self, plan: Plan) -> None:
+        """Raise if this machine cannot run ``plan`` (a missing tool)."""
+
+    def submit(self, plan: Plan, *, detach: bool = False) -> JobHandle:
+        self.check_ready(plan)
+        handle = JobHandle(self.name, plan.job_id, plan.job_dir, process_identity(os.getpid()))
+        if detach:
+            return self._start_daemon(plan, handle)
+        job = self.supervisor(plan)
+        job.start()
+        handle.write()
+        self._jobs[plan.job_id] = job
+        return handle
+
+    def _start_daemon(self, plan: Plan, handle: JobHandle) -> JobHandle:
+        create_job_dir(plan)
+        log = Path(plan.job_dir) / layout.LOGS_DIR / "launcher.log"
+        with open(log, "wb") as out:
+            daemon = subprocess.Popen(
+                [python_executable(), "-m", "tenter.launch.daemon", self.name, plan.job_dir],
+                cwd=plan.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                # Its own session: the caller's terminal and its end do not reach the job.
+                start_new_session=True,
+            )
+        handle = dataclasses.replace(handle, scheduler_id=process_identity(daemon.pid))
+        handle.write()
+        return handle
+
+    def wait(self, handle: JobHandle, stop: threading.Event) -> JobResult:
+        job = self._jobs.pop(handle.job_id, None)
+        if job is not None:
+            return job.wait(stop)
+        return self._follow(handle, stop)
+
+    def _follow(self, handle: JobHandle, stop: threading.Event) -> JobResult:
+        """Wait for a job another process launched: its summary, or its launcher's death."""
+        job_dir = Path(handle.job_dir)
+        cancelled = False
+        while (result := read_result(job_dir)) is None:
+            if stop.is_set() and not cancelled:
+                self.cancel(handle)
+                cancelled = True
+            if alive(handle.scheduler_id) is None:
+                if (result := read_result(job_dir)) is not None:
+                    return result
+                kill_all(job_processes(handle.job_id))
+                return JobResult(
+                    job_id=handle.job_id,
+                    job_dir=handle.job_dir,
+                    exit_code=ExitCode.JOB_FAILED,
+                    duration_s=0.0,
+                    hosts=0,
+                    procs_per_host=0,
+                    summary=f"job {handle.job_id}: its launcher (pid {handle.scheduler_id}) "
+                    "died without a summary; its processes were stopped",
+                )
+            time.sleep(FOLLOW_POLL_S)
+        return result
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        procs = job_processes(handle.job_id)
+        if procs:
+            return JobStatus(True, f"RUNNING ({len(procs)} processes on this machine)")
+        return JobStatus(
+            False,
+            "ENDED without a summary: no process of the job is left (its launcher was killed)",
+        )
+
+    def logs(
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
+    ) -> ConsoleTail:
+        shown = ranks if ranks is not None else read_plan(handle).console_ranks
+        return ConsoleTail(handle.job_dir, shown, tag)
+
+    def cancel(self, handle: JobHandle) -> str:
+        launcher = alive(handle.scheduler_id)
+        if launcher is not None and launcher.pid == os.getpid():
+            launcher = None  # this process launched it: stop its processes directly
+        return stop_job(handle.job_id, launcher)

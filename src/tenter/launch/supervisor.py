@@ -1,0 +1,215 @@
+"""The launcher's loop for a job whose processes run from this machine: tenter's per-host
+agents (local backend) or mpirun (mpi backend).
+
+:class:`Supervisor` creates the job directory, serves the rendezvous store on a port the
+kernel picked, starts the job's processes (a subclass's :meth:`~Supervisor.start_processes`),
+then watches them: a rank's recorded failure, a process's exit, ``max_run``, a hang, a stop
+request. It stops every host as soon as one fails (SIGTERM, then SIGKILL after a grace
+period) and, whatever happens (success, failure, Ctrl-C, a SIGKILLed worker), finally sweeps
+away any process that carries this job's id, so nothing outlives the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tenter.contract.plan import Plan
+from tenter.errors import ExitCode
+from tenter.jobdir import layout
+from tenter.jobdir.results import JobResult
+from tenter.launch import hang, report
+from tenter.launch.console import EventFeed, say
+from tenter.launch.processes import STOP_GRACE_S, job_processes, kill_all
+from tenter.launch.store import serve_store
+
+POLL_S = 0.05
+"""How often the launcher checks its processes, error files and hang records: often enough
+that a failure stops the job well within a second, rarely enough to leave the cores to the
+ranks."""
+EXIT_BY_STOP = {
+    "interrupted": ExitCode.INTERRUPTED,
+    "max_run": ExitCode.MAX_RUN,
+    "hang": ExitCode.HANG,
+}
+"""The job's exit code when the launcher stopped it for that reason."""
+
+
+def create_job_dir(plan: Plan) -> None:
+    layout.create(Path(plan.job_dir), plan.hosts, shared_dirs=[plan.checkpoint_dir])
+    layout.write_atomic(Path(plan.job_dir) / layout.PLAN_FILE, plan.to_json())
+
+
+class Supervisor:
+    listen_addr = "127.0.0.1"
+    """Where the job's store listens (loopback: the simulated hosts are all here)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.procs: list[subprocess.Popen[bytes]] = []
+        """The processes this launcher started: one agent per host, or mpirun."""
+        self.rdzv_port = 0
+        self.events = EventFeed(plan.job_dir)
+        self.extra: list[str] = []
+        """Lines for the summary beyond the failures (a hang report...)."""
+        self._errors_seen: set[str] = set()
+        self._next_hang_check = 0.0
+        self._listener: socket.socket | None = None
+        self._store: Any = None
+        self._started = time.monotonic()
+
+    # ---- what a subclass provides ----
+
+    def start_processes(self) -> None:
+        """Start the job's processes (into ``self.procs``)."""
+        raise NotImplementedError
+
+    def check_processes(self) -> str:
+        """running, succeeded or failed."""
+        codes = [p.poll() for p in self.procs]
+        if any(c not in (None, 0) for c in codes):
+            return "failed"
+        return "succeeded" if codes and all(c == 0 for c in codes) else "running"
+
+    def on_tick(self) -> None:
+        """Called on every poll while the job runs (membership changes, joins...)."""
+
+    def collect_extra_failures(self) -> None:
+        """Before the result is read: record failures only the launcher saw."""
+
+    # ---- the loop ----
+
+    def start(self) -> None:
+        """Create the job directory (unless a detaching caller did), start the processes and
+        the store; returns at once."""
+        if not (Path(self.plan.job_dir) / layout.PLAN_FILE).exists():
+            create_job_dir(self.plan)
+        # The kernel picks the port and we keep the socket: no window in which another job
+        # could take it (the classic fixed 29500 clash).
+        self._listener = socket.create_server((self.listen_addr, 0), backlog=1024)
+        self.rdzv_port = self._listener.getsockname()[1]
+        try:
+            self.start_processes()
+            if self.plan.rdzv_backend == "c10d":
+                # Started after the processes, so that their start-up and torch's import here
+                # overlap. The store owns the listening socket from here on (and closes it).
+                self._store = serve_store(self.listen_addr, self._listener)
+        except BaseException:
+            self._sweep()
+            self._listener.close()
+            raise
+
+    def wait(self, stop: threading.Event) -> JobResult:
+        stopped_at: float | None = None
+        reason: str | None = None
+        try:
+            reason = self._watch(stop)
+            if reason is not None:
+                stopped_at = time.time()
+                self._stop()
+            self.events.print_new()
+        finally:
+            self._store = None
+            self._sweep()
+            if self._listener is not None:
+                self._listener.close()
+        return self._result(reason, stopped_at)
+
+    def _watch(self, stop: threading.Event) -> str | None:
+        """Block until the job ends; returns why it was stopped early, or None."""
+        deadline = self._started + self.plan.max_run if self.plan.max_run else None
+        while True:
+            verdict = self.check_processes()
+            if verdict != "running":
+                return None if verdict == "succeeded" else verdict
+            if self._a_rank_failed():
+                return "failed"
+            if stop.is_set():
+                return "interrupted"
+            if deadline is not None and time.monotonic() > deadline:
+                return "max_run"
+            self.events.print_new()
+            self.on_tick()
+            if self._hung():
+                if self.plan.on_hang == "stop":
+                    return "hang"
+                self._restart_hung_workers()
+            time.sleep(POLL_S)
+
+    def _a_rank_failed(self) -> bool:
+        """A rank recorded a failure of its own in its error file. Without restarts the job
+        cannot succeed any more: stop now rather than after that process's slow teardown.
+
+        A peer's broken-connection error does not count: it follows another rank's death,
+        which that rank's agent is about to report, and stopping now would lose that report.
+        """
+        if self.plan.max_restarts:
+            return False
+        for entry in os.scandir(Path(self.plan.job_dir) / "logs"):
+            if entry.name.endswith(".error.json") and entry.name not in self._errors_seen:
+                self._errors_seen.add(entry.name)
+                if not report.is_peer_error(entry.path):
+                    return True
+        return False
+
+    def _hung(self) -> bool:
+        if not self.plan.hang_timeout or time.monotonic() < self._next_hang_check:
+            return False
+        self._next_hang_check = time.monotonic() + 0.5
+        progress = hang.read_progress(self.plan)
+        if not progress:
+            return False
+        if time.time() - max(p.time for p in progress) < self.plan.hang_timeout:
+            return False
+        text = hang.report(progress, hang.collect_stacks(progress), time.time())
+        text = f"hang: no rank made progress for {self.plan.hang_timeout} s\n{text}"
+        (Path(self.plan.job_dir) / "hang-report.txt").write_text(text + "\n")
+        self.extra.append(text)
+        say(text)
+        return True
+
+    def _restart_hung_workers(self) -> None:
+        """on_hang: restart. Kill the workers; their agents restart the group (one restart)."""
+        for p in hang.read_progress(self.plan):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        self._next_hang_check = time.monotonic() + (self.plan.hang_timeout or 0)
+
+    def _stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _sweep(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        kill_all(job_processes(self.plan.job_id))
+
+    def _result(self, reason: str | None, stopped_at: float | None) -> JobResult:
+        self.collect_extra_failures()
+        failures, agent_errors = report.collect_failures(self.plan, stopped_at)
+        extra = [*agent_errors, *self.extra]
+        if reason == "max_run":
+            extra.insert(0, f"stopped: max_run of {self.plan.max_run} s exceeded")
+        return report.record_result(
+            self.plan,
+            failures,
+            extra,
+            exit_code=EXIT_BY_STOP.get(reason or "", ExitCode.JOB_FAILED if reason else 0),
+            duration_s=time.monotonic() - self._started,
+            interrupted=reason == "interrupted",
+            rdzv_endpoint=f"{self.listen_addr}:{self.rdzv_port}",
+        )
