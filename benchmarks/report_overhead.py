@@ -28,6 +28,7 @@ WORKLOAD = Path(__file__).parent / "workloads" / "mlp.py"
 
 def run_job(report: bool) -> tuple[float, float | None]:
     """(rank 0's mean step time in ms, mean LiveView.poll time in ms or None)."""
+    from tenter import session
     from tenter.launch import api
     from tenter.monitor.live import LiveView
     from tenter.spec import load
@@ -59,12 +60,7 @@ def run_job(report: bool) -> tuple[float, float | None]:
                 polls.append(time.perf_counter() - started)
 
         view.poll = poll  # type: ignore[method-assign]
-        view.start()
-    try:
-        result = api.submit(plan)
-    finally:
-        if view is not None:
-            view.stop()
+    result = session.follow(api.get_backend("local").submit(plan), session.Watch(), view)
     assert result.ok, result.summary
     text = (Path(plan.job_dir) / "logs/rank-0.stdout").read_text()
     match = re.search(r"step time ([\d.]+) ms", text)

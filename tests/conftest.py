@@ -85,6 +85,14 @@ def tenter(*args: str, timeout: float = 180) -> Finished:
     return Finished(proc.returncode, proc.stdout, proc.stderr)
 
 
+def assert_golden(path: Path, text: str) -> None:
+    """``text`` is the golden file's; ``TENTER_UPDATE_GOLDEN=1`` rewrites the file instead (then
+    review the diff: it is what users will see change)."""
+    if os.environ.get("TENTER_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
 def job_processes(job_id: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter():
@@ -97,7 +105,10 @@ def job_processes(job_id: str) -> list[psutil.Process]:
 
 
 def port_is_free(addr: str, port: int) -> bool:
+    """No process holds the port (a socket of a closed connection in TIME_WAIT does not count:
+    SO_REUSEADDR lets a server bind over it, as every server here does)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((addr, port))
         except OSError:
@@ -121,3 +132,42 @@ def assert_nothing_left(job_dir: Path) -> None:
                 addr, master_port = line.removeprefix("MASTER=").rsplit(":", 1)
                 assert port_is_free(addr, int(master_port))
     assert list(Path(os.environ["TMPDIR"]).iterdir()) == []
+
+
+class Background:
+    """``tenter ARGS`` in the background, as a user's shell would run it; its merged output is
+    read line by line until what a test waits for appears."""
+
+    def __init__(self, *args: str, home: Path | None = None) -> None:
+        self.home = home or Path(os.environ["TENTER_HOME"])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tenter", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
+        self.lines: list[str] = []
+
+    def wait_for(self, *texts: str, count: int = 1) -> None:
+        """Read output until every text has appeared in ``count`` lines."""
+        assert self.proc.stdout is not None
+        seen = dict.fromkeys(texts, 0)
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            for text in seen:
+                seen[text] += text in line
+            if all(n >= count for n in seen.values()):
+                return
+        raise AssertionError(f"tenter ended before printing {texts}:\n{''.join(self.lines)}")
+
+    def finish(self, timeout: float = 180) -> str:
+        """Wait for the end; all of the output."""
+        out, _ = self.proc.communicate(timeout=timeout)
+        self.lines.append(out)
+        return "".join(self.lines)
+
+    @property
+    def job_dir(self) -> Path:
+        (job_dir,) = (self.home / "jobs").iterdir()
+        return job_dir

@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from tenter.cli.main import main
-from tenter.launch import k8s_rules
-from tests.launch.k8s_schemas import schema_errors
+from tenter.launch.kubernetes import rules as k8s_rules
+from tests.conftest import assert_golden
+from tests.launch.kubernetes.k8s_schemas import schema_errors
 
-GOLDEN = Path(__file__).parents[1] / "launch" / "golden" / "k8s"
+GOLDEN = Path(__file__).parents[1] / "launch" / "kubernetes" / "golden"
 CLUSTER = [
     "k8s", "cluster-config", "--name", "train", "--region", "us-west-2",
     "--instance-type", "p5.48xlarge", "--nodes", "2", "--azs", "us-west-2a,us-west-2b",
@@ -25,7 +26,7 @@ def test_cluster_config_prints_the_golden_config_and_the_device_plugin_hint(
 ) -> None:
     assert main(CLUSTER) == 0
     out, err = capsys.readouterr()
-    assert out == (GOLDEN / "eksctl-p5-2nodes.yaml").read_text()
+    assert_golden(GOLDEN / "eksctl-p5-2nodes.yaml", out)
     assert "kubectl get daemonset -n kube-system aws-efa-k8s-device-plugin-daemonset" in err
     assert "install the MPI Operator" in err
 
@@ -35,7 +36,7 @@ def test_nccl_tests_prints_a_valid_mpijob_with_one_rank_per_gpu(
 ) -> None:
     assert main([*NCCL, "--out", str(tmp_path / "job.yaml")]) == 0
     text = (tmp_path / "job.yaml").read_text()
-    assert text == (GOLDEN / "nccl-tests-p5-2nodes.yaml").read_text()
+    assert_golden(GOLDEN / "nccl-tests-p5-2nodes.yaml", text)
     job = yaml.safe_load(text)
     assert schema_errors(job) == [] and k8s_rules.problems(job) == []
     assert job["spec"]["slotsPerWorker"] == 8
@@ -50,7 +51,8 @@ def test_nccl_tests_with_tenter_perf_runs_the_perf_module(
     command = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0][
         "command"
     ]
-    tail = ["-m", "tenter.perf", "alltoall", "-b", "8", "-e", "16G", "-f", "2"]
+    # p5 nodes have GPUs: the benchmark runs NCCL on them, not gloo on the CPUs.
+    tail = ["-m", "tenter.perf", "alltoall", "-b", "8", "-e", "16G", "-f", "2", "--device", "cuda"]
     assert command[-len(tail) :] == tail
 
 

@@ -9,7 +9,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import REPO, SCRIPTS, assert_nothing_left, job_processes, tenter
+from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, job_processes, tenter
 
 pytestmark = pytest.mark.slow
 
@@ -29,42 +28,6 @@ def write_spec(tmp_path: Path, script: str, **fields: object) -> Path:
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({"entry_point": str(SCRIPTS / script), **fields}))
     return spec
-
-
-class RunningJob:
-    """`tenter run` in the background; its merged output is read line by line."""
-
-    def __init__(self, spec: Path, home: Path) -> None:
-        self.home = home
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tenter", "run", str(spec)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=REPO,
-        )
-        self.lines: list[str] = []
-
-    def wait_for(self, *texts: str) -> None:
-        """Read output until every text has appeared in it."""
-        assert self.proc.stdout is not None
-        pending = list(texts)
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            pending = [t for t in pending if t not in line]
-            if not pending:
-                return
-        raise AssertionError(f"the job ended before printing {pending}:\n{''.join(self.lines)}")
-
-    def finish(self) -> str:
-        out, _ = self.proc.communicate(timeout=180)
-        self.lines.append(out)
-        return "".join(self.lines)
-
-    @property
-    def job_dir(self) -> Path:
-        (job_dir,) = (self.home / "jobs").iterdir()
-        return job_dir
 
 
 def test_workers_restart_after_a_sigkill_and_the_job_succeeds(tmp_path: Path) -> None:
@@ -138,7 +101,7 @@ def test_job_goes_on_with_fewer_hosts_if_an_agent_is_killed(
         environment={"TARGET_WORLD": "1"},
         elastic={"min_hosts": 1, "max_restarts": 2, "rendezvous": {"last_call_timeout": 1}},
     )
-    job = RunningJob(spec, tenter_home)
+    job = Background("run", str(spec), home=tenter_home)
     job.wait_for("ready world 2 rank 0", "ready world 2 rank 1")
     (agent,) = [
         p
@@ -169,7 +132,7 @@ def test_a_host_joins_a_running_job(tmp_path: Path, tenter_home: Path) -> None:
             "rendezvous": {"last_call_timeout": 1},
         },
     )
-    job = RunningJob(spec, tenter_home)
+    job = Background("run", str(spec), home=tenter_home)
     job.wait_for("ready world 1 rank 0")
     joined = tenter("join", job.job_dir.name)
     assert joined.returncode == 0, joined.stderr

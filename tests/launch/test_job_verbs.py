@@ -1,46 +1,30 @@
-"""``tenter status|logs|cancel JOB`` on a local job (Slurm's are in test_slurm.py): a running
-job is found by its processes, a finished one by its summary."""
+"""``tenter status|logs|cancel JOB`` on local jobs, followed by ``tenter run`` or detached
+(Slurm's are in test_slurm.py, Kubernetes' in kubernetes/test_backend.py): a running job is
+reached through the handle in its job directory, a finished one by its summary."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SCRIPTS, assert_nothing_left, tenter
+from tests.conftest import SCRIPTS, Background, assert_nothing_left, tenter
 
 pytestmark = pytest.mark.slow
-DEADLINE_S = 120.0
 SCRIPT = str(SCRIPTS / "block.py")
 
 
-def _job_dir(tenter_home: Path) -> Path:
-    deadline = time.monotonic() + DEADLINE_S
-    while not (tenter_home / "jobs").is_dir() or not any((tenter_home / "jobs").iterdir()):
-        assert time.monotonic() < deadline, "the job directory never appeared"
-        time.sleep(0.1)
-    (job_dir,) = (tenter_home / "jobs").iterdir()
-    return job_dir
-
-
-def test_status_logs_and_cancel_reach_a_running_local_job(tenter_home: Path) -> None:
-    # The mpi backend shares this path (tenter.launch.processes): its launcher stops mpirun.
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "tenter", "run", "--hosts", "1", "--procs-per-host", "2", SCRIPT],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    job_dir = _job_dir(tenter_home)
-    outs = [job_dir / "logs" / f"rank-{r}.stdout" for r in (0, 1)]
-    deadline = time.monotonic() + DEADLINE_S
+def _wait_for_ready(job_dir: Path, ranks: int) -> None:
+    """Every rank printed "ready" (the job is fully up); by the files the ranks write."""
+    outs = [job_dir / "logs" / f"rank-{r}.stdout" for r in range(ranks)]
+    deadline = time.monotonic() + 120
     while not all(p.exists() and "ready" in p.read_text() for p in outs):
-        assert time.monotonic() < deadline and launcher.poll() is None, "the ranks never got ready"
+        assert time.monotonic() < deadline, "the ranks never got ready"
         time.sleep(0.1)
+
+
+def _status_logs_cancel(job_dir: Path) -> None:
     status = tenter("status", job_dir.name)
     assert f"job {job_dir.name}: RUNNING (" in status.stdout
     logs = tenter("logs", job_dir.name, "--ranks", "1")
@@ -48,17 +32,37 @@ def test_status_logs_and_cancel_reach_a_running_local_job(tenter_home: Path) -> 
     assert "[algo-1,0]" not in logs.stdout
     cancelled = tenter("cancel", job_dir.name)
     assert cancelled.returncode == 0 and "stopped its launcher" in cancelled.stdout
-    _, err = launcher.communicate(timeout=60)
-    assert launcher.returncode == 130, err
-    assert "was interrupted" in err
-    after = tenter("status", job_dir.name)
-    assert f"job {job_dir.name}: FAILED (exit 130)" in after.stdout
-    assert "is not running" in tenter("cancel", job_dir.name).stdout
+
+
+def test_status_logs_and_cancel_reach_a_running_local_job() -> None:
+    job = Background("run", "--hosts", "1", "--procs-per-host", "2", SCRIPT)
+    job.wait_for("ready", count=2)
+    _status_logs_cancel(job.job_dir)
+    out = job.finish(timeout=60)
+    assert job.proc.returncode == 130, out
+    assert "was interrupted" in out
+    after = tenter("status", job.job_dir.name)
+    assert f"job {job.job_dir.name}: FAILED (exit 130)" in after.stdout
+    assert "is not running" in tenter("cancel", job.job_dir.name).stdout
+    assert_nothing_left(job.job_dir)
+
+
+def test_a_detached_local_job_is_reached_by_status_logs_and_cancel(tenter_home: Path) -> None:
+    started = tenter("run", "--detach", "--hosts", "1", "--procs-per-host", "2", SCRIPT)
+    assert started.returncode == 0, started.stderr
+    job_id = started.stdout.strip()
+    job_dir = tenter_home / "jobs" / job_id
+    assert f"`tenter cancel {job_id}`" in started.stderr
+    _wait_for_ready(job_dir, 2)
+    _status_logs_cancel(job_dir)
+    after = tenter("status", job_id)
+    assert f"job {job_id}: FAILED (exit 130)" in after.stdout
+    assert "was interrupted" in after.stdout
     assert_nothing_left(job_dir)
 
 
 def test_verbs_name_an_unknown_job() -> None:
     for verb in ("status", "logs", "cancel"):
         done = tenter(verb, "no-such-job")
-        assert done.returncode == 2
+        assert done.returncode == 4
         assert "JOB: no job 'no-such-job'" in done.stderr

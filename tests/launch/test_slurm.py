@@ -15,12 +15,12 @@ import pytest
 
 from tenter.launch import api
 from tenter.spec import load
-from tests.conftest import REPO, SCRIPTS, assert_nothing_left, job_processes, tenter
+from tests.conftest import REPO, SCRIPTS, assert_golden, assert_nothing_left, job_processes, tenter
 from tests.launch.slurm_cluster import queue, slurm_cluster
-from tests.launch.test_mpirun import assert_golden
 
 DIGITS = REPO / "examples" / "digits"
 DEADLINE_S = 120.0
+GOLDEN = Path(__file__).parent / "golden"
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_dryrun_renders_the_whole_sbatch_script(
     ]
     script = plan.files["job.sbatch"]
     normalised = script.replace(str(tenter_home), "$TENTER_HOME").replace(sys.executable, "$PYTHON")
-    assert_golden(golden, normalised.replace(str(REPO), "$REPO"))
+    assert_golden(GOLDEN / golden, normalised.replace(str(REPO), "$REPO"))
     gpus = "--gpus-per-node=8" if instance_type == "ml.p4d.24xlarge" else "--gpus-per-node=4"
     assert script.count(f"#SBATCH {gpus}\n") == 1
     # Host names are Slurm's to give: the plan has placeholders the nodes resolve.
@@ -66,8 +66,8 @@ def test_missing_sbatch_is_an_error_that_names_the_fix(tenter_home: Path) -> Non
         "--skip-preflight",
         str(SCRIPTS / "contract.py"),
     )
-    assert done.returncode == 2
-    assert "sbatch not found on PATH" in done.stderr and "slurm-client" in done.stderr
+    assert done.returncode == 5
+    assert "sbatch is not on PATH" in done.stderr and "slurm-client" in done.stderr
     assert not (tenter_home / "jobs").exists()
 
 

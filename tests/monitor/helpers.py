@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tenter.launch import api, layout
 from tenter.contract.plan import Plan
+from tenter.launch import api
+from tenter.launch.supervisor import create_job_dir
 from tenter.monitor.records import rank_file
 from tenter.spec import load
 
@@ -27,7 +28,7 @@ def fake_job(hosts: int = 2, procs: int = 2, *, step_s: dict[int, float] | None 
         SCRIPTS,
     )
     plan = api.dryrun(spec)
-    layout.create(plan)
+    create_job_dir(plan)
     index = Path(plan.job_dir) / "logs" / "index.jsonl"
     for host in plan.hosts:
         for r in host.ranks:

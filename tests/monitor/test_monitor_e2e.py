@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tenter import session
 from tenter.launch import api
 from tenter.monitor.live import LiveView
 from tenter.monitor.records import read_metrics, read_rank_samples
@@ -31,11 +32,7 @@ def test_reports_of_a_2x2_job_reach_the_rank_files_and_the_metrics_file() -> Non
     plan = api.dryrun(spec)
     # As `tenter run` does once it has wired the view in (see docs/monitor.md).
     view = LiveView(plan, live=False, interval_s=0.2)
-    view.start()
-    try:
-        result = api.submit(plan)
-    finally:
-        view.stop()
+    result = session.follow(api.get_backend("local").submit(plan), session.Watch(), view)
     assert result.ok, result.summary
     reported = read_rank_samples(plan.job_dir)
     assert sorted(reported) == [0, 1, 2, 3]

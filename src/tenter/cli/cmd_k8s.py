@@ -106,7 +106,8 @@ def _emit(text: str, out: str | None) -> None:
 
 def cluster_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from tenter.cli.options import stderr
-    from tenter.launch import k8s_manifests, k8s_rules
+    from tenter.launch.kubernetes import manifests as k8s_manifests
+    from tenter.launch.kubernetes import rules as k8s_rules
     from tenter.launch.kubernetes.request import to_yaml
 
     if not _CLUSTER_NAME.match(args.name) or len(args.name) > 100:
@@ -158,7 +159,9 @@ def nccl_tests(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         # -g 1: one GPU per rank; mpirun starts one rank per GPU.
         entry = {"command": [f"{NCCL_TESTS_BIN}/{args.collective}_perf", *sizes, "-g", "1"]}
     else:
-        entry = {"module": "tenter.perf", "args": [args.collective, *sizes]}
+        # GPU nodes: benchmark NCCL on the GPUs, not gloo on the CPUs.
+        device = ["--device", "cuda"] if itype.gpus else []
+        entry = {"module": "tenter.perf", "args": [args.collective, *sizes, *device]}
 
     from tenter.launch.kubernetes import KubernetesBackend
     from tenter.spec import load

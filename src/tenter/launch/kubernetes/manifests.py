@@ -274,12 +274,9 @@ def worker_env(
         simulated=False,
     )
     env = host_env(spec, itype, procs, where)
-    per_host = {k: v for k, v in env.items() if HOST_REF in v and k not in FROM_DOWNWARD_API}
-    values = {
-        k: literal(v)
-        for k, v in env.items()
-        if k not in per_host and k not in FROM_DOWNWARD_API and k not in LEFT_OUT
-    }
+    env = {k: v for k, v in env.items() if k not in FROM_DOWNWARD_API and k not in LEFT_OUT}
+    per_host = {k: v for k, v in env.items() if HOST_REF in v}
+    values = {k: literal(v) for k, v in env.items() if k not in per_host}
     return [
         *(
             {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}

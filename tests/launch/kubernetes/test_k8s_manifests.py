@@ -8,53 +8,17 @@ from typing import Any
 
 import pytest
 
-from tenter.launch import k8s_manifests, k8s_rules
-from tenter.launch.kubernetes.backend import KubernetesBackend, KubernetesRequest, to_yaml
-from tenter.spec import JobSpec, SpecError, load, lookup
-from tests.launch.k8s_schemas import schema_errors
+from tenter.launch.kubernetes import KubernetesBackend
+from tenter.launch.kubernetes import manifests as k8s_manifests
+from tenter.launch.kubernetes import rules as k8s_rules
+from tenter.launch.kubernetes.request import to_yaml
+from tenter.spec import SpecError, lookup
+from tests.conftest import assert_golden
+from tests.launch.kubernetes.k8s_schemas import schema_errors
+from tests.launch.kubernetes.k8s_specs import JOB_ID, MPI, dryrun, p5_spec
 
 HERE = Path(__file__).parent
-GOLDEN = HERE / "golden" / "k8s"
-JOB_ID = "llm-20261122-032045-f845"
-
-
-def p5_spec(**overrides: Any) -> JobSpec:
-    """The 2-node p5 job; ``overrides`` merge into it key by key (as flags over a file)."""
-    data: dict[str, Any] = {
-        "name": "llm",
-        "entry_point": "contract.py",
-        "source_dir": str(HERE / "scripts"),
-        "instance_count": 2,
-        "instance_type": "ml.p5.48xlarge",
-        # A value the kubelet would expand unless escaped: it must arrive verbatim.
-        "hyperparameters": {"epochs": 3, "run_name": "$(HOSTNAME)-a"},
-        "environment": {"NCCL_DEBUG": "INFO"},
-        "max_run": 86400,
-        "backend": "kubernetes",
-        "kubernetes": {
-            "image": "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1.0",
-            "namespace": "ml",
-            "service_account": "trainer",
-            "volumes": [
-                {"claim": "fsx-claim", "mount_path": "/fsx"},
-                {
-                    "claim": "fsx-claim",
-                    "mount_path": "/data",
-                    "sub_path": "data",
-                    "read_only": True,
-                },
-            ],
-        },
-    }
-    spec, _ = load(data, HERE, overrides)
-    return spec
-
-
-def dryrun(spec: JobSpec) -> KubernetesRequest:
-    return KubernetesBackend().dryrun(spec, JOB_ID)
-
-
-MPI = {"distribution": {"mpi": {"enabled": True}}}
+GOLDEN = HERE / "golden"
 FORMS = {
     "pytorchjob": {"distribution": {"torch_distributed": {"enabled": True}}},
     "pytorchjob-elastic": {
@@ -74,7 +38,7 @@ FORMS = {
 @pytest.mark.parametrize("form", FORMS)
 def test_dryrun_matches_golden_file_for_2_p5_nodes(form: str) -> None:
     request = dryrun(p5_spec(**FORMS[form]))
-    assert str(request) == (GOLDEN / f"{form}-p5-2nodes.yaml").read_text()
+    assert_golden(GOLDEN / f"{form}-p5-2nodes.yaml", str(request))
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -184,4 +148,4 @@ def test_cluster_config_is_valid_for_eksctl_and_puts_efa_nodes_in_one_zone() -> 
     )
     assert schema_errors(config) == []
     assert k8s_rules.problems(config) == []
-    assert to_yaml([config]) == (GOLDEN / "eksctl-p5-2nodes.yaml").read_text()
+    assert_golden(GOLDEN / "eksctl-p5-2nodes.yaml", to_yaml([config]))

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from tenter.launch import k8s_manifests, k8s_rules
+from tenter.launch.kubernetes import manifests as k8s_manifests
+from tenter.launch.kubernetes import rules as k8s_rules
 from tenter.launch.kubernetes.backend import KubernetesBackend
 from tenter.spec import lookup
-from tests.launch.test_k8s_manifests import JOB_ID, MPI, p5_spec
+from tests.launch.kubernetes.k8s_specs import JOB_ID, MPI, p5_spec
 
 Edit = Callable[[dict[str, Any]], None]
 

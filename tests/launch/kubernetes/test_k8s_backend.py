@@ -1,9 +1,11 @@
-"""The Kubernetes backend's submission path, against fakes of the official client's
-``CustomObjectsApi`` and ``CoreV1Api`` (no API server can run here): what it sends, how it
-reads pod states, logs and conditions, and what it returns. Live submission is not tested."""
+"""The Kubernetes backend's verbs, against fakes of the official client's ``CustomObjectsApi``
+and ``CoreV1Api`` (no API server can run here): what it sends, how it reads pod states, logs
+and conditions, what it returns, and ``tenter status|logs|cancel`` on its jobs. Live
+submission is not tested."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,9 +24,15 @@ from kubernetes.client import (
 )
 from kubernetes.client.rest import ApiException
 
-from tenter.launch.kubernetes.backend import Clients, KubernetesBackend, connect, job_state
+from tenter.cli.main import main
+from tenter.errors import JobNotFoundError, TenterError
+from tenter.jobdir.results import JobResult
+from tenter.launch.kubernetes import KubernetesBackend
+from tenter.launch.kubernetes import backend as k8s_backend
+from tenter.launch.kubernetes.cluster import Clients, connect, job_state
+from tenter.launch.kubernetes.request import KubernetesRequest
 from tenter.spec import SpecError
-from tests.launch.test_k8s_manifests import JOB_ID, MPI, p5_spec
+from tests.launch.kubernetes.k8s_specs import JOB_ID, MPI, p5_spec
 
 
 def pod(name: str, phase: str, container: str, exit_code: int | None = None, at: int = 0) -> V1Pod:
@@ -58,12 +66,14 @@ def job(*conditions: tuple[str, str, str]) -> dict[str, Any]:
 
 
 class FakeCustom:
-    """``CustomObjectsApi``: records calls, answers ``get`` from a script of job states."""
+    """``CustomObjectsApi``: records calls, answers ``get`` from a script of job states; each
+    ``get`` is a tick of the cluster's clock (the pods' script follows it)."""
 
     def __init__(self, states: list[dict[str, Any]], create_error: Exception | None = None):
         self.states = states
         self.create_error = create_error
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.gets = 0
 
     def create_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
         self.calls.append(("create", args, kwargs))
@@ -73,6 +83,7 @@ class FakeCustom:
 
     def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
         self.calls.append(("get", args, kwargs))
+        self.gets += 1
         if not self.states:
             raise ApiException(status=404, reason="Not Found")
         return self.states.pop(0) if len(self.states) > 1 else self.states[0]
@@ -82,17 +93,19 @@ class FakeCustom:
 
 
 class FakeCore:
-    """``CoreV1Api``: pods from a script of pod lists; each pod's log as lines of bytes."""
+    """``CoreV1Api``: the pods of each tick of the cluster's clock (the job's ``get`` calls, the
+    last list staying); each pod's log as lines of bytes."""
 
     def __init__(self, pod_lists: list[list[V1Pod]], logs: dict[str, list[str]]):
         self.pod_lists = pod_lists
         self.logs = logs
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.custom: FakeCustom | None = None
 
     def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> V1PodList:
         self.calls.append(("list", args, kwargs))
-        items = self.pod_lists.pop(0) if len(self.pod_lists) > 1 else self.pod_lists[0]
-        return V1PodList(items=items)
+        tick = self.custom.gets if self.custom is not None else 0
+        return V1PodList(items=self.pod_lists[min(tick, len(self.pod_lists) - 1)])
 
     def read_namespaced_pod_log(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
         self.calls.append(("log", args, kwargs))
@@ -102,8 +115,22 @@ class FakeCore:
 def backend(custom: FakeCustom, core: FakeCore) -> tuple[KubernetesBackend, list[str], list[str]]:
     out: list[str] = []
     err: list[str] = []
+    core.custom = custom
     b = KubernetesBackend(Clients(custom, core), poll_s=0, out=out.append, err=err.append)
     return b, out, err
+
+
+def run(b: KubernetesBackend, request: KubernetesRequest, stop: bool = False) -> JobResult:
+    """What ``tenter run`` does: submit, stream the logs, wait."""
+    handle = b.submit(request)
+    stream = b.logs(handle, None, True, follow=True).start()
+    stopped = threading.Event()
+    if stop:
+        stopped.set()
+    try:
+        return b.wait(handle, stopped)
+    finally:
+        stream.stop()
 
 
 MASTER, WORKER = f"{JOB_ID}-master-0", f"{JOB_ID}-worker-0"
@@ -126,7 +153,7 @@ def test_submit_creates_the_dryrun_object_and_returns_success() -> None:
     )
     b, out, err = backend(custom, core)
     request = b.dryrun(p5_spec(), JOB_ID)
-    result = b.submit(request)
+    result = run(b, request)
 
     create = custom.calls[0]
     assert create == ("create", ("kubeflow.org", "v1", "ml", "pytorchjobs", request.objects[0]), {})
@@ -167,8 +194,8 @@ def test_submit_returns_the_earliest_failing_container_as_root_cause() -> None:
         {},
     )
     b, _, _ = backend(custom, core)
-    result = b.submit(b.dryrun(p5_spec(), JOB_ID))
-    assert result.exit_code == 3
+    result = run(b, b.dryrun(p5_spec(), JOB_ID))
+    assert result.exit_code == 1  # a failed job; the root cause's own code is in the summary
     assert result.summary.splitlines()[1:] == [
         "PyTorchJobFailed: worker 0 failed",
         f"root cause: pod {WORKER}: exit code 3 Error",
@@ -182,7 +209,7 @@ def test_submit_returns_124_if_the_deadline_passed() -> None:
         [job(("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"))]
     )
     b, _, _ = backend(custom, FakeCore([[]], {}))
-    assert b.submit(b.dryrun(p5_spec(), JOB_ID)).exit_code == 124
+    assert run(b, b.dryrun(p5_spec(), JOB_ID)).exit_code == 124
 
 
 def test_submit_follows_only_the_mpi_launcher_and_keeps_mpiruns_tags() -> None:
@@ -193,7 +220,7 @@ def test_submit_follows_only_the_mpi_launcher_and_keeps_mpiruns_tags() -> None:
         {launcher: ["[1,0]<stdout>:hello"], WORKER: ["sshd noise"]},
     )
     b, out, _ = backend(custom, core)
-    result = b.submit(b.dryrun(p5_spec(**MPI), JOB_ID))
+    result = run(b, b.dryrun(p5_spec(**MPI), JOB_ID))
     assert result.ok
     assert out == ["[1,0]<stdout>:hello"]
     assert custom.calls[0][1][:4] == ("kubeflow.org", "v2beta1", "ml", "mpijobs")
@@ -206,7 +233,7 @@ def test_submit_streams_only_the_pods_holding_the_selected_ranks() -> None:
         {MASTER: ["rank 0"], WORKER: ["rank 8"]},
     )
     b, out, _ = backend(custom, core)
-    b.submit(b.dryrun(p5_spec(logs={"ranks": [9]}), JOB_ID))
+    run(b, b.dryrun(p5_spec(logs={"ranks": [9]}), JOB_ID))
     assert out == [f"[{WORKER}] rank 8"]
 
 
@@ -216,7 +243,7 @@ def test_submit_reports_restarts_of_a_pod() -> None:
     custom = FakeCustom([job(("Running", "", "")), job(("Succeeded", "", ""))])
     core = FakeCore([[pod(WORKER, "Running", "pytorch")], [restarted]], {})
     b, _, err = backend(custom, core)
-    b.submit(b.dryrun(p5_spec(), JOB_ID))
+    run(b, b.dryrun(p5_spec(), JOB_ID))
     assert f"pod {WORKER}: restarted (1), last exit code None" in err
 
 
@@ -225,13 +252,14 @@ def test_submit_reports_restarts_of_a_pod() -> None:
     [
         (
             ApiException(status=404, reason="Not Found"),
-            "backend: the cluster does not serve MPIJob (kubeflow.org/v2beta1): install the "
+            "backend: the cluster does not serve MPIJob (kubeflow.org/v2beta1). Fix: install the "
             "MPI Operator: kubectl apply --server-side -f https://raw.githubusercontent.com/"
             "kubeflow/mpi-operator/v0.6.0/deploy/v2beta1/mpi-operator.yaml",
         ),
         (
             _ns := ApiException(status=404, reason="Not Found"),
-            "kubernetes.namespace: 'ml' does not exist; create it (kubectl create namespace ml)",
+            "kubernetes.namespace: 'ml' does not exist. Fix: create it (kubectl create namespace "
+            "ml)",
         ),
         (
             _exists := ApiException(status=409, reason="Conflict"),
@@ -239,23 +267,23 @@ def test_submit_reports_restarts_of_a_pod() -> None:
         ),
     ],
 )
-def test_submit_explains_a_refused_create(error: ApiException, problem: str) -> None:
+def test_submit_explains_a_refused_create(
+    error: ApiException, problem: str, tenter_home: Path
+) -> None:
     _ns.body = '{"message": "namespaces \\"ml\\" not found"}'
     _exists.body = f'{{"message": "mpijobs \\"{JOB_ID}\\" already exists"}}'
     b, _, _ = backend(FakeCustom([], create_error=error), FakeCore([[]], {}))
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(TenterError) as info:
         b.submit(b.dryrun(p5_spec(**MPI), JOB_ID))
     assert problem in str(info.value)
+    assert info.value.exit_code == 3  # the backend refused the job
+    assert not (tenter_home / "jobs").exists()  # nothing was created: nothing to reach
 
 
-def test_submit_deletes_the_job_if_interrupted() -> None:
-    class Interrupting(FakeCore):
-        def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> V1PodList:
-            raise KeyboardInterrupt
-
+def test_wait_deletes_the_job_if_stopped() -> None:
     custom = FakeCustom([job(("Running", "", ""))])
-    b, _, _ = backend(custom, Interrupting([[]], {}))
-    result = b.submit(b.dryrun(p5_spec(), JOB_ID))
+    b, _, _ = backend(custom, FakeCore([[]], {}))
+    result = run(b, b.dryrun(p5_spec(), JOB_ID), stop=True)
     assert result.exit_code == 130 and result.interrupted
     assert custom.calls[-1] == (
         "delete",
@@ -264,7 +292,18 @@ def test_submit_deletes_the_job_if_interrupted() -> None:
     )
 
 
-def test_status_and_cancel_find_the_jobs_kind() -> None:
+def test_a_restarted_container_s_output_is_followed_again() -> None:
+    restarted = pod(MASTER, "Running", "pytorch")
+    restarted.status.container_statuses[0].restart_count = 1
+    custom = FakeCustom([job(("Running", "", "")), job(("Succeeded", "", ""))])
+    b, out, _ = backend(
+        custom, FakeCore([[pod(MASTER, "Running", "pytorch")], [restarted]], {MASTER: ["hi"]})
+    )
+    run(b, b.dryrun(p5_spec(), JOB_ID))
+    assert out == [f"[{MASTER}] hi", f"[{MASTER}] hi"]  # the first run's and the restart's
+
+
+def test_k8s_status_and_cancel_find_the_jobs_kind() -> None:
     class MpiOnly(FakeCustom):
         def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
             if args[3] != "mpijobs":
@@ -273,14 +312,42 @@ def test_status_and_cancel_find_the_jobs_kind() -> None:
 
     custom = MpiOnly([])
     b, _, err = backend(custom, FakeCore([[pod(WORKER, "Running", "worker")]], {}))
-    state, pods = b.status(JOB_ID, "ml")
-    assert (state.state, state.reason) == ("Running", "MPIJobRunning")
-    assert [(p.name, p.phase) for p in pods] == [(WORKER, "Running")]
-    b.cancel(JOB_ID, "ml")
+    handle = b.find(JOB_ID, "ml")
+    status = b.status(handle)
+    assert status.running
+    assert status.text.splitlines() == [
+        f"RUNNING (MPIJob ml/{JOB_ID}: MPIJobRunning: running)",
+        f"  pod {WORKER}  Running  restarts 0",
+    ]
+    assert b.cancel(handle) == f"deleted MPIJob ml/{JOB_ID}"
     assert custom.calls[-1][1][3] == "mpijobs"
-    assert err == [f"deleted MPIJob ml/{JOB_ID}"]
-    with pytest.raises(SpecError, match="no PyTorchJob, MPIJob, TrainJob named 'x'"):
-        backend(FakeCustom([]), FakeCore([[]], {}))[0].status("x", "ml")
+    with pytest.raises(JobNotFoundError, match="no PyTorchJob, MPIJob, TrainJob named 'x'"):
+        backend(FakeCustom([]), FakeCore([[]], {}))[0].find("x", "ml")
+
+
+def test_status_logs_and_cancel_reach_a_kubernetes_job_by_its_id(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's verbs, with the client the kubeconfig would give replaced by the fakes."""
+    custom = FakeCustom([job(("Running", "PyTorchJobRunning", ""))])
+    core = FakeCore([[pod(MASTER, "Running", "pytorch")]], {MASTER: ["step 1"]})
+    b, _, _ = backend(custom, core)
+    handle = b.submit(b.dryrun(p5_spec(), JOB_ID))
+    monkeypatch.setattr(k8s_backend, "connect", lambda context: Clients(custom, core))
+    capsys.readouterr()
+
+    assert main(["status", JOB_ID]) == 0
+    out = capsys.readouterr().out
+    assert f"job {JOB_ID}: RUNNING (PyTorchJob ml/{JOB_ID}: PyTorchJobRunning)" in out
+    assert main(["logs", JOB_ID]) == 0
+    assert capsys.readouterr().out == f"[{MASTER}] step 1\n"
+    assert main(["cancel", JOB_ID]) == 0
+    assert custom.calls[-1] == (
+        "delete",
+        ("kubeflow.org", "v1", "ml", "pytorchjobs", JOB_ID),
+        {"propagation_policy": "Foreground"},
+    )
+    assert handle.scheduler_id == f"ml/PyTorchJob/{JOB_ID}"
 
 
 def test_job_state_reads_the_last_true_condition() -> None:
