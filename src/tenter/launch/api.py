@@ -19,6 +19,7 @@ the metrics endpoint are not the backends' business: :mod:`tenter.session` puts 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import threading
@@ -109,7 +110,10 @@ class Backend(Protocol):
         ...
 
 
+@functools.cache
 def get_backend(name: str) -> Backend:
+    """The backend of this name; one per process, so that what ``submit`` started in this
+    process, ``wait`` finds."""
     package = BACKENDS.get(name)
     if package is None:
         raise ValueError(f"unknown backend '{name}'; choose one of: {', '.join(BACKENDS)}")
