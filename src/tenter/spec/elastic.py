@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import NonNegativeInt, PositiveInt
 
-from tenter.spec.base import StrictModel
+from tenter.spec.base import Seconds, StrictModel
 from tenter.spec.errors import Problem
 
 
@@ -25,9 +25,9 @@ class Rendezvous(StrictModel):
     """c10d: a store served by the job's launcher. etcd: an existing etcd (v2 API) server."""
     endpoint: str | None = None
     """``host:port`` of the etcd server (etcd only)."""
-    join_timeout: PositiveInt = 600
+    join_timeout: Seconds = 600
     """Seconds to wait for ``min_hosts`` hosts to join before failing."""
-    last_call_timeout: PositiveInt = 30
+    last_call_timeout: Seconds = 30
     """Once ``min_hosts`` joined, seconds to wait for more (up to ``max_hosts``)."""
 
 
@@ -38,7 +38,7 @@ class Elastic(StrictModel):
     """Most hosts the job accepts (default: instance_count)."""
     max_restarts: NonNegativeInt = 0
     rendezvous: Rendezvous = Rendezvous()
-    hang_timeout: PositiveInt | None = None
+    hang_timeout: Seconds | None = None
     """Seconds without progress on every rank after which the job is diagnosed as hung."""
     on_hang: Literal["stop", "restart"] = "stop"
 
