@@ -125,7 +125,7 @@ CASES = [
     ),
     BadInput(
         "hosts and instance_count",
-        "hosts: is another name for instance_count, and both are set (3 and 2): keep one",
+        "hosts: is another name for instance_count, and both are set (hosts: 2, instance_count: 3)",
         BASE + "hosts: 2\ninstance_count: 3\n",
     ),
     BadInput(

@@ -12,12 +12,14 @@ checkpoint: {dir: /fsx/ckpt, every: 100, keep: 3}
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import NonNegativeInt, PositiveInt
 
 from tenter.spec.base import Seconds, StrictModel
-from tenter.spec.errors import Problem
+from tenter.spec.errors import Problem, show
+from tenter.spec.limits import port_problem
 
 
 class Rendezvous(StrictModel):
@@ -58,6 +60,8 @@ class Elastic(StrictModel):
             out.append(
                 Problem("elastic.rendezvous.endpoint", "is required with backend etcd: host:port")
             )
+        elif rdzv.backend == "etcd" and rdzv.endpoint:
+            out += _endpoint_problems(rdzv.endpoint)
         if rdzv.backend == "c10d" and rdzv.endpoint:
             out.append(
                 Problem(
@@ -70,6 +74,15 @@ class Elastic(StrictModel):
                 Problem("elastic.on_hang", "restart needs max_restarts >= 1 to restart anything")
             )
         return out
+
+
+def _endpoint_problems(endpoint: str) -> list[Problem]:
+    path = "elastic.rendezvous.endpoint"
+    host, _, port = endpoint.rpartition(":")
+    if not host or not re.fullmatch(r"[0-9]{1,5}", port):
+        return [Problem(path, f"{show(endpoint)} is not host:port, e.g. etcd.example.com:2379")]
+    problem = port_problem(path, int(port))
+    return [problem] if problem else []
 
 
 class Checkpoint(StrictModel):

@@ -36,7 +36,10 @@ def show(value: object) -> str:
 
 def clip(text: str, limit: int = MAX_LINE) -> str:
     """``text`` cut to ``limit`` characters, marking the cut."""
-    return text if len(text) <= limit else f"{text[: limit - 15]}... ({len(text):,} chars)"
+    if len(text) <= limit:
+        return text
+    mark = f"... ({len(text):,} chars)"
+    return text[: limit - len(mark)] + mark
 
 
 @dataclass(frozen=True)

@@ -181,3 +181,13 @@ def check_bounds(data: object) -> None:
         stack += [(p, v, depth + 1) for p, v in reversed(_children(path, value))]
     if problems:
         raise SpecError(problems)
+
+
+def port_problem(field: str, port: int, *, zero_picks_one: bool = False) -> Problem | None:
+    """A Problem if ``port`` is no TCP port (1 to 65535; 0 too where ``zero_picks_one``: the
+    kernel then chooses a free one), for a flag or field such as ``--metrics-port``."""
+    lowest = 0 if zero_picks_one else 1
+    if lowest <= port <= 65535:
+        return None
+    zero = " (0: any free port)" if zero_picks_one else ""
+    return Problem(field, f"{port} is not a TCP port: use {lowest} to 65535{zero}")

@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from tenter.spec.errors import Problem, SpecError, clip
+from tenter.spec.errors import Problem, SpecError, clip, show
 from tenter.spec.job import JobSpec
-from tenter.spec.limits import MAX_SPEC_BYTES, check_bounds, check_yaml_nesting
+from tenter.spec.limits import MAX_SPEC_BYTES, check_bounds, check_yaml_nesting, key_path
 from tenter.spec.validate import check, parse, without_other_names
 
 
@@ -103,20 +103,30 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def _absolute(path: str, base_dir: Path) -> str:
-    p = Path(path.removeprefix("file://")).expanduser()
-    return str(p if p.is_absolute() else (base_dir / p).resolve())
+def _absolute(path: str, base_dir: Path, field: str) -> str:
+    try:
+        p = Path(path.removeprefix("file://")).expanduser()
+        return str(p if p.is_absolute() else (base_dir / p).resolve())
+    except (RuntimeError, OSError) as e:
+        # expanduser: `~user` of no such user; resolve: a symlink loop.
+        raise SpecError(
+            [Problem(field, f"{show(path)} cannot be made an absolute path ({e}); fix the path")]
+        ) from None
 
 
 def resolve_paths(spec: JobSpec, base_dir: Path) -> JobSpec:
     """Relative paths are relative to ``base_dir``: the spec file's folder, or the cwd."""
     return spec.model_copy(
         update={
-            "source_dir": _absolute(spec.source_dir, base_dir),
-            "channels": {k: _absolute(v, base_dir) for k, v in spec.channels.items()},
-            "output_dir": _absolute(spec.output_dir, base_dir) if spec.output_dir else None,
+            "source_dir": _absolute(spec.source_dir, base_dir, "source_dir"),
+            "channels": {
+                k: _absolute(v, base_dir, key_path("channels", k)) for k, v in spec.channels.items()
+            },
+            "output_dir": _absolute(spec.output_dir, base_dir, "output_dir")
+            if spec.output_dir
+            else None,
             "checkpoint": spec.checkpoint.model_copy(
-                update={"dir": _absolute(spec.checkpoint.dir, base_dir)}
+                update={"dir": _absolute(spec.checkpoint.dir, base_dir, "checkpoint.dir")}
             )
             if spec.checkpoint.dir
             else spec.checkpoint,

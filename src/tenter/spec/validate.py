@@ -72,8 +72,8 @@ def _same_field_twice(data: dict[str, Any]) -> tuple[dict[str, Any], list[Proble
             problems.append(
                 Problem(
                     other,
-                    f"is another name for {given[0]}, and both are set ({show(data[given[0]])} "
-                    f"and {show(data[other])}): keep one",
+                    f"is another name for {given[0]}, and both are set ({other}: "
+                    f"{show(data[other])}, {given[0]}: {show(data[given[0]])}): keep one",
                 )
             )
             data = {k: v for k, v in data.items() if k != other}
