@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -95,7 +95,7 @@ class _Collection:
     items: int = 0
 
 
-def check_yaml_nesting(text: str) -> None:
+def check_yaml_nesting(text: str | IO[str]) -> None:
     """Raise SpecError if the YAML document nests deeper than MAX_DEPTH, or holds more
     than MAX_VALUES nodes (aliases are counted later, by :func:`check_bounds`).
 

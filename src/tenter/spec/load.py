@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,14 @@ class _SpecLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
         return result
 
 
+def _named(text: str, name: str) -> io.StringIO:
+    """``text`` as a stream called ``name``: YAML's errors then say where, as in
+    ``in "job.yaml", line 3, column 5``, rather than ``in "<unicode string>"``."""
+    stream = io.StringIO(text)
+    stream.name = name
+    return stream
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping of a spec file, read within the bounds of :mod:`tenter.spec.limits`."""
     try:
@@ -73,8 +82,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
             ]
         ) from None
     try:
-        check_yaml_nesting(text)
-        data = yaml.load(text, Loader=_SpecLoader)  # _SpecLoader is a safe loader
+        check_yaml_nesting(_named(text, path.name))
+        data = yaml.load(_named(text, path.name), Loader=_SpecLoader)  # a safe loader
     except yaml.YAMLError as e:
         raise SpecError([Problem("", f"'{path}' is not valid YAML: {e}")]) from None
     except SpecError:
