@@ -258,22 +258,19 @@ def _size_problems(spec: JobSpec) -> list[Problem]:
                     "Linux caps at 128 KiB); use fewer",
                 )
             )
-    if (
-        spec.backend == "local"
-        and limits.MAX_SIMULATED_HOSTS < spec.instance_count <= limits.MAX_HOSTS
-    ):
-        out.append(
-            Problem(
-                "instance_count",
-                f"{spec.instance_count:,} hosts exceed the {limits.MAX_SIMULATED_HOSTS} the local "
-                "backend simulates on this machine; use fewer, or a cluster backend (mpi, slurm, "
-                "kubernetes)",
+        elif spec.backend == "local" and hosts > limits.MAX_SIMULATED_HOSTS:
+            out.append(
+                Problem(
+                    path,
+                    f"{hosts:,} hosts exceed the {limits.MAX_SIMULATED_HOSTS} the local backend "
+                    "simulates on this machine; use fewer, or a cluster backend (mpi, slurm, "
+                    "kubernetes)",
+                )
             )
-        )
     return out
 
 
-def max_processes(itype: catalog.InstanceType) -> int:
+def _max_processes(itype: catalog.InstanceType) -> int:
     """Worker processes a host of ``itype`` can run, by its memory."""
     return max(1, int(itype.memory_gib / limits.WORKER_MEMORY_GIB))
 
@@ -287,7 +284,7 @@ def _capacity_problems(spec: JobSpec, itype: catalog.InstanceType, procs: int) -
     else:
         host, count, what = itype, procs, f"one {itype.name} host"
         counted = "processes_per_host"
-    most = max_processes(host)
+    most = _max_processes(host)
     if count <= most:
         return []
     return [
