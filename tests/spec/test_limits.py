@@ -121,6 +121,13 @@ def test_the_etcd_endpoint_must_be_host_and_port(endpoint: str, expected: str) -
     assert found == [expected]
 
 
+def test_the_local_backend_bounds_the_hosts_an_elastic_job_may_grow_to() -> None:
+    assert problems(spec(elastic={"max_hosts": 200})) == [
+        "elastic.max_hosts: 200 hosts exceed the 156 the local backend simulates on this "
+        "machine; use fewer, or a cluster backend (mpi, slurm, kubernetes)"
+    ]
+
+
 def test_port_problem_accepts_zero_only_where_the_kernel_picks() -> None:
     assert limits.port_problem("--metrics-port", 0, zero_picks_one=True) is None
     assert limits.port_problem("--metrics-port", 65535) is None
