@@ -3,8 +3,10 @@ check that a job leaves no process, port or temp file behind."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -73,14 +75,21 @@ class Finished:
         return data
 
 
-def tenter(*args: str, timeout: float = 180) -> Finished:
-    """Run the `tenter` CLI in a subprocess, as a user would."""
+def tenter(*args: str, timeout: float = 180, max_memory: int | None = None) -> Finished:
+    """Run the `tenter` CLI in a subprocess, as a user would; ``max_memory``: the bytes of
+    address space it may take (a runaway then fails, instead of swapping the machine)."""
+    limit_memory = (
+        functools.partial(resource.setrlimit, resource.RLIMIT_AS, (max_memory, max_memory))
+        if max_memory
+        else None
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "tenter", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=REPO,
+        preexec_fn=limit_memory,
     )
     return Finished(proc.returncode, proc.stdout, proc.stderr)
 

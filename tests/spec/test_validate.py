@@ -74,8 +74,12 @@ def test_load_raises_if_the_entry_point_is_missing_or_doubled() -> None:
 def test_load_raises_if_wrong_types_are_given() -> None:
     # The field is named as the user spelled it (``hosts`` is instance_count's other name).
     assert problems({"hosts": "two"}) == [
-        "hosts: 'two' is invalid: input should be a valid integer, unable to parse string as an "
-        "integer"
+        "hosts: 'two' is invalid: input should be a valid integer"
+    ]
+    # Nothing is converted: YAML's `true` is not the count 1, nor the text "2" the number 2.
+    assert problems({"instance_count": True, "distribution": {"mpi": {"enabled": "yes"}}}) == [
+        "instance_count: True is invalid: input should be a valid integer",
+        "distribution.mpi.enabled: 'yes' is invalid: input should be a valid boolean",
     ]
 
 

@@ -12,12 +12,14 @@ checkpoint: {dir: /fsx/ckpt, every: 100, keep: 3}
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import NonNegativeInt, PositiveInt
 
-from tenter.spec.base import StrictModel
-from tenter.spec.errors import Problem
+from tenter.spec.base import Seconds, StrictModel
+from tenter.spec.errors import Problem, show
+from tenter.spec.limits import port_problem
 
 
 class Rendezvous(StrictModel):
@@ -25,9 +27,9 @@ class Rendezvous(StrictModel):
     """c10d: a store served by the job's launcher. etcd: an existing etcd (v2 API) server."""
     endpoint: str | None = None
     """``host:port`` of the etcd server (etcd only)."""
-    join_timeout: PositiveInt = 600
+    join_timeout: Seconds = 600
     """Seconds to wait for ``min_hosts`` hosts to join before failing."""
-    last_call_timeout: PositiveInt = 30
+    last_call_timeout: Seconds = 30
     """Once ``min_hosts`` joined, seconds to wait for more (up to ``max_hosts``)."""
 
 
@@ -38,7 +40,7 @@ class Elastic(StrictModel):
     """Most hosts the job accepts (default: instance_count)."""
     max_restarts: NonNegativeInt = 0
     rendezvous: Rendezvous = Rendezvous()
-    hang_timeout: PositiveInt | None = None
+    hang_timeout: Seconds | None = None
     """Seconds without progress on every rank after which the job is diagnosed as hung."""
     on_hang: Literal["stop", "restart"] = "stop"
 
@@ -58,6 +60,8 @@ class Elastic(StrictModel):
             out.append(
                 Problem("elastic.rendezvous.endpoint", "is required with backend etcd: host:port")
             )
+        elif rdzv.backend == "etcd" and rdzv.endpoint:
+            out += _endpoint_problems(rdzv.endpoint)
         if rdzv.backend == "c10d" and rdzv.endpoint:
             out.append(
                 Problem(
@@ -70,6 +74,15 @@ class Elastic(StrictModel):
                 Problem("elastic.on_hang", "restart needs max_restarts >= 1 to restart anything")
             )
         return out
+
+
+def _endpoint_problems(endpoint: str) -> list[Problem]:
+    path = "elastic.rendezvous.endpoint"
+    host, _, port = endpoint.rpartition(":")
+    if not host or not re.fullmatch(r"[0-9]{1,5}", port):
+        return [Problem(path, f"{show(endpoint)} is not host:port, e.g. etcd.example.com:2379")]
+    problem = port_problem(path, int(port))
+    return [problem] if problem else []
 
 
 class Checkpoint(StrictModel):

@@ -7,21 +7,30 @@ Field names follow the SageMaker Python SDK where one exists (``entry_point``,
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import (
-    AliasChoices,
-    Field,
-    JsonValue,
-    NonNegativeInt,
-    PositiveInt,
-    field_validator,
-)
+from pydantic import AliasChoices, BeforeValidator, Field, JsonValue, NonNegativeInt, PositiveInt
 
-from tenter.spec.base import StrictModel
+from tenter.spec.base import Seconds, StrictModel
 from tenter.spec.distribution import Distribution
 from tenter.spec.elastic import Checkpoint, Elastic
 from tenter.spec.kubernetes import KubernetesOptions
+
+
+def _variable_text(value: object) -> object:
+    """An environment value as text. YAML reads ``OMP_NUM_THREADS: 1`` as a number, which
+    means "1". A YAML boolean is refused instead: ``on``, ``yes`` and ``true`` all read as
+    True, and no spelling is right for every program (NCCL wants 1, others true or yes);
+    SageMaker and Kubernetes refuse a non-text value too."""
+    if isinstance(value, bool):
+        raise ValueError(
+            f"{value} is a YAML boolean (yes, no, on, off, true and false all read as one), "
+            "but a variable holds text: quote the value the program expects, e.g. '1' or '0'"
+        )
+    return str(value) if isinstance(value, int | float) else value
+
+
+VariableText = Annotated[str, BeforeValidator(_variable_text)]
 
 
 class LogOptions(StrictModel):
@@ -49,7 +58,7 @@ class JobSpec(StrictModel):
     """Working directory of every process; ``entry_point`` is relative to it."""
     hyperparameters: dict[str, JsonValue] = Field(default_factory=dict)
     """Passed as ``--key value`` arguments, ``SM_HP_<KEY>`` and hyperparameters.json."""
-    environment: dict[str, str] = Field(default_factory=dict)
+    environment: dict[str, VariableText] = Field(default_factory=dict)
     """Extra environment variables for every process."""
     channels: dict[str, str] = Field(default_factory=dict)
     """Input channels: name -> local path (linked into ``input/data/<name>``)."""
@@ -64,7 +73,7 @@ class JobSpec(StrictModel):
     processes_per_host: PositiveInt | None = None
     """Worker processes per host (default: the instance type's GPUs, or 1 without GPUs)."""
     distribution: Distribution = Distribution()
-    max_run: PositiveInt | None = None
+    max_run: Seconds | None = None
     """Seconds after which the job is stopped (SageMaker's max_run)."""
     process_group_backend: Literal["auto", "gloo", "nccl", "tenter"] = "auto"
     """The torch.distributed backend of ``tenter.init()``: ``tenter`` (shared-memory
@@ -88,18 +97,3 @@ class JobSpec(StrictModel):
         # SMDDP is SageMaker's collective library registered as a torch backend; tenter's
         # own backend plays that part here.
         return "tenter" if self.distribution.data_parallel else None
-
-    @field_validator("environment", mode="before")
-    @classmethod
-    def _stringify_scalars(cls, value: Any) -> Any:
-        # YAML reads `OMP_NUM_THREADS: 1` as an int; an environment only holds strings.
-        if isinstance(value, dict):
-            return {
-                k: str(v).lower()
-                if isinstance(v, bool)
-                else str(v)
-                if isinstance(v, int | float)
-                else v
-                for k, v in value.items()
-            }
-        return value

@@ -8,17 +8,20 @@ field-path problems with a did-you-mean for unknown keys.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tenter.spec import catalog
-from tenter.spec.errors import Problem, SpecError, did_you_mean
+from tenter.spec import catalog, limits
+from tenter.spec.errors import MAX_SHOWN, Problem, SpecError, did_you_mean, show
 from tenter.spec.job import JobSpec
+from tenter.spec.limits import key_path
 
 KNOWN_BACKENDS = ("local", "mpi", "slurm", "kubernetes")
 """Launch backends this version can run."""
@@ -28,16 +31,53 @@ _RESERVED_ENV = re.compile(
     r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT"
     r"|TORCHELASTIC_.*|SM_.*)$"
 )
+# SageMaker's rule for Environment keys: also what a shell can export (Slurm's batch script).
+_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-def _field_names(model: type[BaseModel]) -> list[str]:
-    names = []
+def _names_of_fields(model: type[BaseModel]) -> list[list[str]]:
+    """Each field's names: its own, then the other names it accepts (``hosts``)."""
+    out = []
     for name, info in model.model_fields.items():
-        names.append(name)
-        choices = getattr(info.validation_alias, "choices", None)
-        names += [c for c in choices or () if isinstance(c, str)]
-    return names
+        choices = getattr(info.validation_alias, "choices", None) or ()
+        out.append([name, *(c for c in choices if isinstance(c, str) and c != name)])
+    return out
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return [name for names in _names_of_fields(model) for name in names]
+
+
+def without_other_names(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``data`` less the fields ``overrides`` sets under another name: ``--hosts 3`` (which
+    sets instance_count) replaces a spec file's ``hosts: 2``."""
+    drop = {
+        name
+        for names in _names_of_fields(JobSpec)
+        if any(n in overrides for n in names)
+        for name in names
+        if name not in overrides
+    }
+    return {k: v for k, v in data.items() if k not in drop}
+
+
+def _same_field_twice(data: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """Refuse a field set under two of its names (``hosts`` and ``instance_count``);
+    ``data`` is returned without the second, so that the rest can still be checked."""
+    problems = []
+    for names in _names_of_fields(JobSpec):
+        given = [n for n in names if n in data]
+        for other in given[1:]:
+            problems.append(
+                Problem(
+                    other,
+                    f"is another name for {given[0]}, and both are set ({other}: "
+                    f"{show(data[other])}, {given[0]}: {show(data[given[0]])}): keep one",
+                )
+            )
+            data = {k: v for k, v in data.items() if k != other}
+    return data, problems
 
 
 def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
@@ -63,11 +103,15 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     return model
 
 
-def _problem_from_pydantic(err: Any) -> Problem:
+def _problem_from_pydantic(err: Any, *, suggest: bool = True) -> Problem:
+    """A pydantic error as a Problem; ``suggest``: look for a did-you-mean (costly, and only
+    the first few problems are shown)."""
     loc = tuple(err["loc"])
-    path = ".".join(str(p) for p in loc)
+    path = ""
+    for part in loc:
+        path = key_path(path, part)
     if err["type"] == "extra_forbidden":
-        parent = _model_at(loc[:-1])
+        parent = _model_at(loc[:-1]) if suggest else None
         hint = did_you_mean(str(loc[-1]), _field_names(parent)) if parent else ""
         return Problem(path, f"unknown field.{hint or ' Remove it.'}")
     if err["type"] == "missing":
@@ -76,7 +120,7 @@ def _problem_from_pydantic(err: Any) -> Problem:
     # Errors raised by our own validators already carry the fix.
     if err["type"] == "value_error":
         return Problem(path, message.removeprefix("Value error, "))
-    return Problem(path, f"{err['input']!r} is invalid: {message[0].lower()}{message[1:]}")
+    return Problem(path, f"{show(err['input'])} is invalid: {message[0].lower()}{message[1:]}")
 
 
 _SMP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")
@@ -127,11 +171,15 @@ def parse(data: dict[str, Any]) -> tuple[JobSpec, list[Problem], list[Problem]]:
     cross-field rules can still run and every problem is reported in one pass.
     """
     data, warnings = _rename_partitions(data)
+    data, errors = _same_field_twice(data)
     try:
-        return JobSpec.model_validate(data), [], warnings
+        return JobSpec.model_validate(data), errors, warnings
     except ValidationError as e:
-        errors = [_problem_from_pydantic(err) for err in e.errors()]
-        locs = [tuple(err["loc"]) for err in e.errors()]
+        found = e.errors(include_url=False, include_context=False)
+        errors += [
+            _problem_from_pydantic(err, suggest=i < MAX_SHOWN) for i, err in enumerate(found)
+        ]
+        locs = [tuple(err["loc"]) for err in found]
     try:
         return JobSpec.model_validate(_without(data, locs)), errors, warnings
     except ValidationError:
@@ -145,6 +193,108 @@ def processes_per_host(spec: JobSpec, itype: catalog.InstanceType) -> int:
         or spec.distribution.mpi.processes_per_host
         or (itype.gpus if itype.gpus > 0 else 1)
     )
+
+
+def _environment_problems(environment: dict[str, str]) -> list[Problem]:
+    out = []
+    for key in environment:
+        path = key_path("environment", key)
+        if not _VARIABLE_NAME.match(key):
+            out.append(
+                Problem(
+                    path,
+                    "is not a variable name: use letters, digits and '_', not starting with a "
+                    "digit (SageMaker's rule; '=' would split it, and job scripts export it)",
+                )
+            )
+        elif _RESERVED_ENV.match(key):
+            out.append(
+                Problem(
+                    path, "is set by tenter for every process and cannot be overridden; remove it"
+                )
+            )
+    return out
+
+
+def _utf8_size(texts: Iterable[str]) -> int:
+    return sum(len(t.encode(errors="surrogatepass")) + 1 for t in texts)  # +1: the C string's NUL
+
+
+def _size_problems(spec: JobSpec) -> list[Problem]:
+    """What a process could not be given (Linux caps its arguments plus environment at
+    ARG_MAX, 2 MiB), or what no cluster of this design holds."""
+    sizes = (
+        ("args", _utf8_size([*(spec.command or []), *spec.args]), limits.MAX_ARGS_BYTES),
+        (
+            "environment",
+            _utf8_size(f"{k}={v}" for k, v in spec.environment.items()),
+            limits.MAX_ENVIRONMENT_BYTES,
+        ),
+        (
+            "hyperparameters",
+            len(json.dumps(spec.hyperparameters).encode()),
+            limits.MAX_HYPERPARAMETERS_BYTES,
+        ),
+    )
+    out = [
+        Problem(
+            path,
+            f"holds {size:,} bytes; at most {limit:,} fit in a process's arguments and "
+            "environment beside tenter's: pass large data as a file (a channel)",
+        )
+        for path, size, limit in sizes
+        if size > limit
+    ]
+    for path, hosts in (
+        ("instance_count", spec.instance_count),
+        ("elastic.max_hosts", spec.elastic.max_hosts or 0),
+    ):
+        if hosts > limits.MAX_HOSTS:
+            out.append(
+                Problem(
+                    path,
+                    f"{hosts:,} hosts exceed the {limits.MAX_HOSTS:,} a job may have (the "
+                    "SageMaker contract lists every host in SM_TRAINING_ENV, one variable that "
+                    "Linux caps at 128 KiB); use fewer",
+                )
+            )
+        elif spec.backend == "local" and hosts > limits.MAX_SIMULATED_HOSTS:
+            out.append(
+                Problem(
+                    path,
+                    f"{hosts:,} hosts exceed the {limits.MAX_SIMULATED_HOSTS} the local backend "
+                    "simulates on this machine; use fewer, or a cluster backend (mpi, slurm, "
+                    "kubernetes)",
+                )
+            )
+    return out
+
+
+def _max_processes(itype: catalog.InstanceType) -> int:
+    """Worker processes a host of ``itype`` can run, by its memory."""
+    return max(1, int(itype.memory_gib / limits.WORKER_MEMORY_GIB))
+
+
+def _capacity_problems(spec: JobSpec, itype: catalog.InstanceType, procs: int) -> list[Problem]:
+    """Refuse more processes than a host can run, before any starts (the preflight, which
+    checks the same, can be skipped). The local backend runs every host on this machine."""
+    if spec.backend == "local":
+        host, count, what = catalog.detect_local(), procs * spec.instance_count, "this machine"
+        counted = "instance_count x processes_per_host"
+    else:
+        host, count, what = itype, procs, f"one {itype.name} host"
+        counted = "processes_per_host"
+    most = _max_processes(host)
+    if count <= most:
+        return []
+    return [
+        Problem(
+            "processes_per_host",
+            f"{count:,} processes ({counted}) on {what} exceed the {most:,} its "
+            f"{host.memory_gib:g} GiB of memory can run (a worker needs "
+            f"{limits.WORKER_MEMORY_GIB * 1024:g} MiB at the least); use fewer",
+        )
+    ]
 
 
 def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
@@ -194,14 +344,8 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                     f"hyperparameters.{key!r}", "names must be non-empty, without spaces or '='"
                 )
             )
-    for key in spec.environment:
-        if _RESERVED_ENV.match(key):
-            errors.append(
-                Problem(
-                    f"environment.{key}",
-                    "is set by tenter for every process and cannot be overridden; remove it",
-                )
-            )
+    errors += _environment_problems(spec.environment)
+    errors += _size_problems(spec)
 
     if spec.backend not in KNOWN_BACKENDS:
         errors.append(
@@ -250,6 +394,7 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                     "tensors (or auto)",
                 )
             )
+        errors += _capacity_problems(spec, itype, procs)
         if itype.is_local and itype.gpus == 0 and world > itype.cpus:
             warnings.append(
                 Problem(
