@@ -59,14 +59,16 @@ def test_in_place_offsets_place_the_rank_chunk_as_nccl_tests() -> None:
     assert COLLECTIVES["all_reduce"].geometry(1000, 4).send_offset == 0
 
 
-_UNSIGNED_MAX = {torch.uint32: 2**32 - 1, torch.uint64: 2**64 - 1}
-"""torch has no arithmetic on these types: reduce in int64 and check every partial fits."""
+_NO_ARITHMETIC = (torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2)
+"""torch cannot add or multiply these on the CPU: reduce in the wide type and check that
+every partial result is exact in the type."""
 
 
 def _reduce_in_dtype(tensors: list[torch.Tensor], op: str, factors: list[int]) -> torch.Tensor:
     dtype = tensors[0].dtype
-    if dtype in _UNSIGNED_MAX:
-        tensors = [t.to(torch.int64) for t in tensors]
+    if dtype in _NO_ARITHMETIC:
+        wide = torch.float64 if dtype.is_floating_point else torch.int64
+        tensors = [t.to(wide) for t in tensors]
     if op == "mulsum":  # each rank scales its own input, in the type, before the sum
         tensors = [t * f for t, f in zip(tensors, factors, strict=True)]
     acc = tensors[0].clone()
@@ -79,8 +81,8 @@ def _reduce_in_dtype(tensors: list[torch.Tensor], op: str, factors: list[int]) -
             acc = torch.minimum(acc, t)
         else:
             acc = torch.maximum(acc, t)
-        if dtype in _UNSIGNED_MAX:
-            assert int(acc.max()) <= _UNSIGNED_MAX[dtype]
+        if dtype in _NO_ARITHMETIC:
+            assert torch.equal(acc.to(dtype).to(acc.dtype), acc)
     return acc
 
 

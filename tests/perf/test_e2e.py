@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tenter.perf.parse import parse_log
 from tests.conftest import REPO, assert_nothing_left, tenter
@@ -103,13 +104,16 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return run_matrix(nranks, tmp_path_factory.mktemp(f"perf{nranks}"))
 
 
-NCCL_TYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double")
+NCCL_TYPES = (
+    *("int8", "uint8", "int32", "uint32", "int64", "uint64"),
+    *("half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"),
+)
 NCCL_OPS = ("sum", "prod", "max", "min", "avg", "mulsum")
 
 
 def gloo_runs(type_name: str, op: str | None) -> bool:
-    """What gloo can run: no uint32/uint64 tensors, no PREMUL_SUM, no integer average."""
-    if type_name in ("uint32", "uint64") or op == "mulsum":
+    """What gloo can run: no uint32/uint64/fp8 tensors, no PREMUL_SUM, no integer average."""
+    if type_name in ("uint32", "uint64", "f8e4m3", "f8e5m2") or op == "mulsum":
         return False
     return not (op == "avg" and type_name.startswith(("int", "uint")))
 
@@ -120,7 +124,7 @@ def expected_rows(config: str) -> int:
     n = next((v for k, v in sizes.items() if k in config), 1)
     n = 4 if "-b 0.5K -e 1K -f 2" in config and "-N 2" in config else n
     types = (
-        (*NCCL_TYPES, "bfloat16")
+        NCCL_TYPES
         if "-d all" in config
         else (args[args.index("-d") + 1],)
         if "-d" in args
@@ -394,3 +398,22 @@ def test_tenter_perf_runs_as_a_tenter_job() -> None:
     assert [r.size for r in log.rows] == [8, 64]
     assert "on     algo-1 device" in done.stdout and "on     algo-2 device" in done.stdout
     assert_nothing_left(done.job_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: NCCL, CUDA events")
+def test_cuda_paths_run_with_zero_wrong_on_nccl() -> None:
+    """mulsum (PREMUL_SUM), fp8 and per-iteration CUDA-event timing exist only on CUDA."""
+    nranks = torch.cuda.device_count()
+    proc = torchrun(
+        nranks,
+        "-m",
+        "tenter.perf",
+        *["all_reduce", "--device", "cuda", "-b", "1K", "-e", "64K", "-f", "8", "-n", "3"],
+        *["-o", "all", "-d", "all", "-I", "1", "-z", "3", "-m", "2"],
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = parse_log(proc.stdout)
+    assert {r.redop for r in log.rows} >= {"sum", "mulsum"}
+    assert all(h.wrong == "0" for r in log.rows for h in r.halves), proc.stdout
+    assert "# Out of bounds values : 0 OK" in proc.stdout

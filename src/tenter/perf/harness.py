@@ -151,6 +151,7 @@ def _refuse_what_cannot_run(
 
 
 _AVG_ON_GLOO = TorchVersion("2.8")
+_PREMUL_TYPES = ("half", "float", "double", "bfloat16")
 
 
 def unsupported(backend: str, type_name: str, op_name: str | None) -> str | None:
@@ -161,13 +162,15 @@ def unsupported(backend: str, type_name: str, op_name: str | None) -> str | None
             f"torch.distributed's {backend} backend has no {type_name} tensors; "
             f"-d int{type_name[4:]} moves as many bytes"
         )
+    if type_name.startswith("f8") and backend == "gloo":
+        return "torch.distributed's gloo backend has no fp8 tensors; -d int8 moves as many bytes"
     if op_name == "mulsum":
         if backend != "nccl":
             return (
                 "mulsum is NCCL's pre-multiplied sum (ReduceOp.PREMUL_SUM), which only "
                 "torch's nccl backend runs: pass --device cuda"
             )
-        if not DTYPES[type_name].is_floating_point:
+        if type_name not in _PREMUL_TYPES:
             return (
                 "torch's nccl backend pre-multiplies only half, float, double and bfloat16; "
                 "choose one of those with -d"

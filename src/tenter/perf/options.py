@@ -40,8 +40,11 @@ DATATYPES = (
     "float",
     "double",
     "bfloat16",
+    "f8e4m3",
+    "f8e5m2",
 )
-"""nccl-tests' element types, in its order (``-d all``)."""
+"""nccl-tests' element types, in its order (``-d all``; it lists the fp8 types on Hopper and
+later, where NCCL reduces them)."""
 AVERAGES = {0: "rank 0", 1: "mean", 2: "min", 3: "max"}
 """``-a``: how the per-rank times of one size combine into the reported time."""
 BLOCKING = {

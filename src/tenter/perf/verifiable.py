@@ -33,6 +33,8 @@ DTYPES: dict[str, torch.dtype] = {
     "uint8": torch.uint8,
     "uint32": torch.uint32,
     "uint64": torch.uint64,
+    "f8e4m3": torch.float8_e4m3fn,
+    "f8e5m2": torch.float8_e5m2,
 }
 """nccl-tests' type names -> torch dtypes."""
 
@@ -47,6 +49,8 @@ _EXACT_MAX = {
     torch.bfloat16: 2**8,
     torch.float32: 2**24,
     torch.float64: 2**53,
+    torch.float8_e4m3fn: 2**4,  # 3 mantissa bits
+    torch.float8_e5m2: 2**3,  # 2 mantissa bits
 }
 """The largest integer n such that every integer 0..n is exact in the type."""
 
@@ -61,6 +65,8 @@ _MAX_POWER_OF_TWO = {
     torch.bfloat16: 127,
     torch.float32: 127,
     torch.float64: 1023,
+    torch.float8_e4m3fn: 8,  # the largest finite value is 448
+    torch.float8_e5m2: 15,
 }
 
 _SMALL = 100
