@@ -375,6 +375,25 @@ def test_corrupted_result_is_reported_and_exits_non_zero() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "floor,exit_code,expected",
+    [
+        ("1000000", 1, r"# Avg bus bandwidth    : \S+ FAILED\n"),
+        ("fast", 2, r"tenter perf: error: NCCL_TESTS_MIN_BW='fast' is not a number; set it"),
+    ],
+)
+def test_min_bw_gate_fails_the_run(
+    floor: str, exit_code: int, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NCCL_TESTS_MIN_BW", floor)
+    proc = torchrun(2, "-m", "tenter.perf", *["all_reduce", "-b", "8", "-e", "8", "-n", "1"])
+    assert proc.returncode != 0
+    assert re.search(expected, proc.stdout + proc.stderr), proc.stdout + proc.stderr
+    # torchrun reports the first rank to fail, with its exit status.
+    assert re.search(rf"failed \(exitcode: {exit_code}\) local_rank: \d", proc.stderr)
+
+
+@pytest.mark.slow
 def test_tenter_perf_runs_as_a_tenter_job() -> None:
     done = tenter(
         "perf",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -134,3 +135,29 @@ def test_unsupported_names_what_the_backend_cannot_run(
     backend: str, type_name: str, op: str | None, runs: bool
 ) -> None:
     assert (harness.unsupported(backend, type_name, op) is None) == runs
+
+
+@pytest.mark.parametrize(
+    "min_busbw,line_end,okay",
+    [(None, ": 1.045", "unchecked"), (1.1, ": 1.045 OK", "true"), (1.2, ": 1.045 FAILED", "false")],
+)
+def test_min_bw_gate_passes_at_90_percent_as_nccl_tests(
+    min_busbw: float | None, line_end: str, okay: str
+) -> None:
+    rows = [_row()]  # busbw 0.99 and 1.1: average 1.045, which is 95% of 1.1
+    assert report.footer(rows, "all_reduce_perf", min_busbw)[1].endswith(line_end)
+    info = results_json.RunInfo(["p"], {}, 0, "t0", "t1", [], [""], min_busbw)
+    doc = results_json.document(PerfOptions("all_reduce"), info, rows)
+    assert doc["average_bus_bandwidth"]["okay"] == okay
+
+
+def test_results_file_is_never_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    names = []
+    for _ in range(3):
+        opened = results_json.open_exclusive(str(path))
+        assert opened is not None
+        opened[0].close()
+        names.append(opened[1])
+    assert names == [str(path), f"{path}.0", f"{path}.1"]
+    assert results_json.open_exclusive(str(tmp_path / "missing" / "r.json")) is None

@@ -58,6 +58,7 @@ def run(
     (for ``-M``)."""
     nranks, backend = dist.get_world_size(), dist.get_backend()
     _refuse_what_cannot_run(collective, opts, backend, nranks)
+    min_busbw = _min_busbw()
     start_time = time.strftime(report.TIME_FORMAT)
     memory = _MemoryProbe(device, memory_before_init)
     devices = _gather_devices(device)
@@ -74,7 +75,7 @@ def run(
     program = f"{collective.name}_perf"
     rows: list[Row] = []
     try:
-        _benchmark(collective, opts, device, emit, memory, devices, rows)
+        _benchmark(collective, opts, device, emit, memory, devices, rows, min_busbw)
     finally:
         if results_file:
             with results_file[0] as f:
@@ -86,9 +87,26 @@ def run(
                     end_time=time.strftime(report.TIME_FORMAT),
                     devices=devices,
                     errors=[""],  # ncclGetLastError(NULL): "" when there is none
+                    min_busbw=min_busbw,
                 )
                 f.write(results_json.dumps(results_json.document(opts, info, rows)))
-    return 1 if report.out_of_bounds(rows) else 0
+    failed = report.out_of_bounds(rows) or report.bandwidth_ok(rows, min_busbw) is False
+    return 1 if failed else 0
+
+
+def _min_busbw() -> float | None:
+    """nccl-tests' ``NCCL_TESTS_MIN_BW`` (GB/s): the run fails when its average busbw is
+    below 90% of it."""
+    text = os.environ.get("NCCL_TESTS_MIN_BW")
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise PerfError(
+            f"NCCL_TESTS_MIN_BW={text!r} is not a number; set it to the lowest acceptable "
+            "average bus bandwidth in GB/s, e.g. NCCL_TESTS_MIN_BW=100, or unset it"
+        ) from None
 
 
 def _benchmark(
@@ -99,6 +117,7 @@ def _benchmark(
     memory: _MemoryProbe,
     devices: list[DeviceInfo],
     rows: list[Row],
+    min_busbw: float | None,
 ) -> None:
     """Print the table, appending each row to ``rows`` as it is measured."""
     program = f"{collective.name}_perf"
@@ -122,7 +141,7 @@ def _benchmark(
                 emit([report.row_line(rows[-1])])
             memory.ran()
             del sweep
-    emit(report.footer(rows, program))
+    emit(report.footer(rows, program, min_busbw))
     if opts.memory_report:
         emit([report.memory_line(memory.result(), device.type)])
     emit(["#"])

@@ -125,7 +125,7 @@ def _only(flag: NcclOnlyFlag) -> Callable[[str], int]:
 
 def add_flags(group: argparse._ArgumentGroup) -> None:
     for flag in FLAGS:
-        accepted = " or ".join(map(str, flag.accepted)) or "no value"
+        accepted = " or ".join(map(str, flag.accepted)) or "none (leave it out)"
         group.add_argument(
             flag.short,
             flag.long,

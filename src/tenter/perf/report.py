@@ -207,11 +207,18 @@ def avg_busbw(rows: list[Row]) -> float:
     return math.fsum(values) / len(values) if values else 0.0
 
 
-def footer(rows: list[Row], program: str) -> list[str]:
+def bandwidth_ok(rows: list[Row], min_busbw: float | None) -> bool | None:
+    """The ``NCCL_TESTS_MIN_BW`` gate (GB/s): None when unset; like nccl-tests, the average
+    busbw passes at 90% of the floor."""
+    return None if min_busbw is None else avg_busbw(rows) >= min_busbw * 0.9
+
+
+def footer(rows: list[Row], program: str, min_busbw: float | None = None) -> list[str]:
     errors = out_of_bounds(rows)
+    gate = {None: "", True: " OK", False: " FAILED"}[bandwidth_ok(rows, min_busbw)]
     return [
         f"# {'Out of bounds values':<20s} : {errors} {'FAILED' if errors else 'OK'}",
-        f"# {'Avg bus bandwidth':<20s} : {avg_busbw(rows):g}",
+        f"# {'Avg bus bandwidth':<20s} : {avg_busbw(rows):g}{gate}",
         "#",
         f"# Collective test concluded: {program}",
     ]

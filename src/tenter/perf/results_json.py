@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from tenter.perf.options import PerfOptions
 from tenter.perf.parse import Log, LogRow, Measurement
-from tenter.perf.report import DeviceInfo, Half, Row, avg_busbw, out_of_bounds
+from tenter.perf.report import DeviceInfo, Half, Row, avg_busbw, bandwidth_ok, out_of_bounds
 
 VERSION = 3
 """nccl-tests' JSON_FILE_VERSION."""
@@ -56,6 +56,8 @@ class RunInfo:
     end_time: str
     devices: list[DeviceInfo]
     errors: list[str]
+    min_busbw: float | None = None
+    """``NCCL_TESTS_MIN_BW``, when set."""
 
 
 def document(opts: PerfOptions, info: RunInfo, rows: list[Row]) -> dict[str, Any]:
@@ -64,6 +66,8 @@ def document(opts: PerfOptions, info: RunInfo, rows: list[Row]) -> dict[str, Any
         {"step_factor": opts.stepfactor} if opts.stepfactor > 1 else {"step_bytes": opts.stepbytes}
     )
     errors = out_of_bounds(rows)
+    gate = bandwidth_ok(rows, info.min_busbw)
+    bandwidth_okay = "unchecked" if gate is None else _bool(gate)
     return {
         "version": VERSION,
         "start_time": info.start_time,
@@ -100,7 +104,7 @@ def document(opts: PerfOptions, info: RunInfo, rows: list[Row]) -> dict[str, Any
         },
         "results": [_record(r, opts) for r in rows],
         "out_of_bounds": {"count": errors, "okay": _bool(errors == 0)},
-        "average_bus_bandwidth": {"bandwidth": avg_busbw(rows), "okay": "unchecked"},
+        "average_bus_bandwidth": {"bandwidth": avg_busbw(rows), "okay": bandwidth_okay},
         "errors": info.errors,
         "end_time": info.end_time,
     }
