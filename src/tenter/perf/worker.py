@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import torch
 import torch.distributed as dist
 
-from tenter.perf import harness
+from tenter.perf import harness, resources
 from tenter.perf.collectives import COLLECTIVES, Collective
 from tenter.perf.options import add_flags, options_from_args
 from tenter.runtime import api as runtime
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None, collectives: Mapping[str, Collective] = 
         parser.error("--device cuda: this process sees no CUDA device; pass --device cpu")
     backend = opts.backend or ("nccl" if opts.device == "cuda" else "gloo")
     device = runtime.device() if opts.device == "cuda" else torch.device("cpu")
-    before_init = harness.memory_in_use(device) if opts.memory_report else None
+    before_init = resources.memory_in_use(device) if opts.memory_report else None
     # -T: nccl-tests aborts a collective that runs longer; torch's process-group timeout
     # does the same (the NCCL watchdog, gloo's per-operation timeout).
     timeout = datetime.timedelta(seconds=opts.timeout) if opts.timeout else None
