@@ -222,6 +222,9 @@ def test_argv_round_trips_through_the_worker_parser() -> None:
         (["-D", "1"], r"argument -D/--device_implementation: 1: those kernels are part of"),
         (["-V", "32"], r"argument -V/--device_cta_count: 32: it only sizes the -D kernels"),
         (["-g", "two"], r"argument -g/--ngpus: 'two' is not a whole number"),
+        # What the backend cannot run is refused before anything is launched.
+        (["-d", "uint32"], r"-o/--op sum with -d/--datatype uint32: torch.distributed.s gloo"),
+        (["-o", "mulsum"], r"-o/--op mulsum with -d/--datatype float: mulsum is NCCL's pre"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag_and_the_fix(
@@ -232,6 +235,16 @@ def test_bad_flags_exit_2_naming_the_flag_and_the_fix(
     assert exit_info.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
     assert re.match(r"tenter perf all_reduce: error: " + message, last), last
+
+
+def test_a_bad_min_bw_is_refused_before_launching(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NCCL_TESTS_MIN_BW", "fast")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["perf", "all_reduce"])
+    assert exit_info.value.code == 2
+    assert "error: NCCL_TESTS_MIN_BW='fast' is not a number" in capsys.readouterr().err
 
 
 def test_compare_labels_must_match_the_logs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -80,6 +80,14 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
             f"-r/--root {opts.root} is not a rank of this job ({nranks} ranks: --hosts "
             f"{args.hosts} x --procs-per-host {args.procs_per_host}); pass -r below {nranks}"
         )
+    from tenter.perf import harness  # imports torch: only once the flags parse
+    from tenter.perf.collectives import COLLECTIVES as DEFINITIONS
+
+    backend = opts.backend or ("nccl" if opts.device == "cuda" else "gloo")
+    try:
+        harness.refuse_what_cannot_run(DEFINITIONS[name], opts, backend, nranks)
+    except harness.PerfError as e:
+        parser.error(str(e))
     if opts.output_file:
         # The ranks run in the job's directory: give them an absolute path.
         results = Path(opts.output_file).resolve()

@@ -29,7 +29,7 @@ from tenter.perf.resources import MemoryProbe, PerfError, check_memory, gather_d
 from tenter.perf.timing import time_calls
 from tenter.perf.verifiable import DTYPES, Pattern, premul_factor
 
-__all__ = ["PerfError", "run", "unsupported"]
+__all__ = ["PerfError", "refuse_what_cannot_run", "run", "unsupported"]
 
 _OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -52,7 +52,7 @@ def run(
     ``memory_before_init``: :func:`memory_in_use` before the process group was created
     (for ``-M``)."""
     nranks, backend = dist.get_world_size(), dist.get_backend()
-    _refuse_what_cannot_run(collective, opts, backend, nranks)
+    refuse_what_cannot_run(collective, opts, backend, nranks)
     min_busbw = _min_busbw()
     start_time = time.strftime(report.TIME_FORMAT)
     memory = MemoryProbe(device, memory_before_init)
@@ -148,9 +148,12 @@ def _cycles(opts: PerfOptions) -> Iterable[int]:
     return (size for _ in cycles for size in opts.sizes())
 
 
-def _refuse_what_cannot_run(
+def refuse_what_cannot_run(
     collective: Collective, opts: PerfOptions, backend: str, nranks: int
 ) -> None:
+    """Raise :class:`PerfError` for flags this job cannot run (also called by ``tenter
+    perf`` before it launches anything)."""
+    _min_busbw()
     if collective.rooted and opts.root >= nranks:
         raise PerfError(
             f"-r/--root {opts.root} is not a rank of this job ({nranks} ranks); "
