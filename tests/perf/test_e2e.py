@@ -394,27 +394,20 @@ def test_min_bw_gate_fails_the_run(
 
 
 @pytest.mark.slow
-def test_tenter_perf_runs_as_a_tenter_job() -> None:
+def test_tenter_perf_runs_as_a_tenter_job(tmp_path: Path) -> None:
+    results = tmp_path / "sendrecv.json"
     done = tenter(
-        "perf",
-        "sendrecv",
-        "-b",
-        "8",
-        "-e",
-        "64",
-        "-f",
-        "8",
-        "-n",
-        "1",
-        "--hosts",
-        "2",
-        "--procs-per-host",
-        "1",
+        *["perf", "sendrecv", "-b", "8", "-e", "64", "-f", "8", "-n", "1", "-J", str(results)],
+        *["--hosts", "2", "--procs-per-host", "1"],
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("# tenter perf "), done.stdout  # rank 0 only, untagged
+    # Rank 0 only, untagged: the JSON notice, then the table.
+    assert done.stdout.startswith(f"# Writing JSON output to {results}\n# tenter perf ")
     log = parse_log(done.stdout)
     assert [r.size for r in log.rows] == [8, 64]
+    doc = json.loads(results.read_text())
+    assert [r["size"] for r in doc["results"]] == [8, 64]
+    assert [d["hostname"] for d in doc["config"]["devices"]] == ["algo-1", "algo-2"]
     assert "on     algo-1 device" in done.stdout and "on     algo-2 device" in done.stdout
     assert_nothing_left(done.job_dir)
 
