@@ -84,6 +84,8 @@ def test_compare_labels_default_to_file_names(capsys: pytest.CaptureFixture[str]
             '{"results": [{"size": 8}]}',
             "is JSON but not an nccl-tests or tenter perf results file",
         ),
+        ("list.json", "[1, 2]", "is JSON but not an nccl-tests or tenter perf results file"),
+        ("cut.json", '{"version":3,"results":[', "is JSON but not an nccl-tests or tenter"),
     ],
 )
 def test_compare_rejects_a_file_without_results(

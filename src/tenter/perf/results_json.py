@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tenter.perf.options import PerfOptions
-from tenter.perf.parse import Log, LogRow, Measurement
+from tenter.perf.parse import Log, LogRow, Measurement, parse_log
 from tenter.perf.report import DeviceInfo, Half, Row, avg_busbw, bandwidth_ok, out_of_bounds
 
 VERSION = 3
@@ -205,15 +205,13 @@ def _measurement(half: dict[str, Any] | None) -> Measurement | None:
 def read_results(path: Path) -> Log:
     """A benchmark log or results file, whichever ``path`` holds (raises OSError,
     ValueError for a JSON file that is not a results file)."""
-    from tenter.perf.parse import parse_log
-
     text = path.read_text(errors="replace")
-    if not text.lstrip().startswith("{"):
+    if not text.lstrip().startswith(("{", "[")):
         return parse_log(text)
     try:
         doc = json.loads(text)
         return read_log(doc)
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+    except (AttributeError, KeyError, TypeError, ValueError) as e:  # JSONDecodeError too
         raise ValueError(
             f"{path} is JSON but not an nccl-tests or tenter perf results file ({e})"
         ) from e
