@@ -84,7 +84,7 @@ def test_compare_labels_default_to_file_names(capsys: pytest.CaptureFixture[str]
             '{"results": [{"size": 8}]}',
             "is JSON but not an nccl-tests or tenter perf results file",
         ),
-        ("list.json", "[1, 2]", "is JSON but not an nccl-tests or tenter perf results file"),
+        ("list.json", "[1, 2]", "has no benchmark rows"),
         ("cut.json", '{"version":3,"results":[', "is JSON but not an nccl-tests or tenter"),
     ],
 )

@@ -206,7 +206,7 @@ def read_results(path: Path) -> Log:
     """A benchmark log or results file, whichever ``path`` holds (raises OSError,
     ValueError for a JSON file that is not a results file)."""
     text = path.read_text(errors="replace")
-    if not text.lstrip().startswith(("{", "[")):
+    if not text.lstrip().startswith("{"):  # logs may start with "[1,0]<stdout>:"
         return parse_log(text)
     try:
         doc = json.loads(text)
