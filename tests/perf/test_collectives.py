@@ -9,7 +9,7 @@ import torch
 
 from tenter.perf import options
 from tenter.perf.collectives import COLLECTIVES
-from tenter.perf.verifiable import DTYPES, Pattern
+from tenter.perf.verifiable import DTYPES, Pattern, premul_factor
 
 
 def test_every_collective_of_the_cli_has_a_definition() -> None:
@@ -59,10 +59,21 @@ def test_in_place_offsets_place_the_rank_chunk_as_nccl_tests() -> None:
     assert COLLECTIVES["all_reduce"].geometry(1000, 4).send_offset == 0
 
 
-def _reduce_in_dtype(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
+_NO_ARITHMETIC = (torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2)
+"""torch cannot add or multiply these on the CPU: reduce in the wide type and check that
+every partial result is exact in the type."""
+
+
+def _reduce_in_dtype(tensors: list[torch.Tensor], op: str, factors: list[int]) -> torch.Tensor:
+    dtype = tensors[0].dtype
+    if dtype in _NO_ARITHMETIC:
+        wide = torch.float64 if dtype.is_floating_point else torch.int64
+        tensors = [t.to(wide) for t in tensors]
+    if op == "mulsum":  # each rank scales its own input, in the type, before the sum
+        tensors = [t * f for t, f in zip(tensors, factors, strict=True)]
     acc = tensors[0].clone()
     for t in tensors[1:]:
-        if op in ("sum", "avg"):
+        if op in ("sum", "avg", "mulsum"):
             acc += t
         elif op == "prod":
             acc *= t
@@ -70,11 +81,13 @@ def _reduce_in_dtype(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
             acc = torch.minimum(acc, t)
         else:
             acc = torch.maximum(acc, t)
+        if dtype in _NO_ARITHMETIC:
+            assert torch.equal(acc.to(dtype).to(acc.dtype), acc)
     return acc
 
 
 @pytest.mark.parametrize("type_name", sorted(DTYPES))
-@pytest.mark.parametrize("op", ["sum", "prod", "min", "max"])
+@pytest.mark.parametrize("op", ["sum", "prod", "min", "max", "mulsum"])
 @pytest.mark.parametrize("nranks", [2, 3, 8, 300])
 def test_reduction_is_exact_in_the_type_whatever_the_order(
     type_name: str, op: str, nranks: int
@@ -85,9 +98,18 @@ def test_reduction_is_exact_in_the_type_whatever_the_order(
     for seed in range(3):
         order = list(range(nranks))
         random.Random(seed).shuffle(order)
-        got = _reduce_in_dtype([inputs[r] for r in order], op)
+        got = _reduce_in_dtype([inputs[r] for r in order], op, [premul_factor(r) for r in order])
         assert data.count_wrong(got, expected) == 0
-    assert inputs[0].abs().max() <= 100 or op == "prod"
+    assert inputs[0].to(data.wide).abs().max() <= 100 or op == "prod"
+
+
+def test_mulsum_doubles_the_odd_ranks_as_nccl_tests() -> None:
+    assert [premul_factor(rank) for rank in range(4)] == [1, 2, 1, 2]
+    data = Pattern(torch.float32, "mulsum", 2, torch.device("cpu"))
+    got = data.values(0, 0, 8).double() + 2 * data.values(1, 0, 8).double()
+    assert torch.equal(data.reduced(0, 8), got)
+    plain = data.values(0, 0, 8).double() + data.values(1, 0, 8).double()
+    assert not torch.equal(data.reduced(0, 8), plain)
 
 
 def test_inputs_differ_between_ranks_and_elements() -> None:

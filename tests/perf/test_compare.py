@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tenter.cli.main import main
+from tenter.perf.results_json import read_results
 
 DATA = Path(__file__).parent / "data"
 P5 = str(DATA / "new_tagged_aws_batch_all_reduce.log")
@@ -74,12 +75,55 @@ def test_compare_labels_default_to_file_names(capsys: pytest.CaptureFixture[str]
     ]
 
 
-def test_compare_rejects_a_file_without_a_table(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("empty.log", "nothing here\n", "has no benchmark rows"),
+        (
+            "other.json",
+            '{"results": [{"size": 8}]}',
+            "is JSON but not an nccl-tests or tenter perf results file",
+        ),
+        ("list.json", "[1, 2]", "has no benchmark rows"),
+        ("cut.json", '{"version":3,"results":[', "is JSON but not an nccl-tests or tenter"),
+    ],
+)
+def test_compare_rejects_a_file_without_results(
+    name: str, content: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    empty = tmp_path / "empty.log"
-    empty.write_text("nothing here\n")
+    path = tmp_path / name
+    path.write_text(content)
     with pytest.raises(SystemExit) as exit_info:
-        main(["perf", "compare", str(empty)])
+        main(["perf", "compare", str(path)])
     assert exit_info.value.code == 2
-    assert "has no benchmark rows" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
+
+
+def test_compare_reads_nccl_tests_json_and_tenters_older_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nccl, old = DATA / "nccl_tests_all_reduce.json", DATA / "tenter_v1_all_reduce.json"
+    assert main(["perf", "compare", str(nccl), str(old), "--labels", "h100,gloo"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines[2:4]] == [
+        ["8388608", "float", "sum", "161.72", "1.05", "0.01"],
+        ["16777216", "float", "sum", "184.41", "1.06", "0.01"],
+    ]
+
+
+@pytest.mark.parametrize(
+    "name,collective,avg,roots,wrong",
+    [
+        ("nccl_tests_all_reduce.json", "all_reduce_perf", 172.487703, [-1, -1], ["0", "0"]),
+        ("tenter_v1_all_reduce.json", "all_reduce_perf", 1.05025, [-1, -1], ["0", "N/A"]),
+    ],
+)
+def test_results_files_read_as_logs(
+    name: str, collective: str, avg: float, roots: list[int], wrong: list[str]
+) -> None:
+    log = read_results(DATA / name)
+    assert log.collective == collective and log.out_of_bounds == 0
+    assert log.reported_avg_busbw == pytest.approx(avg)
+    assert log.avg_busbw == pytest.approx(avg, abs=0.01)
+    assert [r.root for r in log.rows] == roots
+    assert [r.out_of_place.wrong for r in log.rows if r.out_of_place] == wrong

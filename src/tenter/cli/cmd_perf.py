@@ -1,9 +1,9 @@
 """``tenter perf``: nccl-tests' collective benchmark on any torch.distributed backend.
 
     tenter perf all_reduce -b 8 -e 128M -f 2 -n 20 -w 5 -c 1 --hosts 2 --procs-per-host 2
-    tenter perf alltoall -b 1K -e 1M -f 4 -d all --json a2a.json
+    tenter perf alltoall -b 1K -e 1M -f 4 -d all -J a2a.json   # nccl-tests' JSON file
     tenter perf all_reduce -b 8 -e 1M --launcher mpi   # ranks started by mpirun
-    tenter perf compare a.log b.log --labels "4 EFA,socket" --plot busbw.png
+    tenter perf compare a.log b.json --labels "4 EFA,socket" --plot busbw.png
 
 A collective runs as a tenter job (module ``tenter.perf``, console showing rank 0 untagged,
 so the table prints as nccl-tests prints it); the same worker runs under a plain torchrun:
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,10 @@ def add_parser(sub: Any) -> None:
         coll.set_defaults(func=partial(run_collective, name, coll))
     cmp = perf.add_parser("compare", help="compare nccl-tests / tenter perf logs")
     cmp.add_argument(
-        "logs", nargs="+", metavar="LOG", help="benchmark logs (the first is the base)"
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="benchmark logs or -J JSON files, nccl-tests' or tenter's (the first is the base)",
     )
     cmp.add_argument(
         "--labels", help="comma-separated run names, one per log (default: file names)"
@@ -76,9 +80,23 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
             f"-r/--root {opts.root} is not a rank of this job ({nranks} ranks: --hosts "
             f"{args.hosts} x --procs-per-host {args.procs_per_host}); pass -r below {nranks}"
         )
-    if opts.json:
+    from tenter.perf import harness  # imports torch: only once the flags parse
+    from tenter.perf.collectives import COLLECTIVES as DEFINITIONS
+
+    backend = opts.backend or ("nccl" if opts.device == "cuda" else "gloo")
+    try:
+        harness.refuse_what_cannot_run(DEFINITIONS[name], opts, backend, nranks)
+    except harness.PerfError as e:
+        parser.error(str(e))
+    if opts.output_file:
         # The ranks run in the job's directory: give them an absolute path.
-        opts = dataclasses.replace(opts, json=str(Path(opts.json).resolve()))
+        results = Path(opts.output_file).resolve()
+        if not results.parent.is_dir() or not os.access(results.parent, os.W_OK):
+            parser.error(
+                f"-J/--output_file {opts.output_file}: cannot write in {results.parent}; "
+                "name a file in an existing, writable directory"
+            )
+        opts = dataclasses.replace(opts, output_file=str(results))
 
     from tenter import session  # imports torch: only once the flags are known good
     from tenter.cli.options import stderr
@@ -104,7 +122,7 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
 
 def run_compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from tenter.perf.compare import Run, format_table, plot, to_json
-    from tenter.perf.parse import parse_log
+    from tenter.perf.results_json import read_results
 
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     if labels is not None and len(labels) != len(args.logs):
@@ -115,14 +133,15 @@ def run_compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     runs = []
     for i, path in enumerate(args.logs):
         try:
-            text = Path(path).read_text(errors="replace")
+            log = read_results(Path(path))
         except OSError as e:
             parser.error(f"cannot read log {path}: {e.strerror}")
-        log = parse_log(text)
+        except ValueError as e:
+            parser.error(str(e))
         if not log.rows:
             parser.error(
                 f"{path} has no benchmark rows: expected an nccl-tests or tenter perf table "
-                "(a '#  size  count ...' header followed by rows)"
+                "(a '#  size  count ...' header followed by rows) or -J JSON file"
             )
         runs.append(Run(labels[i] if labels else Path(path).stem, path, log))
     print(format_table(runs), end="")

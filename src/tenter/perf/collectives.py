@@ -53,7 +53,8 @@ class Call:
 
     send: torch.Tensor
     recv: torch.Tensor
-    op: dist.ReduceOp.RedOpType | None
+    op: dist.ReduceOp | dist.ReduceOp.RedOpType | None
+    """The reduction; mulsum's (PREMUL_SUM) carries this rank's factor."""
     root: int
     rank: int
     nranks: int

@@ -1,35 +1,35 @@
 """The benchmark harness: one sweep for every collective (nccl-tests' ``common.cu``).
 
-For each element type and reduction, it warms every size up, then for each size and each
-half (out-of-place, in-place): fills the buffers with verifiable data, times ``iters``
-calls between barriers (device-synchronised for CUDA), combines the per-rank times as
-``-a`` says, and with ``-c N`` runs the collective N more times on fresh data and counts
-the wrong elements, summed over ranks. Rank 0 prints each row as it is measured.
+For each element type and reduction, it warms every size up, then ``-N`` times over the
+sizes, for each half (out-of-place, in-place): fills the buffers with verifiable data,
+times the calls (:mod:`tenter.perf.timing`), combines the per-rank times as ``-a`` says,
+and with ``-c N`` runs the collective N more times on fresh data and counts the wrong
+elements, summed over ranks. Rank 0 prints each row as it is measured and, with ``-J``,
+writes nccl-tests' JSON file at the end.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import itertools
 import os
-import platform
 import time
-from collections import defaultdict
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import TextIO
 
-import psutil
 import torch
 import torch.distributed as dist
+from torch.torch_version import TorchVersion
 
 import tenter
-from tenter.perf import report
+from tenter.perf import report, results_json
 from tenter.perf.collectives import Call, Collective, Geometry
-from tenter.perf.options import PerfOptions, format_size
-from tenter.perf.report import DeviceInfo, Half, Row
-from tenter.perf.verifiable import DTYPES, Pattern
-from tenter.runtime import api as runtime
+from tenter.perf.options import PerfOptions
+from tenter.perf.report import DeviceInfo, Half, IterStats, Row
+from tenter.perf.resources import MemoryProbe, PerfError, check_memory, gather_devices
+from tenter.perf.timing import time_calls
+from tenter.perf.verifiable import DTYPES, Pattern, premul_factor
+
+__all__ = ["PerfError", "refuse_what_cannot_run", "run", "unsupported"]
 
 _OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -40,76 +40,176 @@ _OPS = {
 }
 
 
-class PerfError(Exception):
-    """A flag that cannot work in this job (a root outside it, buffers that cannot fit)."""
-
-
-def run(collective: Collective, opts: PerfOptions, device: torch.device, out: TextIO) -> int:
+def run(
+    collective: Collective,
+    opts: PerfOptions,
+    device: torch.device,
+    out: TextIO,
+    memory_before_init: int | None = None,
+) -> int:
     """Benchmark ``collective`` in the current process group; return the exit status
-    (0, or 1 when any value was wrong). Raises :class:`PerfError` on every rank alike."""
-    nranks = dist.get_world_size()
+    (0, or 1 when any value was wrong). Raises :class:`PerfError` on every rank alike.
+    ``memory_before_init``: :func:`memory_in_use` before the process group was created
+    (for ``-M``)."""
+    nranks, backend = dist.get_world_size(), dist.get_backend()
+    refuse_what_cannot_run(collective, opts, backend, nranks)
+    min_busbw = _min_busbw()
+    start_time = time.strftime(report.TIME_FORMAT)
+    memory = MemoryProbe(device, memory_before_init)
+    devices = gather_devices(device)
+    check_memory(collective, opts, devices, nranks)
+    emit = _printer(out)
+    results_file = None
+    if opts.output_file is not None and dist.get_rank() == 0:
+        results_file = results_json.open_exclusive(opts.output_file)
+        emit(
+            [f"# Writing JSON output to {results_file[1]}"]
+            if results_file
+            else [f"# skipping json output; {opts.output_file} not accessible"]
+        )
+    program = f"{collective.name}_perf"
+    rows: list[Row] = []
+    try:
+        _benchmark(collective, opts, device, emit, memory, devices, rows, min_busbw)
+    finally:
+        if results_file:
+            with results_file[0] as f:
+                info = results_json.RunInfo(
+                    args=[program, *opts.argv()[1:]],
+                    env=dict(os.environ),
+                    nccl_version=_nccl_version(),
+                    start_time=start_time,
+                    end_time=time.strftime(report.TIME_FORMAT),
+                    devices=devices,
+                    errors=[""],  # ncclGetLastError(NULL): "" when there is none
+                    min_busbw=min_busbw,
+                )
+                f.write(results_json.dumps(results_json.document(opts, info, rows)))
+    failed = report.out_of_bounds(rows) or report.bandwidth_ok(rows, min_busbw) is False
+    return 1 if failed else 0
+
+
+def _min_busbw() -> float | None:
+    """nccl-tests' ``NCCL_TESTS_MIN_BW`` (GB/s): the run fails when its average busbw is
+    below 90% of it."""
+    text = os.environ.get("NCCL_TESTS_MIN_BW")
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise PerfError(
+            f"NCCL_TESTS_MIN_BW={text!r} is not a number; set it to the lowest acceptable "
+            "average bus bandwidth in GB/s, e.g. NCCL_TESTS_MIN_BW=100, or unset it"
+        ) from None
+
+
+def _benchmark(
+    collective: Collective,
+    opts: PerfOptions,
+    device: torch.device,
+    emit: Callable[[list[str]], None],
+    memory: MemoryProbe,
+    devices: list[DeviceInfo],
+    rows: list[Row],
+    min_busbw: float | None,
+) -> None:
+    """Print the table, appending each row to ``rows`` as it is measured."""
+    program = f"{collective.name}_perf"
+    backend, nranks = dist.get_backend(), dist.get_world_size()
+    version = (
+        f"tenter perf {tenter.__version__} torch {torch.__version__} "
+        f"backend {backend} device {device.type} nranks {nranks}"
+    )
+    emit(report.preamble(opts, program, version, devices) + report.header(opts))
+    for type_name in opts.datatypes:
+        for op_name in opts.ops if collective.reduces else (None,):
+            if reason := unsupported(backend, type_name, op_name):
+                emit([f"# Skipping {type_name} {op_name or ''}".rstrip() + f": {reason}"])
+                continue
+            memory.start()
+            sweep = _Sweep(collective, opts, device, type_name, op_name)
+            memory.allocated()
+            sweep.warm_up()
+            for size in _cycles(opts):
+                rows.append(sweep.measure(size))
+                emit([report.row_line(rows[-1])])
+            memory.ran()
+            del sweep
+    emit(report.footer(rows, program, min_busbw))
+    if opts.memory_report:
+        emit([report.memory_line(memory.result(), device.type)])
+    emit(["#"])
+
+
+def _cycles(opts: PerfOptions) -> Iterable[int]:
+    """The sizes of every ``-N`` cycle (``-N 0``: until interrupted, as nccl-tests)."""
+    cycles: Iterable[int] = itertools.count() if opts.run_cycles == 0 else range(opts.run_cycles)
+    return (size for _ in cycles for size in opts.sizes())
+
+
+def refuse_what_cannot_run(
+    collective: Collective, opts: PerfOptions, backend: str, nranks: int
+) -> None:
+    """Raise :class:`PerfError` for flags this job cannot run (also called by ``tenter
+    perf`` before it launches anything)."""
+    _min_busbw()
     if collective.rooted and opts.root >= nranks:
         raise PerfError(
             f"-r/--root {opts.root} is not a rank of this job ({nranks} ranks); "
             f"pass -r between 0 and {nranks - 1}"
         )
-    backend = dist.get_backend()
-    combos = [(t, o) for t in opts.datatypes for o in opts.ops if collective.reduces]
-    if combos and all(unsupported(backend, t, o) for t, o in combos):
+    ops: tuple[str | None, ...] = opts.ops if collective.reduces else (None,)
+    combos = [(t, o) for t in opts.datatypes for o in ops]
+    if all(unsupported(backend, t, o) for t, o in combos):
         t, o = combos[0]
-        raise PerfError(
-            f"-o/--op {o} with -d/--datatype {t}: {unsupported(backend, t, o)}; "
-            "choose another -o or -d"
-        )
-    devices = _gather_devices(device)
-    _check_memory(collective, opts, devices, nranks)
-    program = f"{collective.name}_perf"
-    emit = _printer(out)
-    version = (
-        f"tenter perf {tenter.__version__} torch {torch.__version__} "
-        f"backend {dist.get_backend()} device {device.type} nranks {nranks}"
-    )
-    emit(
-        report.preamble(
-            program=program,
-            version_line=version,
-            minbytes=opts.minbytes,
-            maxbytes=opts.maxbytes,
-            stepfactor=opts.stepfactor,
-            stepbytes=opts.stepbytes,
-            warmup_iters=opts.warmup_iters,
-            iters=opts.iters,
-            check=opts.check,
-            blocking=opts.blocking,
-            devices=devices,
-        )
-        + report.header()
-    )
-    rows: list[Row] = []
-    for type_name in opts.datatypes:
-        for op_name in opts.ops if collective.reduces else (None,):
-            if reason := unsupported(dist.get_backend(), type_name, op_name):
-                emit([f"# Skipping {type_name} {op_name}: {reason}"])
-                continue
-            sweep = _Sweep(collective, opts, device, type_name, op_name)
-            sweep.warm_up()
-            for size in opts.sizes():
-                rows.append(sweep.measure(size))
-                emit([report.row_line(rows[-1])])
-    emit(report.footer(rows, program))
-    if opts.json and dist.get_rank() == 0:
-        config = dataclasses.asdict(opts) | {"nranks": nranks, "backend": dist.get_backend()}
-        doc = report.json_document(program=program, config=config, devices=devices, rows=rows)
-        Path(opts.json).write_text(json.dumps(doc, indent=2) + "\n")
-    return 1 if report.out_of_bounds(rows) else 0
+        flags = f"-o/--op {o} with -d/--datatype {t}" if o else f"-d/--datatype {t}"
+        raise PerfError(f"{flags}: {unsupported(backend, t, o)}")
+
+
+_AVG_ON_GLOO = TorchVersion("2.8")
+_PREMUL_TYPES = ("half", "float", "double", "bfloat16")
 
 
 def unsupported(backend: str, type_name: str, op_name: str | None) -> str | None:
     """Why ``backend`` cannot run this combination, or None. Checked up front because the
     backend fails inside the collective, after the ranks have started it."""
-    if backend == "gloo" and op_name == "avg" and not DTYPES[type_name].is_floating_point:
-        return "gloo averages by true division, which integer tensors cannot hold"
+    if type_name in ("uint32", "uint64") and backend in ("gloo", "nccl"):
+        return (
+            f"torch.distributed's {backend} backend has no {type_name} tensors; "
+            f"-d int{type_name[4:]} moves as many bytes"
+        )
+    if type_name.startswith("f8") and backend == "gloo":
+        return "torch.distributed's gloo backend has no fp8 tensors; -d int8 moves as many bytes"
+    if op_name == "mulsum":
+        if backend != "nccl":
+            return (
+                "mulsum is NCCL's pre-multiplied sum (ReduceOp.PREMUL_SUM), which only "
+                "torch's nccl backend runs: pass --device cuda"
+            )
+        if type_name not in _PREMUL_TYPES:
+            return (
+                "torch's nccl backend pre-multiplies only half, float, double and bfloat16; "
+                "choose one of those with -d"
+            )
+    if backend == "gloo" and op_name == "avg":
+        if TorchVersion(torch.__version__) < _AVG_ON_GLOO:
+            return (
+                f"gloo averages (ReduceOp.AVG) from torch 2.8 on, and this is torch "
+                f"{torch.__version__}; upgrade torch, or use -o sum"
+            )
+        if not DTYPES[type_name].is_floating_point:
+            return (
+                "gloo averages by true division, which integer tensors cannot hold; "
+                "choose a floating-point -d or another -o"
+            )
     return None
+
+
+def _reduce_op(op_name: str | None, rank: int) -> dist.ReduceOp | dist.ReduceOp.RedOpType | None:
+    if op_name == "mulsum":
+        return dist._make_nccl_premul_sum(float(premul_factor(rank)))
+    return _OPS[op_name] if op_name else None
 
 
 def _printer(out: TextIO) -> Callable[[list[str]], None]:
@@ -119,6 +219,15 @@ def _printer(out: TextIO) -> Callable[[list[str]], None]:
             out.flush()
 
     return emit
+
+
+def _nccl_version() -> int:
+    """NCCL_VERSION_CODE of torch's NCCL (what nccl-tests records), 0 without one."""
+    try:
+        major, minor, patch = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+    except (AttributeError, RuntimeError, TypeError):
+        return 0
+    return int(major) * 10000 + int(minor) * 100 + int(patch)
 
 
 class _Sweep:
@@ -137,41 +246,31 @@ class _Sweep:
         self.type_name, self.op_name = type_name, op_name
         self.dtype = DTYPES[type_name]
         self.rank, self.nranks = dist.get_rank(), dist.get_world_size()
+        self.op = _reduce_op(op_name, self.rank)
         self.data = Pattern(self.dtype, op_name, self.nranks, device)
         self.itemsize = self.dtype.itemsize
         largest = self.geometry(opts.maxbytes)
+        self.send_buf = self._buffer(largest.send)
+        self.recv_buf = self._buffer(largest.recv)
+        self.inplace_buf = self._buffer(max(largest.send, largest.recv))
+
+    def _buffer(self, count: int) -> torch.Tensor:
+        # -u: start `unalign` elements into the allocation, off the allocator's alignment.
         # Zeroed, not empty: garbage floats (NaN, denormals) would slow the warm-up.
-        self.send_buf = torch.zeros(largest.send, dtype=self.dtype, device=device)
-        self.recv_buf = torch.zeros(largest.recv, dtype=self.dtype, device=device)
-        self.inplace_buf = torch.zeros(
-            max(largest.send, largest.recv), dtype=self.dtype, device=device
-        )
+        skip = self.opts.unalign
+        return torch.zeros(count + skip, dtype=self.dtype, device=self.device)[skip:]
 
     def geometry(self, size: int) -> Geometry:
         return self.coll.geometry(size // self.itemsize, self.nranks)
 
     def calls(self, g: Geometry) -> tuple[Call, Call]:
         """The out-of-place and the in-place call of one size."""
-        op = _OPS[self.op_name] if self.op_name else None
         send_at, recv_at = self.rank * g.send_offset, self.rank * g.recv_offset
         buf = self.inplace_buf[: max(g.send, g.recv)]
+        common = (self.op, self.opts.root, self.rank, self.nranks)
         return (
-            Call(
-                self.send_buf[: g.send],
-                self.recv_buf[: g.recv],
-                op,
-                self.opts.root,
-                self.rank,
-                self.nranks,
-            ),
-            Call(
-                buf[send_at : send_at + g.send],
-                buf[recv_at : recv_at + g.recv],
-                op,
-                self.opts.root,
-                self.rank,
-                self.nranks,
-            ),
+            Call(self.send_buf[: g.send], self.recv_buf[: g.recv], *common),
+            Call(buf[send_at : send_at + g.send], buf[recv_at : recv_at + g.recv], *common),
         )
 
     def warm_up(self) -> None:
@@ -185,66 +284,82 @@ class _Sweep:
         g = self.geometry(size)
         nbytes = max(g.send, g.recv) * self.itemsize
         out_of_place, in_place = self.calls(g)
+        oop = self.half(out_of_place, g, nbytes, checked=True)
+        ip = self.half(in_place, g, nbytes, checked=self.coll.checks_in_place)
         return Row(
             size=nbytes,
             count=g.param,
             type=self.type_name,
             redop=self.op_name or "none",
             root=self.opts.root if self.coll.rooted else -1,
-            out_of_place=self.half(out_of_place, g, nbytes, checked=True),
-            in_place=self.half(in_place, g, nbytes, checked=self.coll.checks_in_place),
+            out_of_place=oop,
+            in_place=ip,
+            timestamp=time.strftime(report.TIME_FORMAT) if self.opts.report_timestamps else None,
         )
 
     def half(self, call: Call, g: Geometry, nbytes: int, checked: bool) -> Half:
         self.fill(call, g)
-        seconds = self.time(call)
+        self.barrier()
+        timed = time_calls(
+            lambda: self.coll.run(call), self.opts, self.device, self.sync, self.barrier
+        )
+        seconds, cpu_seconds = self.combine(timed.seconds, timed.cpu_seconds)
         algbw = nbytes / 1e9 / seconds
-        wrong = self.check(call, g) if checked and self.opts.check else None
-        return Half(seconds * 1e6, algbw, algbw * self.coll.busbw_factor(self.nranks), wrong)
+        wrong, errors = self.check(call, g) if checked and self.opts.check else (None, 0)
+        shown = cpu_seconds if self.opts.report_cputime else seconds
+        return Half(
+            time_us=shown * 1e6,
+            algbw=algbw,
+            busbw=algbw * self.coll.busbw_factor(self.nranks),
+            wrong=wrong,
+            errors=errors,
+            per_iter=self.gather_iterations(timed.per_iter),
+        )
+
+    def combine(self, *seconds: float) -> tuple[float, ...]:
+        """Per-rank times combined over ranks as ``-a`` says."""
+        times = torch.tensor(seconds, dtype=torch.float64, device=self.device)
+        if self.opts.average == 0:
+            dist.broadcast(times, src=0)
+        else:
+            op = {1: dist.ReduceOp.SUM, 2: dist.ReduceOp.MIN, 3: dist.ReduceOp.MAX}
+            dist.all_reduce(times, op=op[self.opts.average])
+            if self.opts.average == 1:
+                times /= self.nranks
+        return tuple(float(t) for t in times.tolist())
+
+    def gather_iterations(self, per_iter: list[float] | None) -> IterStats | None:
+        if per_iter is None:
+            return None
+        mine = torch.tensor(per_iter, dtype=torch.float64, device=self.device) * 1e6
+        everyone = [torch.empty_like(mine) for _ in range(self.nranks)]
+        dist.all_gather(everyone, mine)
+        rows = [t.tolist() for t in everyone]
+        return IterStats(per_process_us=rows, skipped=self.opts.per_iter_skip)
 
     def fill(self, call: Call, g: Geometry) -> None:
         # Zero first: in place, the send buffer lies inside the receive buffer.
         call.recv.zero_()
         call.send.copy_(self.data.values(self.rank, 0, g.send))
 
-    def time(self, call: Call) -> float:
-        """Seconds per call, combined over ranks as ``-a`` says."""
-        self.barrier()
-        start = time.perf_counter()
-        for _ in range(self.opts.iters):
-            self.coll.run(call)
-            if self.opts.blocking:
-                self.sync()
-                self.barrier()
-        self.sync()
-        elapsed = torch.tensor(
-            [(time.perf_counter() - start) / self.opts.iters],
-            dtype=torch.float64,
-            device=self.device,
-        )
-        if self.opts.average == 0:
-            dist.broadcast(elapsed, src=0)
-        else:
-            op = {1: dist.ReduceOp.SUM, 2: dist.ReduceOp.MIN, 3: dist.ReduceOp.MAX}
-            dist.all_reduce(elapsed, op=op[self.opts.average])
-            if self.opts.average == 1:
-                elapsed /= self.nranks
-        return float(elapsed.item())
-
-    def check(self, call: Call, g: Geometry) -> int:
-        """Wrong elements, summed over ranks (stops at the first of ``-c`` runs with any)."""
+    def check(self, call: Call, g: Geometry) -> tuple[int, int]:
+        """Wrong elements summed over ranks, and nccl-tests' error count: the ranks with a
+        wrong element, summed over the ``-c`` runs (which stop at the first with any)."""
         expected = self.coll.expected(self.data, g, self.rank, self.nranks, self.opts.root)
-        wrong = torch.zeros(1, dtype=torch.int64, device=self.device)
+        counts = torch.zeros(2, dtype=torch.int64, device=self.device)
+        errors = 0
         for _ in range(self.opts.check):
             self.fill(call, g)
             self.coll.run(call)
             self.sync()
             local = 0 if expected is None else self.data.count_wrong(call.recv, expected)
-            wrong.fill_(local)
-            dist.all_reduce(wrong)
-            if wrong.item():
+            counts[0], counts[1] = local, int(local > 0)
+            dist.all_reduce(counts)
+            wrong, failed = (int(v) for v in counts.tolist())
+            errors += failed
+            if wrong:
                 break
-        return int(wrong.item())
+        return wrong, errors
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -255,69 +370,3 @@ class _Sweep:
             dist.barrier(device_ids=[self.device.index])
         else:
             dist.barrier()
-
-
-def _gather_devices(device: torch.device) -> list[DeviceInfo]:
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        # Older torch builds lack the PCI fields; nccl-tests prints domain:bus:device.
-        domain, bus, dev = (
-            int(getattr(props, f"pci_{field}_id", 0)) for field in ("domain", "bus", "device")
-        )
-        bus_id = f"{domain:04x}:{bus:02x}:{dev:02x}"
-        name, index, free = props.name, device.index, torch.cuda.mem_get_info(device)[0]
-    else:
-        bus_id, name, index = "cpu", f"CPU {platform.machine()}", 0
-        free = psutil.virtual_memory().available
-    mine = DeviceInfo(
-        rank=dist.get_rank(),
-        pid=os.getpid(),
-        host=runtime.host(),
-        device=index,
-        bus_id=bus_id,
-        name=name,
-        machine=platform.node(),
-        free_bytes=int(free),
-    )
-    everyone: list[DeviceInfo | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
-    return [d for d in everyone if d is not None]
-
-
-def buffer_bytes(collective: Collective, opts: PerfOptions, nranks: int) -> int:
-    """Memory one rank needs for the largest size: the send, receive and in-place buffers,
-    plus (with ``-c``) the expected result and the scratch that computes it."""
-    need = 0
-    for type_name in opts.datatypes:
-        itemsize = DTYPES[type_name].itemsize
-        g = collective.geometry(opts.maxbytes // itemsize, nranks)
-        largest = max(g.send, g.recv)
-        total = itemsize * (g.send + g.recv + largest)
-        if opts.check:
-            total += 8 * (g.recv + 3 * largest)
-        need = max(need, total)
-    return need
-
-
-def _check_memory(
-    collective: Collective, opts: PerfOptions, devices: list[DeviceInfo], nranks: int
-) -> None:
-    """Fail on every rank alike, before allocating, when the buffers cannot fit."""
-    per_rank = buffer_bytes(collective, opts, nranks)
-    sharing: dict[tuple[str, int], list[DeviceInfo]] = defaultdict(list)
-    for d in devices:
-        sharing[(d.machine, d.device if d.bus_id != "cpu" else -1)].append(d)
-    for group in sharing.values():
-        need, free = per_rank * len(group), min(d.free_bytes for d in group)
-        if need > free:
-            raise PerfError(
-                f"-e/--maxbytes {format_size(opts.maxbytes)} needs {_gib(need)} for "
-                f"{len(group)} rank(s) on {group[0].host} ({_gib(per_rank)} each: send, "
-                f"receive and in-place buffers{' and check data' if opts.check else ''}), "
-                f"but only {_gib(free)} is free; lower -e/--maxbytes"
-                + (" or pass -c 0" if opts.check else "")
-            )
-
-
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / (1 << 30):.2f} GiB"

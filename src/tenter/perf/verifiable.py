@@ -4,7 +4,8 @@ order the backend reduces in (the idea of nccl-tests' ``verifiable/``).
 Every value is a small non-negative integer, and the values are bounded so that every
 partial result is exact too:
 
-- sum and avg: each rank contributes at most ``limit // nranks``, so any partial sum stays
+- sum, avg and mulsum: each rank contributes at most ``limit // nranks`` (after mulsum's
+  factor of 1 or 2), so any partial sum stays
   at or under the type's largest exact integer (127 for int8, 256 for bfloat16, 2048 for
   half...). With more ranks than that limit, only ``limit`` ranks contribute a 1 to each
   element and the rest contribute 0.
@@ -30,6 +31,10 @@ DTYPES: dict[str, torch.dtype] = {
     "int64": torch.int64,
     "int8": torch.int8,
     "uint8": torch.uint8,
+    "uint32": torch.uint32,
+    "uint64": torch.uint64,
+    "f8e4m3": torch.float8_e4m3fn,
+    "f8e5m2": torch.float8_e5m2,
 }
 """nccl-tests' type names -> torch dtypes."""
 
@@ -38,10 +43,14 @@ _EXACT_MAX = {
     torch.uint8: 255,
     torch.int32: 2**31 - 1,
     torch.int64: 2**63 - 1,
+    torch.uint32: 2**32 - 1,
+    torch.uint64: 2**63 - 1,  # the wide type, int64, holds no more
     torch.float16: 2**11,
     torch.bfloat16: 2**8,
     torch.float32: 2**24,
     torch.float64: 2**53,
+    torch.float8_e4m3fn: 2**4,  # 3 mantissa bits
+    torch.float8_e5m2: 2**3,  # 2 mantissa bits
 }
 """The largest integer n such that every integer 0..n is exact in the type."""
 
@@ -50,14 +59,24 @@ _MAX_POWER_OF_TWO = {
     torch.uint8: 7,
     torch.int32: 30,
     torch.int64: 62,
+    torch.uint32: 31,
+    torch.uint64: 62,
     torch.float16: 15,
     torch.bfloat16: 127,
     torch.float32: 127,
     torch.float64: 1023,
+    torch.float8_e4m3fn: 8,  # the largest finite value is 448
+    torch.float8_e5m2: 15,
 }
 
 _SMALL = 100
 """Values stay this small (or smaller): nccl-tests' data are small integers too."""
+
+
+def premul_factor(rank: int) -> int:
+    """The factor ``mulsum`` multiplies ``rank``'s input by before summing: 1 on even
+    ranks, 2 on odd ones, as nccl-tests' ``ncclVerifiablePremulScalar``."""
+    return 1 + rank % 2
 
 
 class Pattern:
@@ -67,7 +86,9 @@ class Pattern:
         self.dtype, self.op, self.nranks, self.device = dtype, op, nranks, device
         self.wide = torch.float64 if dtype.is_floating_point else torch.int64
         limit = _EXACT_MAX[dtype]
-        if op in ("sum", "avg"):
+        if op in ("sum", "avg", "mulsum"):
+            # mulsum doubles the odd ranks' inputs (premul_factor) before summing.
+            limit //= 2 if op == "mulsum" else 1
             self.high = max(1, min(_SMALL, limit // nranks))
             self.active = min(nranks, limit)
         else:
@@ -95,7 +116,7 @@ class Pattern:
 
     def reduced(self, start: int, count: int) -> torch.Tensor:
         """The exact reduction over all ranks of elements ``start .. start+count`` (wide type)."""
-        acc = self._wide_values(0, start, count)
+        acc = self._wide_values(0, start, count) * (premul_factor(0) if self.op == "mulsum" else 1)
         for rank in range(1, self.nranks):
             other = self._wide_values(rank, start, count)
             if self.op == "prod":
@@ -105,7 +126,7 @@ class Pattern:
             elif self.op == "max":
                 acc = torch.maximum(acc, other)
             else:
-                acc += other
+                acc += other * premul_factor(rank) if self.op == "mulsum" else other
         if self.op == "avg":
             return acc.to(torch.float64) / self.nranks
         return acc

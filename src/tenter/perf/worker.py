@@ -8,13 +8,14 @@ any value was wrong, or 2 when the flags cannot work (every rank alike).
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
 
-from tenter.perf import harness
+from tenter.perf import harness, resources
 from tenter.perf.collectives import COLLECTIVES, Collective
 from tenter.perf.options import add_flags, options_from_args
 from tenter.runtime import api as runtime
@@ -40,11 +41,16 @@ def main(argv: list[str] | None = None, collectives: Mapping[str, Collective] = 
     if opts.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: this process sees no CUDA device; pass --device cpu")
     backend = opts.backend or ("nccl" if opts.device == "cuda" else "gloo")
-    device = runtime.init(backend)
+    device = runtime.device() if opts.device == "cuda" else torch.device("cpu")
+    before_init = resources.memory_in_use(device) if opts.memory_report else None
+    # -T: nccl-tests aborts a collective that runs longer; torch's process-group timeout
+    # does the same (the NCCL watchdog, gloo's per-operation timeout).
+    timeout = datetime.timedelta(seconds=opts.timeout) if opts.timeout else None
+    device = runtime.init(backend, timeout=timeout)
     if opts.device == "cpu":
         device = torch.device("cpu")
     try:
-        return harness.run(collectives[opts.collective], opts, device, sys.stdout)
+        return harness.run(collectives[opts.collective], opts, device, sys.stdout, before_init)
     except harness.PerfError as e:
         if dist.get_rank() == 0:
             print(f"tenter perf: error: {e}", file=sys.stderr)
