@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from tenter import __version__
 from tenter.cli.options import EXIT_USAGE
+from tenter.deps import MissingDependencyError
 from tenter.spec import SpecError
 
 COMMANDS = (
@@ -53,11 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except SpecError as e:
+    except (SpecError, MissingDependencyError) as e:
         Console(stderr=True, highlight=False, soft_wrap=True).print(
             f"[bold red]error:[/] {escape(str(e))}"
         )
-        return EXIT_USAGE
+        return e.exit_code if isinstance(e, MissingDependencyError) else EXIT_USAGE
     except BrokenPipeError:
         # `tenter plan ... | head`: the reader left; not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
