@@ -102,7 +102,13 @@ DEFAULT_CHANNEL = "training"
 LOGS = {"All": True, "Training": True, "Rules": False, "None": False}
 """``fit(logs=...)``: whether the ranks' output is shown (no Debugger rules run here)."""
 
-_CHANNEL_DEFAULTS = {("S3DataType", "S3Prefix"), ("S3DataDistributionType", "FullyReplicated")}
+_CHANNEL_DEFAULTS = {
+    "S3DataType": "S3Prefix",
+    "S3DataDistributionType": "FullyReplicated",
+    "FileSystemAccessMode": "ro",
+}
+"""Channel settings that mean what a local folder does: not worth a warning."""
+_CHANNEL_SOURCE = {"DataSource", "S3Uri", "DirectoryPath", "FileSystemId", "FileSystemType"}
 
 
 def _note_ignored(names: list[str]) -> None:
@@ -146,8 +152,7 @@ def _channel_path(channel: str, value: object) -> tuple[str, list[str]]:
     ignored = [
         f"{k}={v}"
         for k, v in settings.items()
-        if k not in {"DataSource", "S3Uri", "DirectoryPath", "FileSystemId", "FileSystemType"}
-        and (k, v) not in _CHANNEL_DEFAULTS
+        if k not in _CHANNEL_SOURCE and v != _CHANNEL_DEFAULTS.get(k)
     ]
     return path, ignored
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -44,17 +45,19 @@ def test_channels_take_paths_and_channel_objects() -> None:
         "test": TrainingInput("file:///data/test"),
         "shared": FileSystemInput("fs-1", "EFS", "/mnt/efs/data"),
     }
-    with pytest.warns(UserWarning, match="channel 'shared'.*FileSystemAccessMode=ro"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # their default settings are what a folder does
         found = channels(inputs)
     assert found == {"train": "data/train", "test": "/data/test", "shared": "/mnt/efs/data"}
 
 
 def test_channel_settings_tenter_does_not_apply_are_named() -> None:
+    sharded = TrainingInput("/data", "ShardedByS3Key", InputMode="Pipe", ShuffleConfig={"Seed": 1})
     with pytest.warns(UserWarning) as caught:
-        channels({"train": TrainingInput("/data", "ShardedByS3Key", InputMode="Pipe")})
+        channels({"train": sharded})
     assert [str(w.message) for w in caught] == [
         "channel 'train': not applied by tenter (every host sees the whole folder): "
-        "InputMode=Pipe, S3DataDistributionType=ShardedByS3Key"
+        "InputMode=Pipe, ShuffleConfig={'Seed': 1}, S3DataDistributionType=ShardedByS3Key"
     ]
 
 
