@@ -21,7 +21,9 @@ from tenter.jobdir.results import JobResult
 from tenter.launch.api import Backend, dryrun, get_backend
 from tenter.launch.signals import stop_requests
 from tenter.monitor.live import LiveView
-from tenter.spec import JobSpec
+from tenter.monitor.prometheus import check_metrics_dependency
+from tenter.spec import JobSpec, SpecError
+from tenter.spec.limits import port_problem
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,11 @@ class Watch:
 def check_watch(backend: Backend, watch: Watch) -> None:
     """Refuse what ``backend`` cannot show, before anything starts."""
     if backend.reports_progress:
-        if watch.metrics_port is not None and not 0 <= watch.metrics_port <= 65535:
-            raise TenterError(
-                "--metrics-port",
-                f"{watch.metrics_port} is not a TCP port",
-                "give 0-65535 (0: any free port)",
-            )
+        if watch.metrics_port is not None:
+            problem = port_problem("--metrics-port", watch.metrics_port, zero_picks_one=True)
+            if problem is not None:
+                raise SpecError([problem])
+            check_metrics_dependency()
         return
     for flag, asked in (("--live", watch.live), ("--metrics-port", watch.metrics_port is not None)):
         if asked:

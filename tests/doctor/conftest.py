@@ -27,6 +27,7 @@ def fake_host(name: str, **env: str | None) -> System:
         interfaces=[Interface(i["name"], i["up"], tuple(i["ipv4"])) for i in spec["interfaces"]],
         hostname=spec["hostname"],
         resolve=lambda host: resolve_map.get(host, []),
+        python_path=spec.get("python_path", []),
     )
 
 

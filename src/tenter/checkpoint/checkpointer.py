@@ -343,7 +343,9 @@ class Checkpointer:
         state = self._state_dicts()
         writer = dcp.FileSystemWriter(folder)
         if self._writer is None:
-            dcp.save(state, storage_writer=writer, no_dist=not self._distributed)
+            # Without a process group DCP saves (and loads) as one process by itself; its
+            # explicit `no_dist=` argument only exists from torch 2.7.
+            dcp.save(state, storage_writer=writer)
             return None
         # Returns once the state is staged (copied to CPU); writes in DCP's own thread.
         future = dcp.async_save(state, storage_writer=writer, process_group=self._async_group)
@@ -397,7 +399,7 @@ class Checkpointer:
         for shapes in self._gather(_shapes(state["model"])):
             model.update(shapes)
         check_model_fits(path, saved, model)
-        dcp.load(state, storage_reader=reader, no_dist=not self._distributed)
+        dcp.load(state, storage_reader=reader)
         self._set_state_dicts(state)
 
     # -- ranks ----------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tenter.deps import require
+
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
@@ -25,6 +27,7 @@ def add_parser(sub: Any) -> None:
 
 
 def show_report(args: argparse.Namespace) -> int:
+    require("matplotlib", "plot", "tenter report")
     from tenter.jobdir.lookup import find_job
     from tenter.monitor.job_report import write_report
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tenter.deps import require
 from tenter.spec import Problem, SpecError
 
 if TYPE_CHECKING:
@@ -92,6 +93,8 @@ def run_scale(args: argparse.Namespace) -> int:
     from tenter.monitor import scaling
     from tenter.spec import load_file
 
+    # Checked before the first run: the plot is drawn only after every size has run.
+    require("matplotlib", "plot", "tenter scale")
     sizes = _sizes(args)
     if args.epochs is not None and args.epochs < 1:
         raise SpecError([Problem("--epochs", f"{args.epochs} is not a positive number of epochs")])

@@ -17,7 +17,8 @@ import os
 import re
 import socket
 import subprocess
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,9 +154,13 @@ class System:
         interfaces: list[Interface] | None = None,
         hostname: str | None = None,
         resolve: Callable[[str], list[str]] | None = None,
+        python_path: Sequence[str] | None = None,
     ) -> None:
         self.root = root
         self.env: Mapping[str, str] = dict(os.environ if env is None else env)
+        self.python_path = list(sys.path if python_path is None else python_path)
+        """Where Python looks for packages (this process's ``sys.path`` unless given):
+        torch loads the CUDA libraries of pip's ``nvidia-*`` packages from there."""
         self._torch = torch
         self._interfaces = interfaces
         self.hostname = hostname or socket.gethostname()

@@ -29,17 +29,33 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import start_http_server
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+from tenter.deps import require
 
+# prometheus-client is optional (``tenter[monitor]``): it is imported where it is used, so that
+# this module, and check_metrics_dependency with it, load without it.
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
+    from prometheus_client.registry import Collector
 
     from tenter.monitor.live import LiveView, RankStatus, Snapshot
+else:
+    Collector = object  # the base class matters to mypy only: registries call collect()
 
 RANK_LABELS = ["job_id", "host", "rank"]
 STATES = ("pending", "starting", "running", "done", "failed", "exited")
+
+
+def check_metrics_dependency() -> None:
+    """Raise :class:`tenter.deps.MissingDependencyError` unless ``--metrics-port`` can serve:
+    prometheus-client 0.20 or later (``start_http_server`` returns its server from 0.20, and
+    the server must be shut down with the job). Call it before the job starts."""
+    require(
+        "prometheus_client",
+        "monitor",
+        "tenter run --metrics-port",
+        distribution="prometheus-client",
+        minimum="0.20",
+    )
 
 
 def metric_name(name: str) -> str:
@@ -60,6 +76,8 @@ class _SnapshotCollector(Collector):
 
 
 def _gauge(name: str, doc: str, values: list[tuple[list[str], float | None]]) -> Metric:
+    from prometheus_client.core import GaugeMetricFamily
+
     family = GaugeMetricFamily(name, doc, labels=RANK_LABELS)
     for labels, value in values:
         if value is not None:
@@ -68,6 +86,8 @@ def _gauge(name: str, doc: str, values: list[tuple[list[str], float | None]]) ->
 
 
 def _rank_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
     def each(value: Callable[[RankStatus], float | None]) -> list[tuple[list[str], float | None]]:
         return [([job_id, r.host, str(r.rank)], value(r)) for r in snapshot.ranks]
 
@@ -125,6 +145,8 @@ def _rank_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def _job_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
+
     values = {
         "tenter_job_samples_per_second": (
             "Samples per second, all live ranks together.",
@@ -151,6 +173,10 @@ class MetricsServer:
     """An HTTP server on a thread of its own, serving the view's latest snapshot."""
 
     def __init__(self, view: LiveView, port: int, addr: str = "127.0.0.1") -> None:
+        check_metrics_dependency()
+        from prometheus_client import start_http_server
+        from prometheus_client.core import CollectorRegistry
+
         registry = CollectorRegistry(auto_describe=True)
         registry.register(_SnapshotCollector(view))
         self._server, self._thread = start_http_server(port, addr, registry)

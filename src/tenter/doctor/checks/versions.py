@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 
 from tenter.doctor.result import Check, CheckResult, Context
+from tenter.doctor.system import System, TorchBuild
 
 
 def _versions(ctx: Context) -> CheckResult:
@@ -27,13 +29,51 @@ def _versions(ctx: Context) -> CheckResult:
     return CheckResult.ok(found)
 
 
+def torch_preloaded_nccl(system: System, cuda: str) -> Path | None:
+    """The libnccl of pip's ``nvidia-nccl-cu<N>`` package that torch loads, if installed.
+
+    torch's CUDA wheels take NCCL from that package, never from the loader path: their
+    libraries' RPATH names ``site-packages/nvidia/nccl/lib``, and ``import torch`` preloads it
+    from the first ``sys.path`` entry that has one (torch/__init__.py, ``_preload_cuda_deps``
+    and ``_get_cuda_dep_paths``). Searched here as torch searches: per ``sys.path`` entry,
+    ``nvidia/nccl/lib``, then ``nvidia/cu<major>/lib`` (CUDA 13 wheels), then ``nccl/lib``.
+    """
+    folders = ("nvidia/nccl/lib", f"nvidia/cu{cuda.split('.')[0]}/lib", "nccl/lib")
+    for entry in system.python_path:
+        for folder in folders:
+            found = system.glob(f"{entry}/{folder}/libnccl.so.*[0-9]")
+            if found:
+                return found[0]
+    return None
+
+
+def _pip_nccl(system: System, build: TorchBuild, library: Path) -> CheckResult:
+    where = system.display(library)
+    version = system.nccl_version(library)
+    shadowed = [p for p in system.find_libraries("libnccl.so*") if p.resolve() != library.resolve()]
+    aside = f" ({system.display(shadowed[0])} on the loader path is not used)" if shadowed else ""
+    package = f"nvidia-nccl-cu{(build.cuda or '').split('.')[0]}"
+    if version == build.nccl:
+        return CheckResult.ok(f"NCCL {version} from pip's {package} at {where}{aside}")
+    # A warning, not a failure: upgrading that package is how NVIDIA ships NCCL fixes to
+    # torch users, and torch runs with it; only an unintended change is a problem.
+    found = f"NCCL {version}" if version else "an NCCL of unknown version"
+    return CheckResult.warn(
+        f"torch built with NCCL {build.nccl} loads {found} from pip's {package} at {where}",
+        f"if that is not on purpose: pip install {package}=={build.nccl}",
+    )
+
+
 def _nccl(ctx: Context) -> CheckResult:
     job = ctx.job
     if job is not None and not job.gpu_job:
         return CheckResult.skip(f"{job.instance_type.name} has no GPUs: NCCL is not used")
     build = ctx.system.torch
-    if build.nccl is None:
+    if build.nccl is None or build.cuda is None:
         return CheckResult.skip("torch is built without CUDA: no NCCL")
+    pip_library = torch_preloaded_nccl(ctx.system, build.cuda)
+    if pip_library is not None:
+        return _pip_nccl(ctx.system, build, pip_library)
     libraries = ctx.system.find_libraries("libnccl.so*")
     if not libraries:
         return CheckResult.ok(
@@ -65,6 +105,6 @@ VERSIONS = Check(
 )
 NCCL = Check(
     "nccl",
-    "torch's NCCL version equals the libnccl the loader would load",
+    "torch's NCCL version equals the libnccl it will load (pip's nvidia-nccl, else the loader's)",
     _nccl,
 )
