@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tenter.contract.plan import MASTER_PORT, Plan
+from tenter.jobdir.results import JobResult
 from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
 
 pytestmark = pytest.mark.slow
@@ -87,8 +88,8 @@ def test_run_reports_the_failing_rank_as_root_cause_if_a_worker_dies(
         str(SCRIPTS / "fail.py"),
     )
     assert done.returncode == 1  # a failed job; the root cause's own status is in the summary
-    (root,) = [f for f in done.summary["failures"] if not f["secondary"]]  # type: ignore[attr-defined]
-    assert root["exit_code"] == exit_code
+    root = JobResult.from_dict(done.summary).root_cause
+    assert root is not None and root.exit_code == exit_code
     summary = done.stderr[done.stderr.index("FAILED after") :]
     assert "root cause: rank 3 on host algo-2 (local rank 1" in summary
     for text in expected:
