@@ -329,7 +329,9 @@ def topology_and_hierarchical(rank: int, size: int) -> dict[str, Any]:
     pg = dist.group.WORLD
     topo = pg.topology
     assert topo.num_hosts == 2 and len(topo.local_ranks) == 2, topo
-    assert pg._leaders is not None if topo.is_leader else pg._leaders is None
+    route = pg._cpu  # the several-hosts route, with a gloo group of leaders on leaders only
+    assert type(route).__name__ == "HostsCollectives", route
+    assert route._leaders is not None if topo.is_leader else route._leaders is None
     digests = []
     seed = 5000
     for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool):
@@ -423,7 +425,7 @@ def interrupted(rank: int, size: int) -> str:
             return "interrupted"
         return "no interrupt"
     # Rank 1 is blocked once its barrier flag moves past rank 0's: watch it in the segment.
-    channel = dist.group.WORLD._channel
+    channel = dist.group.WORLD._shm.ch
     flag = channel._arrive[1]
     while channel._ctl32[flag] == channel._count:
         os.sched_yield()
