@@ -197,7 +197,8 @@ class Channel:
         fences: Fences,
     ) -> None:
         self.segment = segment
-        self._release = fences.release
+        self.fences = fences
+        self._release = fences.release  # looked up once: arrive and wait are hot
         self._acquire = fences.acquire
         self._mm = segment.mm
         self.size = local_size
