@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tenter.comm.algorithms import Reduction, _portion, reduce_into
+from tenter.comm.algorithms import _portion, reduce_into
+from tenter.comm.descriptors import Reduction
 from tenter.comm.setup import env_bytes
 from tenter.comm.shm import SHM_DIR, Segment, layout, segment_name
 from tenter.comm.tensors import reduction

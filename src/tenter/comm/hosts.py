@@ -25,7 +25,8 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from tenter.comm.algorithms import Reduction, ShmCollectives
+from tenter.comm.algorithms import ShmCollectives
+from tenter.comm.descriptors import Reduction
 
 
 def _rooted(options: Any, root: int) -> Any:

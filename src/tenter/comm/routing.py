@@ -36,8 +36,8 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from tenter.comm.algorithms import Reduction
 from tenter.comm.compat import method_names
+from tenter.comm.descriptors import Reduction
 from tenter.comm.tensors import Flat, Tensors, expect, flats, reduction, same_dtype, split_rows
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from tenter.comm.algorithms import Reduction
+from tenter.comm.descriptors import Reduction
 
 
 class SoloCollectives:

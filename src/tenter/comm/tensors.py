@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from tenter.comm.algorithms import DTYPES, Reduction
+from tenter.comm.descriptors import DTYPES, Reduction
 
 Tensors = list[torch.Tensor]
 SUPPORTED_DTYPES = frozenset(DTYPES)
