@@ -11,9 +11,9 @@ before it) and the flag load an *acquire* (later loads and stores happen after i
 * aarch64 (Graviton, Grace, Ampere): loads and stores may be reordered, so a peer could
   see the flag before the data. There a fence runs before each flag store and after each
   flag wait: libatomic's ``atomic_thread_fence`` (GCC's out-of-line C11 fence, symbol
-  version ``LIBATOMIC_1.2`` of ``libatomic.so.1``), called through ctypes. It ignores
-  its argument and emits the full barrier (``dmb ish`` on aarch64; ``lock or`` on x86-64, as
-  disassembling this machine's copy shows), which orders both ways. Python has no fence
+  version ``LIBATOMIC_1.2`` of ``libatomic.so.1``), called through ctypes with
+  ``__ATOMIC_SEQ_CST``: the full barrier (``dmb ish`` on aarch64; ``lock or`` on x86-64,
+  as disassembling this machine's copy shows), which orders both ways. Python has no fence
   of its own, ``torch`` ops are not fences, glibc exports none, and ``libgcc_s`` has no
   ``__sync_synchronize``: libatomic is the one that needs no compiler at install time.
   Where it is missing, the backend refuses to start rather than risk silent corruption.
@@ -65,7 +65,7 @@ def libatomic_fences(library: str = LIBATOMIC) -> Fences:
     fence = ctypes.PyDLL(library).atomic_thread_fence
     fence.argtypes = [ctypes.c_int]
     fence.restype = None
-    seq_cst = 5  # __ATOMIC_SEQ_CST; libatomic emits the full barrier whatever is passed
+    seq_cst = 5  # __ATOMIC_SEQ_CST: the full barrier, a release and an acquire at once
     full = functools.partial(fence, seq_cst)
     return Fences(full, full, f"atomic_thread_fence from {library}")
 
