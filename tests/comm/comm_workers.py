@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import platform
 import signal
 import time
 from typing import Any
@@ -329,7 +330,9 @@ def topology_and_hierarchical(rank: int, size: int) -> dict[str, Any]:
     pg = dist.group.WORLD
     topo = pg.topology
     assert topo.num_hosts == 2 and len(topo.local_ranks) == 2, topo
-    assert pg._leaders is not None if topo.is_leader else pg._leaders is None
+    route = pg._cpu  # the several-hosts route, with a gloo group of leaders on leaders only
+    assert type(route).__name__ == "HostsCollectives", route
+    assert route._leaders is not None if topo.is_leader else route._leaders is None
     digests = []
     seed = 5000
     for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool):
@@ -423,10 +426,42 @@ def interrupted(rank: int, size: int) -> str:
             return "interrupted"
         return "no interrupt"
     # Rank 1 is blocked once its barrier flag moves past rank 0's: watch it in the segment.
-    channel = dist.group.WORLD._channel
+    channel = dist.group.WORLD._shm.ch
     flag = channel._arrive[1]
     while channel._ctl32[flag] == channel._count:
         os.sched_yield()
     store.set("rank1_blocked", "1")
     store.wait(["interrupted_done"])
     return "ok"
+
+
+def fenced_group(rank: int, size: int) -> dict[str, Any]:
+    """Groups created as if on other machines: an unknown architecture must be refused,
+    aarch64 must get libatomic's fences, and its collectives must run through them."""
+    real_machine = platform.machine
+    try:
+        platform.machine = lambda: "riscv64"
+        try:
+            dist.new_group(backend="tenter")
+            refused = "not refused"
+        except Exception as e:
+            refused = f"{type(e).__name__}: {e}"
+        platform.machine = lambda: "aarch64"
+        group = dist.new_group(backend="tenter")
+    finally:
+        platform.machine = real_machine
+    digests, checked = [], 0
+    for n in (1, 1000, 5000):  # the latency path, the general one, several rounds
+        parts = [make(r, n, torch.float32, n) for r in range(size)]
+        t = parts[rank].clone()
+        dist.all_reduce(t, group=group)
+        assert_matches(t, reference(parts, "SUM"), f"fenced all_reduce n={n}")
+        digests.append(digest(t))
+        outs = [torch.empty_like(t) for _ in range(size)]
+        dist.all_gather(outs, parts[rank], group=group)
+        for j in range(size):
+            assert_matches(outs[j], parts[j], f"fenced all_gather n={n} from {j}")
+        checked += 2
+    fences = group._shm.ch.fences.source
+    dist.destroy_process_group(group)
+    return {"refused": refused, "fences": fences, "checked": checked, "digests": digests}

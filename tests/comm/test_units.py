@@ -10,9 +10,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tenter.comm.algorithms import Reduction, _portion, reduce_into
-from tenter.comm.backend import _env_bytes, _reduction
+from tenter.comm.algorithms import _portion, reduce_into
+from tenter.comm.descriptors import Reduction
+from tenter.comm.setup import env_bytes
 from tenter.comm.shm import SHM_DIR, Segment, layout, segment_name
+from tenter.comm.tensors import reduction
 from tenter.comm.topology import Topology, host_key
 
 
@@ -66,13 +68,13 @@ def test_layout_is_page_aligned() -> None:
 
 def test_avg_raises_if_dtype_is_integer() -> None:
     with pytest.raises(ValueError, match=r"^ReduceOp.AVG needs a floating dtype, got torch.int32"):
-        _reduction(dist.ReduceOp.AVG, torch.int32)
-    assert _reduction(dist.ReduceOp.AVG, torch.bfloat16) == (Reduction.SUM, True)
+        reduction(dist.ReduceOp.AVG, torch.int32)
+    assert reduction(dist.ReduceOp.AVG, torch.bfloat16) == (Reduction.SUM, True)
 
 
 def test_bitwise_op_raises_if_dtype_is_floating() -> None:
     with pytest.raises(ValueError, match=r"^ReduceOp.BAND needs an integer or bool dtype"):
-        _reduction(dist.ReduceOp.BAND, torch.float32)
+        reduction(dist.ReduceOp.BAND, torch.float32)
 
 
 def test_bool_sum_is_or_and_product_is_and() -> None:
@@ -96,7 +98,7 @@ def test_bitwise_reductions_fold_in_rank_order() -> None:
 def test_env_bytes_raises_if_not_an_integer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TENTER_COMM_CHUNK_BYTES", "1M")
     with pytest.raises(ValueError, match=r"^TENTER_COMM_CHUNK_BYTES='1M' is not a byte count"):
-        _env_bytes("TENTER_COMM_CHUNK_BYTES", 1, 4096)
+        env_bytes("TENTER_COMM_CHUNK_BYTES", 1, 4096)
     monkeypatch.setenv("TENTER_COMM_CHUNK_BYTES", "100")
     with pytest.raises(ValueError, match=r"is below the minimum of 4096 bytes"):
-        _env_bytes("TENTER_COMM_CHUNK_BYTES", 1, 4096)
+        env_bytes("TENTER_COMM_CHUNK_BYTES", 1, 4096)

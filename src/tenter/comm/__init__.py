@@ -15,14 +15,16 @@ program. See ``docs/comm.md`` for algorithms, tuning variables and limits.
 
 from __future__ import annotations
 
-from tenter.comm.backend import BACKEND_NAME, TenterProcessGroup, TenterWork, register
+from tenter.comm.backend import BACKEND_NAME, TenterProcessGroup, register
 from tenter.comm.errors import (
     CollectiveMismatchError,
     CommError,
     CommPeerDiedError,
+    CommPlatformError,
     CommShutdownError,
     CommTimeoutError,
 )
+from tenter.comm.work import TenterWork
 
 register()
 
@@ -31,6 +33,7 @@ __all__ = [
     "CollectiveMismatchError",
     "CommError",
     "CommPeerDiedError",
+    "CommPlatformError",
     "CommShutdownError",
     "CommTimeoutError",
     "TenterProcessGroup",

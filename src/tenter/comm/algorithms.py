@@ -24,58 +24,15 @@ C, as gloo does).
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from tenter.comm.errors import CollectiveMismatchError
-from tenter.comm.shm import DESC_FIXED, Channel
+from tenter.comm.descriptors import Descriptors, Op, Reduction
+from tenter.comm.shm import Channel
 
-
-class Op(enum.IntEnum):
-    """Collective codes written into the descriptors."""
-
-    BARRIER = 1
-    ALL_REDUCE = 2
-    ALL_GATHER = 3
-    REDUCE_SCATTER = 4
-    BROADCAST = 5
-    REDUCE = 6
-    ALL_TO_ALL = 7
-    GATHER = 8
-    SCATTER = 9
-
-
-class Reduction(enum.IntEnum):
-    """Reductions the kernels implement (AVG is SUM followed by a division)."""
-
-    SUM = 0
-    PRODUCT = 1
-    MIN = 2
-    MAX = 3
-    BAND = 4
-    BOR = 5
-    BXOR = 6
-
-
-DTYPES: tuple[torch.dtype, ...] = (
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.bool,
-    torch.complex64,
-    torch.complex128,
-)
-_DTYPE_CODE = {dtype: i for i, dtype in enumerate(DTYPES)}
 _COMBINE: dict[Reduction, Callable[..., torch.Tensor]] = {
     Reduction.SUM: torch.add,
     Reduction.PRODUCT: torch.mul,
@@ -143,59 +100,15 @@ class ShmCollectives:
         self.size = channel.size
         self.me = channel.me
         self.small_bytes = min(small_bytes, channel.chunk_bytes)
-        self._describe_rank = describe_rank
+        self.desc = Descriptors(channel, describe_rank)
         self._views: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
-
-    # -- descriptors -------------------------------------------------------------------
-
-    def _begin(
-        self,
-        op: Op,
-        seq: int,
-        dtype: torch.dtype | None,
-        numel: int,
-        red: int = -1,
-        root: int = -1,
-        extra: Sequence[int] = (),
-    ) -> tuple[int, tuple[int, ...]]:
-        parity = self.ch.next_round()
-        code = -1 if dtype is None else _DTYPE_CODE[dtype]
-        mine = (int(op), seq, code, numel, red, root, len(extra), 0)
-        self.ch.post(parity, mine + tuple(extra) if extra else mine)
-        self.ch.current = (op, seq)
-        return parity, mine
-
-    def _check(self, parity: int, mine: tuple[int, ...], same_numel: bool) -> list[int]:
-        """Compare every rank's descriptor with this rank's; return each rank's numel."""
-        numels: list[int] = []
-        for j in range(self.size):
-            theirs = mine if j == self.me else self.ch.peer_desc(parity, j, DESC_FIXED)
-            same = theirs[:6] == mine[:6] or (
-                not same_numel and theirs[:3] == mine[:3] and theirs[4:6] == mine[4:6]
-            )
-            if not same:
-                raise CollectiveMismatchError(
-                    "tenter.comm: ranks called different collectives at the same point: "
-                    f"rank {self._describe_rank(self.me)} called {_describe(mine)} but rank "
-                    f"{self._describe_rank(j)} called {_describe(theirs)}. Every rank of a "
-                    "process group must call the same collectives in the same order with "
-                    "matching sizes, dtypes, ops and roots."
-                )
-            numels.append(theirs[3])
-        return numels
-
-    def _extra(self, parity: int, index: int) -> tuple[int, ...]:
-        return self.ch.peer_desc(parity, index, DESC_FIXED + self.size)[DESC_FIXED:]
-
-    def _mismatch(self, what: str) -> CollectiveMismatchError:
-        return CollectiveMismatchError(f"tenter.comm: {self.ch.op_label}: {what}")
 
     # -- collectives -------------------------------------------------------------------
 
     def barrier(self, seq: int) -> None:
-        parity, mine = self._begin(Op.BARRIER, seq, None, 0)
+        parity, mine = self.desc.begin(Op.BARRIER, seq, None, 0)
         self.ch.sync()
-        self._check(parity, mine, True)
+        self.desc.check(parity, mine, True)
 
     def _stack(self, parity: int, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
         """``[size, n]`` view of every rank's slot; cached because slicing costs
@@ -210,7 +123,7 @@ class ShmCollectives:
 
     def small_all_reduce_start(self, t: torch.Tensor, red: Reduction, seq: int) -> _Pending:
         """First half of the latency path: publish ``t`` and arrive; never blocks."""
-        parity, mine = self._begin(Op.ALL_REDUCE, seq, t.dtype, t.numel(), red)
+        parity, mine = self.desc.begin(Op.ALL_REDUCE, seq, t.dtype, t.numel(), red)
         stack = self._stack(parity, t.nbytes, t.dtype)
         stack[self.me].copy_(t)
         self.ch.arrive()
@@ -223,7 +136,7 @@ class ShmCollectives:
         if not arrived:
             ch.wait()
         if not ch.peers_posted(p.parity, p.mine):
-            self._check(p.parity, p.mine, True)  # raises, naming both collectives
+            self.desc.check(p.parity, p.mine, True)  # raises, naming both collectives
         if p.red is Reduction.SUM and p.out.dtype != torch.bool:
             # One kernel over the rank dimension: at these sizes each kernel call costs
             # more than its arithmetic, and a chain makes L-1 of them. Deterministic too.
@@ -240,7 +153,7 @@ class ShmCollectives:
         per = ch.chunk_bytes // es
         for lo in range(0, n, per):
             if lo == 0:
-                parity, mine = self._begin(Op.ALL_REDUCE, seq, dtype, n, red)
+                parity, mine = self.desc.begin(Op.ALL_REDUCE, seq, dtype, n, red)
             else:
                 parity = ch.next_round()
             width = min(per, n - lo)
@@ -256,7 +169,7 @@ class ShmCollectives:
             staged[b:].copy_(chunk[b:])
             ch.sync()
             if lo == 0:
-                self._check(parity, mine, True)
+                self.desc.check(parity, mine, True)
             own = chunk[a:b]
             for j in ch.peers:  # a fixed order per portion: the result is deterministic
                 fn(own, stack[j, a:b], out=own)
@@ -271,7 +184,7 @@ class ShmCollectives:
         per = ch.chunk_bytes // es
         for k in range(max(1, math.ceil(n / per))):
             if k == 0:
-                parity, mine = self._begin(Op.REDUCE, seq, dtype, n, red, root)
+                parity, mine = self.desc.begin(Op.REDUCE, seq, dtype, n, red, root)
             else:
                 parity = ch.next_round()
             lo = k * per
@@ -280,7 +193,7 @@ class ShmCollectives:
             stack[self.me].copy_(t[lo : lo + width])
             ch.sync()
             if k == 0:
-                self._check(parity, mine, True)
+                self.desc.check(parity, mine, True)
             if self.me == root:
                 reduce_into(stack, t[lo : lo + width], red)
 
@@ -289,7 +202,7 @@ class ShmCollectives:
         per = ch.chunk_bytes // es
         for k in range(max(1, math.ceil(n / per))):
             if k == 0:
-                parity, mine = self._begin(Op.BROADCAST, seq, dtype, n, -1, root)
+                parity, mine = self.desc.begin(Op.BROADCAST, seq, dtype, n, -1, root)
             else:
                 parity = ch.next_round()
             lo = k * per
@@ -299,7 +212,7 @@ class ShmCollectives:
                 staged.copy_(t[lo : lo + width])
             ch.sync()
             if k == 0:
-                self._check(parity, mine, True)
+                self.desc.check(parity, mine, True)
             if self.me != root:
                 t[lo : lo + width].copy_(staged)
 
@@ -325,7 +238,7 @@ class ShmCollectives:
         rounds, k, numels = 1, 0, [n]
         while k < rounds:
             if k == 0:
-                parity, mine = self._begin(op, seq, dtype, n, -1, root)
+                parity, mine = self.desc.begin(op, seq, dtype, n, -1, root)
             else:
                 parity = ch.next_round()
             lo = k * per
@@ -334,10 +247,10 @@ class ShmCollectives:
                 ch.slots[parity, self.me, : width * es].view(dtype).copy_(inp[lo : lo + width])
             ch.sync()
             if k == 0:
-                numels = self._check(parity, mine, False)
+                numels = self.desc.check(parity, mine, False)
                 rounds = max(1, max(math.ceil(m / per) for m in numels))
                 if reads:
-                    self._check_sizes("output", [o.numel() for o in outs], numels)
+                    self.desc.check_sizes("output", [o.numel() for o in outs], numels)
             if reads:
                 if matrix is not None and len(set(numels)) == 1:
                     if width:
@@ -366,7 +279,7 @@ class ShmCollectives:
         m = ch.chunk_bytes // es // size
         for k in range(max(1, math.ceil(n / m))):
             if k == 0:
-                parity, mine = self._begin(Op.REDUCE_SCATTER, seq, dtype, n, red)
+                parity, mine = self.desc.begin(Op.REDUCE_SCATTER, seq, dtype, n, red)
             else:
                 parity = ch.next_round()
             lo = k * m
@@ -380,7 +293,7 @@ class ShmCollectives:
                         staged[self.me, j, :width].copy_(piece[lo : lo + width])
             ch.sync()
             if k == 0:
-                self._check(parity, mine, True)
+                self.desc.check(parity, mine, True)
             if width:
                 reduce_into(staged[:, self.me, :width], out[lo : lo + width], red)
 
@@ -391,9 +304,9 @@ class ShmCollectives:
         m = ch.chunk_bytes // es // size
         for k in range(max(1, math.ceil(n / m))):
             if k == 0:
-                parity, mine = self._begin(Op.SCATTER, seq, dtype, n, -1, root)
+                parity, mine = self.desc.begin(Op.SCATTER, seq, dtype, n, -1, root)
                 if self.me == root:
-                    self._check_sizes("input", [i.numel() for i in ins], [n] * size)
+                    self.desc.check_sizes("input", [i.numel() for i in ins], [n] * size)
             else:
                 parity = ch.next_round()
             lo = k * m
@@ -404,7 +317,7 @@ class ShmCollectives:
                     staged[d, :width].copy_(piece[lo : lo + width])
             ch.sync()
             if k == 0:
-                self._check(parity, mine, True)
+                self.desc.check(parity, mine, True)
             if width:
                 out[lo : lo + width].copy_(staged[self.me, :width])
 
@@ -421,7 +334,9 @@ class ShmCollectives:
         rounds, k = 1, 0
         while k < rounds:
             if k == 0:
-                parity, mine = self._begin(Op.ALL_TO_ALL, seq, dtype, sum(in_sizes), extra=in_sizes)
+                parity, mine = self.desc.begin(
+                    Op.ALL_TO_ALL, seq, dtype, sum(in_sizes), extra=in_sizes
+                )
             else:
                 parity = ch.next_round()
             lo = k * m
@@ -432,10 +347,10 @@ class ShmCollectives:
                     staged[d, :w].copy_(piece[lo : lo + w])
             ch.sync()
             if k == 0:
-                self._check(parity, mine, False)
-                sent_to_me = [self._extra(parity, j)[self.me] for j in range(size)]
-                self._check_sizes("output split", [o.numel() for o in outs], sent_to_me)
-                longest = max(max(self._extra(parity, j)) for j in range(size))
+                self.desc.check(parity, mine, False)
+                sent_to_me = [self.desc.extra(parity, j)[self.me] for j in range(size)]
+                self.desc.check_sizes("output split", [o.numel() for o in outs], sent_to_me)
+                longest = max(max(self.desc.extra(parity, j)) for j in range(size))
                 rounds = max(1, math.ceil(longest / m))
             for j, out in enumerate(outs):
                 w = _clamp(out.numel(), lo, m)
@@ -443,25 +358,3 @@ class ShmCollectives:
                     src = ch.slots[parity, j, : size * m * es].view(dtype).view(size, m)
                     out[lo : lo + w].copy_(src[self.me, :w])
             k += 1
-
-    def _check_sizes(self, what: str, have: list[int], expected: list[int]) -> None:
-        if have != expected:
-            raise self._mismatch(
-                f"this rank's {what} sizes {have} do not match what the ranks "
-                f"contribute {expected} (elements, in local-rank order)."
-            )
-
-
-def _describe(desc: Sequence[int]) -> str:
-    op, seq, dtype, numel, red, root = desc[:6]
-    try:
-        name = Op(op).name.lower()
-    except ValueError:
-        name = f"<unknown op {op}>"
-    parts = [f"dtype={DTYPES[dtype]}" if 0 <= dtype < len(DTYPES) else "", f"numel={numel}"]
-    if red >= 0:
-        parts.append(f"op={Reduction(red).name}")
-    if root >= 0:
-        parts.append(f"root={root}")
-    args = ", ".join(p for p in parts if p)
-    return f"{name}({args}) as collective #{seq}"

@@ -33,3 +33,7 @@ class CollectiveMismatchError(CommError):
 
 class CommShutdownError(CommError):
     """The process group was shut down or is unusable after an earlier error."""
+
+
+class CommPlatformError(CommError):
+    """The backend cannot run correctly on this machine (architecture or missing fence)."""

@@ -21,10 +21,11 @@ disappears from ``/dev/shm`` however the processes end (normal exit, exception, 
 SIGKILL); only a crash inside that millisecond window of ``init_process_group`` can leave
 a file, named ``tenter-<job>-<pid>-<random>`` so a launcher can sweep its own job's.
 
-Synchronisation uses plain loads and stores on the flags (x86's total store order makes a
-flag store visible only after the data stores before it) and ``futex(2)`` through ctypes
-to sleep without holding the GIL once a short spin fails, so a rank waiting for a slow
-peer costs no CPU and blocks no other Python thread.
+Synchronisation uses plain loads and stores on the flags, with a release fence before a
+rank stores its flag and an acquire fence once it has seen its peers' (no-ops on x86's
+total store order, a real barrier on aarch64: :mod:`tenter.comm.fences`), and
+``futex(2)`` through ctypes to sleep without holding the GIL once a short spin fails, so a
+rank waiting for a slow peer costs no CPU and blocks no other Python thread.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import ClassVar
 import torch
 
 from tenter.comm.errors import CommError, CommPeerDiedError, CommTimeoutError
+from tenter.comm.fences import Fences
 
 SHM_DIR = "/dev/shm"
 SEGMENT_PREFIX = "tenter-"
@@ -192,8 +194,12 @@ class Channel:
         timeout_s: float,
         describe_rank: Callable[[int], str],
         group_label: str,
+        fences: Fences,
     ) -> None:
         self.segment = segment
+        self.fences = fences
+        self._release = fences.release  # looked up once: arrive and wait are hot
+        self._acquire = fences.acquire
         self._mm = segment.mm
         self.size = local_size
         self.me = local_index
@@ -272,6 +278,7 @@ class Channel:
         """Arrive at the next barrier (wakes peers asleep on this rank's flag)."""
         self._count = c = (self._count + 1) & _MASK
         ctl = self._ctl32
+        self._release()  # what this rank wrote and read so far, before its flag
         ctl[self._arrive[self.me]] = c
         for s in self._peer_sleeping:
             if ctl[s]:
@@ -284,6 +291,7 @@ class Channel:
         for p in self.peers:
             if (ctl[self._arrive[p]] - c) & _MASK >= _HALF:
                 self._wait(p, c)
+        self._acquire()  # the peers' flags, before what they wrote
 
     def poll(self, spin_s: float) -> bool:
         """Whether every local rank arrives at this rank's last barrier before this thread
@@ -297,6 +305,7 @@ class Channel:
                 if (ctl[arrive[p]] - c) & _MASK >= _HALF:
                     break
             else:
+                self._acquire()  # as in wait
                 return True
             if time.thread_time() - start >= spin_s:
                 return False
