@@ -29,14 +29,10 @@ from typing import Any, Protocol
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
 from tenter.spec import JobSpec
+from tenter.spec.validate import KNOWN_BACKENDS
 
-BACKENDS = {
-    "local": "tenter.launch.local",
-    "mpi": "tenter.launch.mpi",
-    "slurm": "tenter.launch.slurm",
-    "kubernetes": "tenter.launch.kubernetes",
-}
-"""Backend name -> package exposing ``create_backend() -> Backend``."""
+BACKENDS = {name: f"tenter.launch.{name}" for name in KNOWN_BACKENDS}
+"""Backend name (the spec's list) -> package exposing ``create_backend() -> Backend``."""
 
 
 class JobFailedError(RuntimeError):
