@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tenter.runtime import contract
+from tenter.contract import sagemaker as contract
 from tenter.spec import Problem, SpecError, limits, load, load_file
 from tenter.spec.errors import MAX_LINE
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from tenter.contract import sagemaker, torchrun, worker
 from tenter.contract.fabric import LOOPBACK_NIC
 from tenter.spec import JobSpec, lookup, processes_per_host
+from tenter.spec.limits import MAX_SIMULATED_HOSTS
 
 RDZV_PORT = "${rdzv_port}"
 MASTER_PORT = "${master_port}"
@@ -138,10 +139,10 @@ def simulated_host_addr(index: int) -> str:
     """Loopback address of simulated host ``index`` (0-based): 127.100.0.1, 127.101.0.1, ...
 
     torch elastic's c10d rendezvous ranks nodes by sorting their address strings; three-digit
-    second octets make string order equal host order, for up to 156 hosts.
+    second octets make string order equal host order, for up to 156 hosts (the spec's limit,
+    :data:`tenter.spec.limits.MAX_SIMULATED_HOSTS`, refuses more before anything is planned).
     """
-    if not 0 <= index < 156:
-        raise ValueError(f"the local backend simulates at most 156 hosts, not {index + 1}")
+    assert 0 <= index < MAX_SIMULATED_HOSTS, "the spec check bounds the simulated hosts"
     return f"127.{100 + index}.0.1"
 
 
