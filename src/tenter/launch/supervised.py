@@ -31,6 +31,12 @@ def read_plan(handle: JobHandle) -> Plan:
     return Plan.from_json((Path(handle.job_dir) / layout.PLAN_FILE).read_text())
 
 
+def job_dir_logs(handle: JobHandle, ranks: list[int] | None, tag: bool) -> ConsoleTail:
+    """The ranks' log files in the job directory (``ranks`` None: those the spec shows)."""
+    shown = ranks if ranks is not None else read_plan(handle).console_ranks
+    return ConsoleTail(handle.job_dir, shown, tag)
+
+
 class SupervisedBackend:
     name = ""
     reports_progress = True
@@ -116,8 +122,7 @@ class SupervisedBackend:
     def logs(
         self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
     ) -> ConsoleTail:
-        shown = ranks if ranks is not None else read_plan(handle).console_ranks
-        return ConsoleTail(handle.job_dir, shown, tag)
+        return job_dir_logs(handle, ranks, tag)
 
     def cancel(self, handle: JobHandle) -> str:
         launcher = alive(handle.scheduler_id)

@@ -32,7 +32,7 @@ from tenter.launch.api import JobStatus, python_executable
 from tenter.launch.console import ConsoleTail, say
 from tenter.launch.slurm.node import PORT_FILE
 from tenter.launch.slurm.script import SCRIPT, node_placeholder, sbatch_script
-from tenter.launch.supervised import read_plan
+from tenter.launch.supervised import job_dir_logs, read_plan
 from tenter.launch.supervisor import create_job_dir
 from tenter.spec import JobSpec, lookup
 
@@ -135,8 +135,8 @@ class SlurmBackend:
     def logs(
         self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
     ) -> ConsoleTail:
-        shown = ranks if ranks is not None else read_plan(handle).console_ranks
-        return ConsoleTail(handle.job_dir, shown, tag)
+        # The job directory is on the cluster's shared file system.
+        return job_dir_logs(handle, ranks, tag)
 
     def cancel(self, handle: JobHandle) -> str:
         done = subprocess.run(["scancel", handle.scheduler_id], capture_output=True, text=True)
