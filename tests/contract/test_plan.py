@@ -11,7 +11,7 @@ import pytest
 from tenter.contract.plan import Plan, make_plan, simulated_host_addr
 from tenter.spec import load
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1] / "launch"  # the launch tests' scripts/
 
 
 def plan_2x2() -> Plan:
