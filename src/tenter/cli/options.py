@@ -154,7 +154,7 @@ def _flags_after_spec(args: argparse.Namespace) -> list[str]:
     for key, value in vars(later).items():
         if isinstance(value, list) and key != "args":
             setattr(args, key, getattr(args, key) + value)
-        elif value not in (None, False, []):
+        elif value is not None and value is not False and value != []:  # 0 is a value
             setattr(args, key, value)
     return script_args
 
