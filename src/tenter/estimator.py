@@ -226,7 +226,10 @@ class TrainingJob:
 
         if self.result is None and self._handle is not None:
             backend = get_backend(self._handle.backend)
-            shown: list[int] | None = None if shows_logs(logs) else []
+            # Every rank's output from the start (the job itself was started showing none).
+            world = getattr(self.request, "world_size", None)
+            every = list(range(world)) if world is not None else None
+            shown: list[int] | None = every if shows_logs(logs) else []
             tail = backend.logs(self._handle, shown, True, follow=True).start()
             try:
                 self.result = backend.wait(self._handle, threading.Event())

@@ -37,8 +37,8 @@ class Watch:
     metrics_addr: str = "127.0.0.1"
     ranks: list[int] | None = None
     """Show only these ranks' output (None: as the spec's ``logs.ranks`` says)."""
-    tag: bool = True
-    """Prefix every line with ``[host,rank]<stream>:``."""
+    tag: bool | None = None
+    """Prefix every line with ``[host,rank]<stream>:`` (None: as the spec's ``logs.tag`` says)."""
 
 
 def check_watch(backend: Backend, watch: Watch) -> None:

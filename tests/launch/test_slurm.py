@@ -168,6 +168,6 @@ def test_sbatch_rejection_is_shown_verbatim_with_a_hint(
     )  # fmt: skip
     assert done.returncode == 3  # the backend refused the job
     assert "sbatch: error: Invalid generic resource (gres) specification" in done.stderr
-    assert "Hint: `tenter plan --backend slurm`" in done.stderr
+    assert "Fix: `tenter plan --backend slurm`" in done.stderr
     assert not any((tenter_home / "jobs").iterdir())
     assert queue(cluster) == []

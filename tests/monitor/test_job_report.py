@@ -34,9 +34,9 @@ def test_report_writes_plots_and_marks_the_straggler() -> None:
         assert (job_dir / "report" / name).read_bytes().startswith(PNG)
 
 
-def test_report_exits_2_naming_job_if_there_is_no_such_job() -> None:
+def test_report_exits_4_naming_job_if_there_is_no_such_job() -> None:
     done = tenter("report", "no-such-job")
-    assert done.returncode == 2
+    assert done.returncode == 4  # no such job
     assert "JOB: no job 'no-such-job'" in done.stderr
 
 

@@ -66,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
         live=args.live,
         metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
-        tag=spec.logs.tag,
     )
     session.check_watch(api.get_backend(spec.backend), watch)
     if args.skip_preflight:

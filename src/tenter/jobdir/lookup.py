@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tenter.errors import JobNotFoundError
 from tenter.jobdir.handle import JobHandle
-from tenter.jobdir.layout import HANDLE_FILE, SUMMARY_FILE
+from tenter.jobdir.layout import PLAN_FILE, SUMMARY_FILE
 
 
 def tenter_home() -> Path:
@@ -22,7 +22,7 @@ def jobs_dir() -> Path:
 def find_job(job: str) -> Path:
     """The directory of ``job`` (an id under ``$TENTER_HOME/jobs``, or a path)."""
     for candidate in (Path(job), jobs_dir() / job):
-        if (candidate / HANDLE_FILE).is_file():
+        if (candidate / PLAN_FILE).is_file():  # every backend writes it first
             return candidate.resolve()
     raise JobNotFoundError(
         "JOB",

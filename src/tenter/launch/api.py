@@ -96,9 +96,9 @@ class Backend(Protocol):
     def status(self, handle: JobHandle) -> JobStatus: ...
 
     def logs(
-        self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool | None, follow: bool
     ) -> LogStream:
-        """The job's output (``ranks`` None: those the spec's ``logs.ranks`` shows)."""
+        """The job's output (``ranks``, ``tag`` None: as the spec's ``logs`` says)."""
         ...
 
     def cancel(self, handle: JobHandle) -> str:

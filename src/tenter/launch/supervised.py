@@ -6,12 +6,15 @@ any process through the job directory and the job's processes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import subprocess
 import threading
 import time
 from pathlib import Path
+
+import psutil
 
 from tenter.contract.plan import Plan
 from tenter.errors import ExitCode
@@ -20,7 +23,14 @@ from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult, read_result
 from tenter.launch.api import JobStatus, python_executable
 from tenter.launch.console import ConsoleTail
-from tenter.launch.processes import alive, job_processes, kill_all, process_identity, stop_job
+from tenter.launch.processes import (
+    CANCEL_TIMEOUT_S,
+    alive,
+    job_processes,
+    kill_all,
+    process_identity,
+    stop_job,
+)
 from tenter.launch.supervisor import Supervisor, create_job_dir
 
 FOLLOW_POLL_S = 0.2
@@ -31,10 +41,11 @@ def read_plan(handle: JobHandle) -> Plan:
     return Plan.from_json((Path(handle.job_dir) / layout.PLAN_FILE).read_text())
 
 
-def job_dir_logs(handle: JobHandle, ranks: list[int] | None, tag: bool) -> ConsoleTail:
-    """The ranks' log files in the job directory (``ranks`` None: those the spec shows)."""
-    shown = ranks if ranks is not None else read_plan(handle).console_ranks
-    return ConsoleTail(handle.job_dir, shown, tag)
+def job_dir_logs(handle: JobHandle, ranks: list[int] | None, tag: bool | None) -> ConsoleTail:
+    """The ranks' log files in the job directory (``ranks``, ``tag`` None: as the spec says)."""
+    plan = read_plan(handle)
+    shown = ranks if ranks is not None else plan.console_ranks
+    return ConsoleTail(handle.job_dir, shown, plan.tag_output if tag is None else tag)
 
 
 class SupervisedBackend:
@@ -108,6 +119,12 @@ class SupervisedBackend:
                     "died without a summary; its processes were stopped",
                 )
             time.sleep(FOLLOW_POLL_S)
+        # The launcher exits right after writing the summary: wait for that (and reap it
+        # where it is this process's child), so that the job has truly ended on return.
+        launcher = alive(handle.scheduler_id)
+        if launcher is not None:
+            with contextlib.suppress(psutil.Error):
+                launcher.wait(timeout=CANCEL_TIMEOUT_S)
         return result
 
     def status(self, handle: JobHandle) -> JobStatus:
@@ -120,7 +137,7 @@ class SupervisedBackend:
         )
 
     def logs(
-        self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool | None, follow: bool
     ) -> ConsoleTail:
         return job_dir_logs(handle, ranks, tag)
 

@@ -244,10 +244,12 @@ class KubernetesBackend:
             summary=summary,
         )
 
-    def logs(self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool) -> PodLogs:
+    def logs(
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool | None, follow: bool
+    ) -> PodLogs:
         request = read_request(handle)
         pods = request.log_pods if ranks is None else _pods_of_ranks(request, ranks)
-        return PodLogs(self, request, pods, tag, follow)
+        return PodLogs(self, request, pods, tag is not False, follow)
 
     def status(self, handle: JobHandle) -> JobStatus:
         namespace, kind, name = handle.scheduler_id.split("/")

@@ -133,7 +133,7 @@ class SlurmBackend:
         )
 
     def logs(
-        self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool | None, follow: bool
     ) -> ConsoleTail:
         # The job directory is on the cluster's shared file system.
         return job_dir_logs(handle, ranks, tag)
