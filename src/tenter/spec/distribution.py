@@ -124,7 +124,18 @@ class Distribution(StrictModel):
             except ValueError as e:
                 out.append(Problem(path, f"{text!r} {e}"))
         if sm.modelparallel.enabled:
-            out += sm.modelparallel.parameters.problems(
+            params = sm.modelparallel.parameters
+            out += params.problems(
                 world_size, "distribution.smdistributed.modelparallel.parameters"
             )
+            if params.version == 2 and not self.torch_distributed.enabled:
+                out.append(
+                    Problem(
+                        "distribution.torch_distributed.enabled",
+                        "SMP v2 parameters ("
+                        + ", ".join(params.v2_parameters or ["tensor_parallel_degree"])
+                        + ") need the torch_distributed launcher, as SageMaker's SMP v2 does; "
+                        "set distribution.torch_distributed.enabled: true",
+                    )
+                )
         return out
