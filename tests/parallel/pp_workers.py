@@ -200,8 +200,11 @@ def _train_steps(
 def _build(
     scenario: dict[str, Any], seed: int
 ) -> tuple[parallel.Pipeline, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    work = WORKLOADS[scenario.get("workload", "mlp")]
     mesh = parallel.mesh(**scenario["mesh"])
-    pipe = parallel.pipeline(make_model(seed), mesh, loss_fn=loss_fn, **scenario["pipeline"])
+    pipe = parallel.pipeline(
+        work.make_model(seed), mesh, loss_fn=work.loss_fn, **scenario["pipeline"]
+    )
     opt = torch.optim.Adam(pipe.parameters(), lr=0.01)
     return pipe, opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
 
@@ -222,8 +225,8 @@ def save_pipelined(
     """Per scenario: train SAVED_AT steps, checkpoint (through the pipeline, or its module
     if ``by_module``), train as many more, the uninterrupted run the resumed one must equal."""
     out: dict[str, Any] = {}
-    batches = make_batches(2 * SAVED_AT)
     for name, scenario in scenarios.items():
+        batches = WORKLOADS[scenario.get("workload", "mlp")].make_batches(2 * SAVED_AT)
         pipe, opt, sched = _build(scenario, seed=0)
         _train_steps(pipe, opt, sched, batches[:SAVED_AT])
         model = pipe.module if scenario.get("by_module") else pipe
@@ -249,8 +252,8 @@ def resume_pipelined(
     """Per scenario: build the pipeline from another seed, resume the checkpoint of
     ``scenario["from"]`` (default: its own), train the steps that followed it."""
     out: dict[str, Any] = {}
-    batches = make_batches(2 * SAVED_AT)
     for name, scenario in scenarios.items():
+        batches = WORKLOADS[scenario.get("workload", "mlp")].make_batches(2 * SAVED_AT)
         pipe, opt, sched = _build(scenario, seed=1)
         ckpt = Checkpointer(pipe, opt, sched, dir=root / scenario.get("from", name))
         step = ckpt.resume()
