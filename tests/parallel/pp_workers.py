@@ -20,9 +20,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import Replicate
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle
 
 from tenter import parallel
 from tenter.checkpoint import Checkpointer
+from tenter.parallel.pipeline import build_pipeline
 
 STEPS = 3
 BATCH = 16
@@ -266,4 +269,68 @@ def resume_pipelined(
             "losses": losses,
             "final": _state(pipe, opt),
         }
+    return out
+
+
+class Unplanned(nn.Module):
+    """A block type no tensor-parallel plan is registered for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+class Narrow(nn.Module):
+    """A block with a 1-row weight: a column split over 2 ranks leaves one of them empty."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+@parallel.tp_plan(Narrow)
+def _narrow_plan(_: Narrow) -> dict[str, ParallelStyle]:
+    return {"lin": ColwiseParallel(output_layouts=Replicate())}
+
+
+def tp_refusals(rank: int, size: int) -> dict[str, str]:
+    """The errors of tensor parallelism that cannot place a model, on a tp ``size`` mesh."""
+    mesh = parallel.mesh(pp=1, dp_shard=1, tp=size)
+    out = {}
+    models = {
+        "unplanned": (nn.Sequential(nn.Linear(4, 4), Unplanned(), nn.ReLU()), False),
+        "empty_shard": (nn.Sequential(Narrow()), False),
+    }
+    for name, (model, allow) in models.items():
+        try:
+            build_pipeline(
+                model,
+                mesh,
+                loss_fn=loss_fn,
+                microbatches=1,
+                schedule="gpipe",
+                partition="params",
+                allow_empty_shards=allow,
+            )
+        except ValueError as e:
+            out[name] = str(e)
+    # Allowed, the narrow block trains: rank 1 holds an empty shard of its weight.
+    pipe = build_pipeline(
+        nn.Sequential(Narrow()),
+        mesh,
+        loss_fn=loss_fn,
+        microbatches=1,
+        schedule="gpipe",
+        partition="params",
+        allow_empty_shards=True,
+    )
+    loss = pipe.step(torch.ones(2, 4), target=torch.zeros(2, 1))
+    out["allowed_loss"] = str(loss is not None and bool(torch.isfinite(loss)))
+    out["local_rows"] = str(next(pipe.parameters()).to_local().shape[0])
     return out
