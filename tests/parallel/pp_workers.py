@@ -299,37 +299,33 @@ def _narrow_plan(_: Narrow) -> dict[str, ParallelStyle]:
     return {"lin": ColwiseParallel(output_layouts=Replicate())}
 
 
-def tp_refusals(rank: int, size: int) -> dict[str, str]:
-    """The errors of tensor parallelism that cannot place a model, on a tp ``size`` mesh."""
-    mesh = parallel.mesh(pp=1, dp_shard=1, tp=size)
-    out = {}
-    models = {
-        "unplanned": (nn.Sequential(nn.Linear(4, 4), Unplanned(), nn.ReLU()), False),
-        "empty_shard": (nn.Sequential(Narrow()), False),
-    }
-    for name, (model, allow) in models.items():
-        try:
-            build_pipeline(
-                model,
-                mesh,
-                loss_fn=loss_fn,
-                microbatches=1,
-                schedule="gpipe",
-                partition="params",
-                allow_empty_shards=allow,
-            )
-        except ValueError as e:
-            out[name] = str(e)
-    # Allowed, the narrow block trains: rank 1 holds an empty shard of its weight.
-    pipe = build_pipeline(
-        nn.Sequential(Narrow()),
+def _one_stage(model: nn.Module, mesh: Any, *, allow_empty_shards: bool) -> parallel.Pipeline:
+    return build_pipeline(
+        model,
         mesh,
         loss_fn=loss_fn,
         microbatches=1,
         schedule="gpipe",
         partition="params",
-        allow_empty_shards=True,
+        allow_empty_shards=allow_empty_shards,
     )
+
+
+def tp_refusals(rank: int, size: int) -> dict[str, str]:
+    """The errors of tensor parallelism that cannot place a model, on a tp ``size`` mesh."""
+    mesh = parallel.mesh(pp=1, dp_shard=1, tp=size)
+    out = {}
+    refused = {
+        "unplanned": nn.Sequential(nn.Linear(4, 4), Unplanned(), nn.ReLU()),
+        "empty_shard": nn.Sequential(Narrow()),
+    }
+    for name, model in refused.items():
+        try:
+            _one_stage(model, mesh, allow_empty_shards=False)
+        except ValueError as e:
+            out[name] = str(e)
+    # Allowed, the narrow block trains: rank 1 holds an empty shard of its weight.
+    pipe = _one_stage(nn.Sequential(Narrow()), mesh, allow_empty_shards=True)
     loss = pipe.step(torch.ones(2, 4), target=torch.zeros(2, 1))
     out["allowed_loss"] = str(loss is not None and bool(torch.isfinite(loss)))
     out["local_rows"] = str(next(pipe.parameters()).to_local().shape[0])
