@@ -1,5 +1,6 @@
 """From the job's ``distribution`` to a :class:`ParallelConfig`: SageMaker's model-parallel
-(SMP v1) parameters, mapped one by one.
+parameters, SMP v1's and SMP v2's, mapped one by one (SMP v2: see :func:`_from_v2` and
+docs/parallel.md; the spec tells the versions apart).
 
 A worker learns the distribution from ``TENTER_DISTRIBUTION`` (the spec's ``distribution`` as
 JSON, exported by ``tenter run``), else from ``SM_HP_MP_PARAMETERS`` (the ``mp_parameters``
@@ -29,6 +30,9 @@ skip_tracing: true                 ``partition="params"``: nothing is run to mea
 auto_partition: false              ``partition`` must be an explicit list of stage sizes;
                                    ``default_partition`` (required by the spec) then has no
                                    unassigned module to place
+tensor_parallel_degree             ``tp``: each block split by its type's plan
+bf16: true                         FSDP2's mixed-precision policy (bf16 compute, fp32 reduce)
+offload_activations: true          activation checkpointing and ``save_on_cpu`` per block
 =================================  ==========================================================
 
 Every other parameter is accepted at its default value only; any other value is an error that
