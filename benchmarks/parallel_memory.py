@@ -56,6 +56,17 @@ LAYOUTS: dict[str, tuple[int, dict[str, int], dict[str, Any]]] = {
     ),
     "tp 2 x dp 2": (4, {"pp": 1, "tp": 2}, {"schedule": "gpipe", "microbatches": 1}),
     "pp 2 x dp 2": (4, {"pp": 2}, {"schedule": "1f1b", "microbatches": MICROBATCHES}),
+    # Checkpointing keeps only each block's input: far under the theory without it.
+    "fsdp 4, checkpointed": (
+        4,
+        {"pp": 1, "dp_shard": 4},
+        {
+            "schedule": "gpipe",
+            "microbatches": 1,
+            "data_parallel": "fsdp",
+            "activation_checkpointing": True,
+        },
+    ),
     "pp 2 x fsdp 2 x tp 2": (
         8,
         {"pp": 2, "dp_shard": 2, "tp": 2},
@@ -182,7 +193,9 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), help="default: all")
     args = ap.parse_args()
+    chosen = ["single", *(args.layouts or LAYOUTS)]  # single: the reference of the theory
     shape = {"vocab": 64, "seq": args.seq, "dim": args.dim, "layers": args.layers}
     shape["heads"] = args.heads
     rows, single = [], None
@@ -191,7 +204,8 @@ def main() -> int:
         f"{'layout':<22}{'rank':>5}{'states MiB':>12}{'/theory':>9}{'acts MiB':>10}{'/theory':>9}"
     )
     print(header)
-    for name, (world, mesh_kwargs, pipe_kwargs) in LAYOUTS.items():
+    for name in dict.fromkeys(chosen):
+        world, mesh_kwargs, pipe_kwargs = LAYOUTS[name]
         task = {"mesh": mesh_kwargs, "pipeline": pipe_kwargs, "shape": shape, "batch": args.batch}
         per_rank = [r[0] for r in run(world, task, target=worker)]
         single = single or per_rank[0]
