@@ -50,7 +50,6 @@ def test_load_accepts_every_v2_parameter() -> None:
                 "context_parallel_degree": 1,
                 "expert_parallel_degree": 1,
                 "sm_activation_offloading": True,
-                "activation_loading_horizon": 2,
                 "fsdp_cache_flush_warnings": False,
                 "allow_empty_shards": True,
                 "random_seed": 12345,
@@ -87,6 +86,21 @@ def test_load_accepts_every_v2_parameter() -> None:
             f"{PATH}.expert_parallel_degree: 3 does not divide the world size 4",
         ),
         ({"hybrid_shard_degree": -1}, f"{PATH}.hybrid_shard_degree: -1 is invalid"),
+        # Valid for SMP, not done by tenter.parallel: refused before launch all the same.
+        (
+            {"hybrid_shard_degree": 2, "context_parallel_degree": 2},
+            f"{PATH}.context_parallel_degree: 2 is not supported yet by tenter.parallel "
+            "(torch's context_parallel has no sharding rule for the CPU attention kernel, so it "
+            "needs CUDA",
+        ),
+        (
+            {"expert_parallel_degree": 2},
+            f"{PATH}.expert_parallel_degree: 2 is not supported yet by tenter.parallel",
+        ),
+        (
+            {"hybrid_shard_degree": 2, "activation_loading_horizon": 2},
+            f"{PATH}.activation_loading_horizon: 2 is not supported yet by tenter.parallel",
+        ),
         ({"random_seed": -5}, f"{PATH}.random_seed: -5 is invalid"),
         ({"activation_loading_horizon": 0}, f"{PATH}.activation_loading_horizon: 0 is invalid"),
         (

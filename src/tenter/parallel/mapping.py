@@ -61,37 +61,6 @@ ENV_DISTRIBUTION = "TENTER_DISTRIBUTION"
 ENV_SMP_PARAMETERS = "SM_HP_MP_PARAMETERS"
 SMP_PATH = "distribution.smdistributed.modelparallel.parameters"
 
-_HORIZON = (
-    "torch's save_on_cpu brings each offloaded activation back when backward reaches it; "
-    "there is no prefetch horizon to set"
-)
-# Parameters tenter.parallel does not implement: accepted at SMP's default only, with why.
-_UNSUPPORTED_V1 = {
-    "optimize": "'memory' trades speed for memory inside SMP's tensor parallelism",
-    "horovod": "Horovod is not a data-parallel engine of tenter; use ddp: true",
-    "active_microbatches": "1F1B already bounds the microbatches in flight by the stage count",
-    "contiguous": "the partitioner only makes contiguous stages",
-    "fp16": "fp16 needs a loss scaler; use bf16: true (FSDP2 mixed precision)",
-    "fp16_params": "fp16 needs a loss scaler; use bf16: true (FSDP2 mixed precision)",
-    "delayed_parameter_initialization": "build the model on the meta device yourself",
-    "prescaled_batch": "tensor-parallel ranks here all read the same whole batch",
-    "shard_optimizer_state": "use sharded_data_parallel_degree (FSDP2) instead",
-    "activation_loading_horizon": _HORIZON,
-    "ddp_port": "replicas use the job's process group (MASTER_ADDR/MASTER_PORT)",
-    "ddp_dist_backend": "replicas use the job's process group; set TENTER_PG_BACKEND to choose it",
-    "fast_mode": "it only applies to SMP's own tensor-parallel kernels",
-    "static_mode": "the schedules already infer shapes once",
-    "predefined_hooks": "it only applies to SMP's own tensor-parallel module rewrites",
-}
-_UNSUPPORTED_V2 = {
-    "context_parallel_degree": (
-        "torch's context_parallel has no sharding rule for the CPU attention kernel, so it "
-        "needs CUDA, and tenter.parallel does not apply it on CUDA yet"
-    ),
-    "expert_parallel_degree": "tenter.parallel has no mixture-of-experts layers to shard",
-    "activation_loading_horizon": _HORIZON,
-}
-
 
 @dataclass(frozen=True)
 class ParallelConfig:
@@ -149,7 +118,7 @@ def from_smp(params: ModelParallelParameters) -> ParallelConfig:
     if params.v1_parameters and params.v2_parameters:
         raise SpecError(params.problems(world_size=1, path=SMP_PATH))
     v2 = params.version == 2
-    problems = _unsupported(params, _UNSUPPORTED_V2 if v2 else _UNSUPPORTED_V1)
+    problems = params.unsupported(SMP_PATH)
     if not v2 and params.auto_partition and params.default_partition is not None:
         problems.append(
             Problem(
@@ -161,22 +130,6 @@ def from_smp(params: ModelParallelParameters) -> ParallelConfig:
     if problems:
         raise SpecError(problems)
     return _from_v2(params) if v2 else _from_v1(params)
-
-
-def _unsupported(params: ModelParallelParameters, table: Mapping[str, str]) -> list[Problem]:
-    defaults = ModelParallelParameters()
-    out = []
-    for name, why in table.items():
-        value, default = getattr(params, name), getattr(defaults, name)
-        if value != default:
-            fix = "remove it" if default is None else f"remove it or set it to {default!r}"
-            out.append(
-                Problem(
-                    f"{SMP_PATH}.{name}",
-                    f"{value!r} is not supported yet by tenter.parallel ({why}); {fix}",
-                )
-            )
-    return out
 
 
 def _from_v1(params: ModelParallelParameters) -> ParallelConfig:

@@ -125,9 +125,10 @@ class Distribution(StrictModel):
                 out.append(Problem(path, f"{text!r} {e}"))
         if sm.modelparallel.enabled:
             params = sm.modelparallel.parameters
-            out += params.problems(
-                world_size, "distribution.smdistributed.modelparallel.parameters"
-            )
+            path = "distribution.smdistributed.modelparallel.parameters"
+            out += params.problems(world_size, path)
+            if not (params.v1_parameters and params.v2_parameters):  # else said once above
+                out += params.unsupported(path)
             if params.version == 2 and not self.torch_distributed.enabled:
                 out.append(
                     Problem(

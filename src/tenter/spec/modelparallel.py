@@ -35,6 +35,39 @@ SHARED = ("tensor_parallel_degree", "activation_loading_horizon")
 """Parameters of both versions; every other field is SMP v1's only."""
 
 
+_HORIZON = (
+    "torch's save_on_cpu brings each offloaded activation back when backward reaches it; "
+    "there is no prefetch horizon to set"
+)
+# Parameters tenter.parallel does not implement: accepted at SMP's default only, with why
+# (checked with the spec, so a job asking for them is refused before launch).
+_UNSUPPORTED_V1 = {
+    "optimize": "'memory' trades speed for memory inside SMP's tensor parallelism",
+    "horovod": "Horovod is not a data-parallel engine of tenter; use ddp: true",
+    "active_microbatches": "1F1B already bounds the microbatches in flight by the stage count",
+    "contiguous": "the partitioner only makes contiguous stages",
+    "fp16": "fp16 needs a loss scaler; use bf16: true (FSDP2 mixed precision)",
+    "fp16_params": "fp16 needs a loss scaler; use bf16: true (FSDP2 mixed precision)",
+    "delayed_parameter_initialization": "build the model on the meta device yourself",
+    "prescaled_batch": "tensor-parallel ranks here all read the same whole batch",
+    "shard_optimizer_state": "use sharded_data_parallel_degree (FSDP2) instead",
+    "activation_loading_horizon": _HORIZON,
+    "ddp_port": "replicas use the job's process group (MASTER_ADDR/MASTER_PORT)",
+    "ddp_dist_backend": "replicas use the job's process group; set TENTER_PG_BACKEND to choose it",
+    "fast_mode": "it only applies to SMP's own tensor-parallel kernels",
+    "static_mode": "the schedules already infer shapes once",
+    "predefined_hooks": "it only applies to SMP's own tensor-parallel module rewrites",
+}
+_UNSUPPORTED_V2 = {
+    "context_parallel_degree": (
+        "torch's context_parallel has no sharding rule for the CPU attention kernel, so it "
+        "needs CUDA, and tenter.parallel does not apply it on CUDA yet"
+    ),
+    "expert_parallel_degree": "tenter.parallel has no mixture-of-experts layers to shard",
+    "activation_loading_horizon": _HORIZON,
+}
+
+
 class ModelParallelParameters(StrictModel):
     """The SMP v1 and v2 parameters, with SMP's defaults. ``partitions``, the old name of
     ``pipeline_parallel_degree``, is renamed by :func:`tenter.spec.validate.parse`."""
@@ -100,6 +133,23 @@ class ModelParallelParameters(StrictModel):
         if self.v2_parameters:
             return 2
         return 2 if not self.v1_parameters and self.tensor_parallel_degree > 1 else 1
+
+    def unsupported(self, path: str) -> list[Problem]:
+        """A problem for each parameter of this version set to something tenter.parallel
+        does not do (see the tables above)."""
+        table = _UNSUPPORTED_V2 if self.version == 2 else _UNSUPPORTED_V1
+        out = []
+        for name, why in table.items():
+            value, default = getattr(self, name), type(self).model_fields[name].default
+            if value != default:
+                fix = "remove it" if default is None else f"remove it or set it to {default!r}"
+                out.append(
+                    Problem(
+                        f"{path}.{name}",
+                        f"{value!r} is not supported yet by tenter.parallel ({why}); {fix}",
+                    )
+                )
+        return out
 
     def problems(self, world_size: int, path: str) -> list[Problem]:
         """The documented SMP rules that involve more than one field, or the world size."""
