@@ -1,5 +1,6 @@
-"""``tenter.parallel``: pipeline parallelism with automatic partitioning, composed with data
-parallelism, configured by the job's ``distribution`` (SageMaker's model-parallel parameters).
+"""``tenter.parallel``: pipeline parallelism with automatic partitioning, tensor parallelism by
+per-block plans, and FSDP2 data parallelism (replicated, sharded, hybrid), on one device mesh
+configured by the job's ``distribution`` (SageMaker's model-parallel parameters, SMP v1 or v2).
 
 .. code-block:: python
 
@@ -7,7 +8,7 @@ parallelism, configured by the job's ``distribution`` (SageMaker's model-paralle
     from tenter import parallel
 
     tenter.init()
-    mesh = parallel.mesh()          # pp x dp from the job (pipeline_parallel_degree, ddp, ...)
+    mesh = parallel.mesh()          # pp x dp x tp from the job (SMP v1 or v2 parameters)
     pipe = parallel.pipeline(model, mesh, loss_fn=loss, example_input=x)
     optimizer = torch.optim.AdamW(pipe.parameters())
     for inputs, targets in loader:

@@ -6,9 +6,13 @@
    (:mod:`tenter.parallel.partition`); every rank computes the same split.
 2. :func:`apply_pipeline` -- keep this rank's stages (one, or ``virtual_stages`` for the
    interleaved schedule), move them to the device.
-3. data parallelism over each stage's data-parallel ranks
-   (:mod:`tenter.parallel.data_parallel`: FSDP2, replicating, sharding over ``dp_shard``).
-4. torch's ``PipelineStage`` and schedule (``ScheduleGPipe``, ``Schedule1F1B``,
+3. :func:`tenter.parallel.tensor_parallel.apply_tp` -- with ``tp`` > 1, split each block
+   over the tp ranks by the plan registered for its type.
+4. :func:`apply_activation_memory` -- activation checkpointing and CPU offload, per block.
+5. data parallelism over each stage's data-parallel ranks
+   (:mod:`tenter.parallel.data_parallel`: FSDP2, replicating, sharding over ``dp_shard``,
+   with its mixed-precision policy).
+6. torch's ``PipelineStage`` and schedule (``ScheduleGPipe``, ``Schedule1F1B``,
    ``ScheduleInterleaved1F1B``): tenter does not re-implement schedules.
 
 The model stays single-device code: an ``nn.Sequential``, a list or ``ModuleList`` of blocks,
