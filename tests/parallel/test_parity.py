@@ -98,6 +98,23 @@ SMP_V2 = {
     },
     "torch_distributed": {"enabled": True},
 }
+# SMP v1's tensor parallelism: tp 2, the remaining 2 ranks replicas by ddp: true.
+SMP_V1_TP = {
+    "smdistributed": {
+        "modelparallel": {
+            "enabled": True,
+            "parameters": {
+                "pipeline_parallel_degree": 1,
+                "tensor_parallel_degree": 2,
+                "ddp": True,
+                "pipeline": "simple",
+                "skip_tracing": True,
+            },
+        }
+    },
+    "torch_distributed": {"enabled": True},
+}
+GPT_SMP_V1 = {"smp_v1_tp2_ddp": {"mesh": {}, "pipeline": {}, "workload": "gpt"}}
 ONE_STAGE = {"schedule": "gpipe", "microbatches": 1, "partition": "params"}
 TWO_STAGES = {"schedule": "1f1b", "microbatches": 2, "partition": "params"}
 GPT_FOUR_RANKS: dict[str, dict[str, Any]] = {
@@ -145,8 +162,16 @@ def gpt_four_ranks() -> list[dict[str, Any]]:
     return results
 
 
+@pytest.fixture(scope="module")
+def gpt_smp_v1() -> list[dict[str, Any]]:
+    env = {"TENTER_DISTRIBUTION": json.dumps(SMP_V1_TP)}
+    results = run_world(train_pipelined, 4, args=(GPT_SMP_V1,), env=env).values()
+    assert own_children() == []
+    return results
+
+
 def assert_matches_reference(results: list[dict[str, Any]], scenario: str) -> None:
-    spec = (TWO_RANKS | FOUR_RANKS | GPT_FOUR_RANKS)[scenario]
+    spec = (TWO_RANKS | FOUR_RANKS | GPT_FOUR_RANKS | GPT_SMP_V1)[scenario]
     ref_losses, ref_params = reference(spec.get("accumulate", 1), spec.get("workload", "mlp"))
     runs = [r[scenario] for r in results]
     last = [run for run in runs if run["losses"]]
@@ -182,6 +207,14 @@ def test_gpt_matches_single_process_if_tp_hsdp_or_3d_on_four_ranks(
     gpt_four_ranks: list[dict[str, Any]], scenario: str
 ) -> None:
     assert_matches_reference(gpt_four_ranks, scenario)
+
+
+def test_gpt_matches_single_process_if_smp_v1_tensor_parallel_with_ddp(
+    gpt_smp_v1: list[dict[str, Any]],
+) -> None:
+    assert_matches_reference(gpt_smp_v1, "smp_v1_tp2_ddp")
+    infos = [r["smp_v1_tp2_ddp"]["info"] for r in gpt_smp_v1]
+    assert [(i.dp_rank, i.tp_rank) for i in infos] == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
 def test_gpt_layouts_put_ranks_where_asked(gpt_four_ranks: list[dict[str, Any]]) -> None:
