@@ -137,37 +137,35 @@ for _scenario in GPT_FOUR_RANKS.values():
     _scenario["workload"] = "gpt"
 
 
+def train_world(
+    size: int, scenarios: dict[str, dict[str, Any]], distribution: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Every scenario on ``size`` fresh ranks, the job's ``distribution`` exported as
+    ``tenter run`` exports it; the processes must all be gone after."""
+    env = {"TENTER_DISTRIBUTION": json.dumps(distribution)} if distribution else None
+    results = run_world(train_pipelined, size, args=(scenarios,), env=env, deadline_s=400)
+    assert own_children() == []
+    return results.values()
+
+
 @pytest.fixture(scope="module")
 def two_ranks() -> list[dict[str, Any]]:
-    results = run_world(train_pipelined, 2, args=(TWO_RANKS,)).values()
-    assert own_children() == []
-    return results
+    return train_world(2, TWO_RANKS)
 
 
 @pytest.fixture(scope="module")
 def four_ranks() -> list[dict[str, Any]]:
-    env = {"TENTER_DISTRIBUTION": json.dumps(DISTRIBUTION)}
-    results = run_world(train_pipelined, 4, args=(FOUR_RANKS,), env=env).values()
-    assert own_children() == []
-    return results
+    return train_world(4, FOUR_RANKS, DISTRIBUTION)
 
 
 @pytest.fixture(scope="module")
 def gpt_four_ranks() -> list[dict[str, Any]]:
-    env = {"TENTER_DISTRIBUTION": json.dumps(SMP_V2)}
-    results = run_world(
-        train_pipelined, 4, args=(GPT_FOUR_RANKS,), env=env, deadline_s=400
-    ).values()
-    assert own_children() == []
-    return results
+    return train_world(4, GPT_FOUR_RANKS, SMP_V2)
 
 
 @pytest.fixture(scope="module")
 def gpt_smp_v1() -> list[dict[str, Any]]:
-    env = {"TENTER_DISTRIBUTION": json.dumps(SMP_V1_TP)}
-    results = run_world(train_pipelined, 4, args=(GPT_SMP_V1,), env=env).values()
-    assert own_children() == []
-    return results
+    return train_world(4, GPT_SMP_V1, SMP_V1_TP)
 
 
 def assert_matches_reference(results: list[dict[str, Any]], scenario: str) -> None:
