@@ -6,7 +6,12 @@
 bubble: for GPipe and 1F1B, each stage's idle fraction per step, 1 - (its forward+backward
 compute time) / (step wall time), against the theoretical (p-1)/(m+p-1), and the peak bytes of
 activations it holds for backward (saved tensors, counted by a saved_tensors_hooks pair):
-GPipe keeps all m microbatches, 1F1B at most p - stage.
+GPipe keeps all m microbatches, 1F1B at most p - stage. Where the idle time beyond theory
+goes: ``ideal_idle`` is the bubble a perfect schedule would leave given the measured compute
+of the slowest stage (stage imbalance included), ``wait_frac`` the share of the step spent
+blocked on the schedule's sends and receives (the bubble proper plus gloo transfers), and
+``other_frac`` / ``other_per_mb_ms`` the rest: the schedule's own work per microbatch
+(splitting the batch, building and posting point-to-point ops, loss bookkeeping).
 
 partition: a chain of blocks of very unequal cost, split by tenter's partition='time'
 (measured) and by a naive equal number of blocks per stage; the ratio of their step times.
@@ -30,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
-from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining import PipelineStage, schedules
 
 from tenter import parallel
 from tenter.parallel.pipeline import build_pipeline
@@ -42,6 +47,8 @@ class Counters:
     """Per-step compute seconds and live/peak saved-activation bytes of this rank."""
 
     busy = 0.0
+    wait = 0.0
+    """Seconds blocked on the schedule's point-to-point receives and sends."""
     live = 0
     peak = 0
     weights: frozenset[int] = frozenset()
@@ -78,6 +85,17 @@ def instrument(stage: PipelineStage) -> None:
     stage.backward_one_chunk = _timed(stage.backward_one_chunk)  # type: ignore[method-assign]
 
 
+def _timed_wait(works: Any) -> None:
+    start = time.perf_counter()
+    _WAIT(works)
+    Counters.wait += time.perf_counter() - start
+
+
+# The schedules call this module-level function by name: wrapping it times every wait.
+_WAIT = schedules._wait_batch_p2p
+schedules._wait_batch_p2p = _timed_wait
+
+
 def chain(widths: list[int], dim: int) -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(
@@ -86,9 +104,9 @@ def chain(widths: list[int], dim: int) -> nn.Sequential:
 
 
 def run_steps(rank: int, pipe: Any, x: torch.Tensor) -> dict[str, float]:
-    walls, busy = [], []
+    walls, busy, waits = [], [], []
     for step in range(WARMUP + STEPS):
-        Counters.busy, Counters.peak = 0.0, Counters.live
+        Counters.busy, Counters.wait, Counters.peak = 0.0, 0.0, Counters.live
         dist.barrier()
         start = time.perf_counter()
         pipe.step(x, target=x)
@@ -96,12 +114,14 @@ def run_steps(rank: int, pipe: Any, x: torch.Tensor) -> dict[str, float]:
         if step >= WARMUP:
             walls.append(time.perf_counter() - start)
             busy.append(Counters.busy)
+            waits.append(Counters.wait)
         for module in pipe.modules:
             module.zero_grad(set_to_none=True)
     wall = statistics.median(walls)
     return {
         "wall_s": wall,
         "busy_s": statistics.median(busy),
+        "wait_s": statistics.median(waits),
         "idle": 1 - statistics.median(busy) / wall,
         "act_bytes": float(Counters.peak),
     }
@@ -135,13 +155,16 @@ def worker(rank: int, world: int, store_path: str, task: dict[str, Any], out: An
     dist.destroy_process_group()
 
 
-def run(world: int, task: dict[str, Any]) -> list[list[dict[str, Any]]]:
+def run(world: int, task: dict[str, Any], target: Any = None) -> list[list[dict[str, Any]]]:
+    """``target(rank, world, store_path, task, queue)`` (default: :func:`worker`) on ``world``
+    spawned processes; each puts ``(rank, results)`` on the queue."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         procs = [
-            ctx.Process(target=worker, args=(r, world, store, task, out)) for r in range(world)
+            ctx.Process(target=target or worker, args=(r, world, store, task, out))
+            for r in range(world)
         ]
         for p in procs:
             p.start()
@@ -166,8 +189,12 @@ def bubble(pps: list[int], mbs: list[int]) -> list[dict[str, Any]]:
         per_rank = run(p, {"dim": 512, "batch": 256, "cases": cases})
         for i, case in enumerate(cases):
             m = case["microbatches"]
-            for stage in range(p):
-                r = per_rank[stage][i]
+            stages = [per_rank[stage][i] for stage in range(p)]
+            # The bubble theory assumes equal stages: with the slowest stage's measured
+            # compute per microbatch, a perfect schedule takes (m + p - 1) of them.
+            slowest = max(r["busy_s"] for r in stages) / m
+            for stage, r in enumerate(stages):
+                ideal_wall = (m + p - 1) * slowest
                 rows.append(
                     {
                         "p": p,
@@ -176,6 +203,12 @@ def bubble(pps: list[int], mbs: list[int]) -> list[dict[str, Any]]:
                         "stage": stage,
                         "idle": round(r["idle"], 3),
                         "theory": round((p - 1) / (m + p - 1), 3),
+                        "ideal_idle": round(1 - r["busy_s"] / ideal_wall, 3),
+                        "wait_frac": round(r["wait_s"] / r["wall_s"], 3),
+                        "other_frac": round(1 - (r["busy_s"] + r["wait_s"]) / r["wall_s"], 3),
+                        "other_per_mb_ms": round(
+                            (r["wall_s"] - r["busy_s"] - r["wait_s"]) / m * 1e3, 2
+                        ),
                         "wall_ms": round(r["wall_s"] * 1e3, 1),
                         "act_MiB": round(r["act_bytes"] / 2**20, 2),
                     }

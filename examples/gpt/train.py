@@ -1,13 +1,16 @@
-"""A small character-level GPT on Shakespeare, pipelined and data-parallel with tenter.parallel.
+"""A small character-level GPT on Shakespeare, pipelined, tensor-parallel and data-parallel
+with tenter.parallel.
 
     tenter run examples/gpt/job.yaml                                  # pp 2 x dp 2, from the job
-    tenter run --hosts 2 --procs-per-host 2 examples/gpt/train.py -- --pp 2
+    tenter run examples/gpt/job-v2.yaml                               # SMP v2: HSDP x tp 2
+    tenter run --hosts 2 --procs-per-host 2 examples/gpt/train.py -- --pp 2 --tp 2
     python examples/gpt/train.py --pp 1 --steps 20                    # one process
 
-The model is an ``nn.Sequential`` (embedding, blocks, head) written for one device;
-``parallel.pipeline`` splits it into balanced stages. Each step trains on the same global
-batch whatever the layout: data-parallel replica d takes the d-th slice, so pp 1 and
-pp 2 x dp 2 see the same data.
+The model (``model.py``) is an ``nn.Sequential`` (embedding, blocks, head) written for one
+device, with a tensor-parallel plan per block type; ``parallel.pipeline`` splits it into
+balanced stages, each block over the tp ranks. Each step trains on the same global batch
+whatever the layout: data-parallel replica d takes the d-th slice, so pp 1 and
+pp 2 x dp 2 x tp 2 see the same data.
 
 ``--checkpoint_every N`` checkpoints the pipeline with ``tenter.checkpoint`` (each rank saves
 its own stages and their optimizer state) and resumes from the latest checkpoint on start.
@@ -23,64 +26,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.nn import functional as F
+from model import gpt, loss_fn
 
 import tenter
 from tenter import parallel
 from tenter.checkpoint import Checkpointer
 
 CORPUS = Path(__file__).parent / "data" / "shakespeare.txt"
-
-
-class Embedding(nn.Module):
-    def __init__(self, vocab: int, seq: int, dim: int) -> None:
-        super().__init__()
-        self.tokens = nn.Embedding(vocab, dim)
-        self.positions = nn.Embedding(seq, dim)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
-
-
-class Block(nn.Module):
-    """Pre-norm causal self-attention and MLP, as in nanoGPT."""
-
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.ln2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.mlp(self.ln2(x))
-
-
-class Head(nn.Module):
-    def __init__(self, dim: int, vocab: int) -> None:
-        super().__init__()
-        self.ln = nn.LayerNorm(dim)
-        self.out = nn.Linear(dim, vocab)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.ln(x))
-
-
-def gpt(vocab: int, seq: int, dim: int, layers: int, heads: int) -> nn.Sequential:
-    blocks = [Block(dim, heads) for _ in range(layers)]
-    return nn.Sequential(Embedding(vocab, seq, dim), *blocks, Head(dim, vocab))
-
-
-def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def batches(
@@ -98,6 +50,8 @@ def batches(
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pp", type=int, help="pipeline stages (default: the job's)")
+    ap.add_argument("--tp", type=int, help="tensor-parallel ranks (default: the job's)")
+    ap.add_argument("--activation_checkpointing", action="store_true", help="recompute activations")
     ap.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved"])
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--steps", type=int, default=80)
@@ -117,7 +71,7 @@ def main() -> None:
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
 
-    mesh = parallel.mesh(pp=args.pp)
+    mesh = parallel.mesh(pp=args.pp, tp=args.tp)
     info = parallel.rank_info()
     torch.manual_seed(args.seed)  # every rank builds the same model, then keeps its stages
     model = gpt(len(chars), args.seq, args.dim, args.layers, args.heads)
@@ -130,6 +84,7 @@ def main() -> None:
         microbatches=args.microbatches,
         schedule=args.schedule,
         example_input=example[: per_replica // args.microbatches],
+        activation_checkpointing=args.activation_checkpointing or None,
     )
     tenter.print0(parallel.describe(pipe))
     optimizer = torch.optim.AdamW(pipe.parameters(), lr=args.lr)
@@ -140,8 +95,8 @@ def main() -> None:
         start = ckpt.resume()
         where = f"checkpoints every {ckpt.every} steps in {ckpt.dir}"
         tenter.print0(f"resumed at step {start}; {where}" if start else where, flush=True)
-    # The last stage of replica 0 knows the loss; it reports for everyone.
-    reporter = pipe.is_last and info.dp_rank == 0
+    # The last stage of replica 0 knows the loss (so do its tp peers); it reports for everyone.
+    reporter = pipe.is_last and info.dp_rank == 0 and info.tp_rank == 0
     losses = []
     stream = batches(data, args.batch_size, args.seq, args.seed)
     for _ in range(start):  # the batches the checkpoint's steps trained on
@@ -166,6 +121,7 @@ def main() -> None:
         result = {
             "pp": info.pp_size,
             "dp": info.dp_size,
+            "tp": info.tp_size,
             "uniform_loss": math.log(len(chars)),
             "first_loss": sum(losses[:window]) / window,
             "last_loss": sum(losses[-window:]) / window,

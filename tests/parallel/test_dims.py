@@ -31,7 +31,10 @@ def test_post_init_infers_the_minus_one_degree() -> None:
         ),
         ({"world_size": 4, "pp": 0}, "pp (0) must be a positive degree, or -1 to infer it"),
         ({"world_size": 4, "pp": -1}, "pp and dp_replicate are all -1"),
-        ({"world_size": 4, "tp": 2}, "tp (2) > 1: tensor parallelism is not supported yet"),
+        (
+            {"world_size": 4, "pp": 2, "tp": 4},
+            "the parallel degrees pp 2 x dp_shard 1 x tp 4 = 8 does not leave a whole",
+        ),
         ({"world_size": 4, "placement": "DPP"}, "placement 'DPP' is not valid"),
         ({"world_size": 0}, "world_size (0) must be at least 1"),
     ],

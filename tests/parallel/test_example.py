@@ -1,5 +1,6 @@
-"""examples/gpt end to end: a real `tenter run` job (2 hosts x 2 processes, pp 2 x dp 2) and
-the same script in one process, on the shipped Shakespeare corpus."""
+"""examples/gpt end to end: real `tenter run` jobs (2 hosts x 2 processes: pp 2 x dp 2 from
+SMP v1 parameters, FSDP 2 x tp 2 from SMP v2's) and the same script in one process, on the
+shipped Shakespeare corpus."""
 
 from __future__ import annotations
 
@@ -61,6 +62,16 @@ def test_gpt_job_yaml_runs_pp2_dp2_from_the_smp_parameters() -> None:
     assert done.returncode == 0, done.stderr
     result = json.loads((done.job_dir / "hosts/algo-1/output/data/gpt-result.json").read_text())
     assert (result["pp"], result["dp"]) == (2, 2)
+    assert result["last_loss"] < result["first_loss"] - 0.7
+    assert_nothing_left(done.job_dir)
+
+
+def test_gpt_job_v2_yaml_runs_fsdp_by_tp_from_the_smp_v2_parameters() -> None:
+    done = tenter("run", str(GPT / "job-v2.yaml"), "--hp", f"steps={STEPS}")
+    assert done.returncode == 0, done.stderr
+    # tp innermost: ranks 0 and 1 split every block, on algo-1; rank 0 reports.
+    result = json.loads((done.job_dir / "hosts/algo-1/output/data/gpt-result.json").read_text())
+    assert (result["pp"], result["dp"], result["tp"]) == (1, 2, 2)
     assert result["last_loss"] < result["first_loss"] - 0.7
     assert_nothing_left(done.job_dir)
 

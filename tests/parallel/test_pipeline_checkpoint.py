@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
-from pp_workers import SAVED_AT, make_model, resume_pipelined, save_pipelined
+from pp_workers import SAVED_AT, WORKLOADS, make_model, resume_pipelined, save_pipelined
 from torch import nn
 
 from tenter.checkpoint import Checkpointer
@@ -47,6 +47,12 @@ FOUR_RANKS: dict[str, dict[str, Any]] = {
         "mesh": {**PP2, "dp_shard": 2},
         "pipeline": {"schedule": "gpipe", "microbatches": 2, "data_parallel": "fsdp", **PARTITION},
     },
+    # The GPT, each block split over 2 tensor-parallel ranks: DTensor shards in the checkpoint.
+    "gpt_pp2_tp2": {
+        "mesh": {**PP2, "tp": 2},
+        "pipeline": {"schedule": "1f1b", "microbatches": 2, **PARTITION},
+        "workload": "gpt",
+    },
 }
 # The 2-rank pipeline's checkpoint (blocks split 3 + 3), resumed by 4 ranks: replicated over
 # dp 2, and split 2 + 4.
@@ -55,7 +61,14 @@ RELAYOUT = {
         "mesh": PP2,
         "pipeline": {"schedule": "1f1b", "microbatches": 2, "partition": [2, 4]},
         "from": "1f1b",
-    }
+    },
+    # The tp 2 checkpoint resumed without tensor parallelism, replicated over dp 2 instead.
+    "gpt_pp2_dp2_from_pp2_tp2": {
+        "mesh": {**PP2, "tp": 1},
+        "pipeline": {"schedule": "1f1b", "microbatches": 2, **PARTITION},
+        "workload": "gpt",
+        "from": "gpt_pp2_tp2",
+    },
 }
 
 
@@ -112,7 +125,8 @@ def test_pipeline_resumed_in_a_fresh_world_continues_as_if_never_interrupted(
     # Some rank reported the losses, and the stages together hold the whole model.
     assert any(r[scenario]["losses"] for r in saved)
     held = {key.split(":")[0] for r in saved for key in r[scenario]["saved"]}
-    assert held == set(dict(make_model().named_parameters()))
+    workload = WORKLOADS[FOUR_RANKS.get(scenario, {}).get("workload", "mlp")]
+    assert held == set(dict(workload.make_model(0).named_parameters()))
 
 
 @pytest.mark.slow
@@ -140,3 +154,22 @@ def test_pipeline_checkpoint_loads_into_another_layout_and_partition(
         assert_equal(relaid["restored"], {k: saved[k] for k in relaid["restored"]})
     held = {k for r in worlds["resumed4"] for k in r["pp2_dp2_from_pp2"]["restored"]}
     assert held == set(saved)
+
+
+@pytest.mark.slow
+def test_tensor_parallel_checkpoint_loads_without_tensor_parallelism_and_trains_on_alike(
+    worlds: dict[str, Any],
+) -> None:
+    saved_runs = [r["gpt_pp2_tp2"] for r in worlds["saved4"]]
+    saved = {k: v for run in saved_runs for k, v in run["saved"].items()}
+    resumed = [r["gpt_pp2_dp2_from_pp2_tp2"] for r in worlds["resumed4"]]
+    for run in resumed:
+        assert run["step"] == SAVED_AT
+        # Whole tensors: the tp shards were gathered into plain parameters and Adam state.
+        assert_equal(run["restored"], {k: saved[k] for k in run["restored"]})
+    assert {k for run in resumed for k in run["restored"]} == set(saved)
+    # The steps after the checkpoint: the same losses, to fp32 rounding of another layout.
+    expected = next(run["losses"] for run in saved_runs if run["losses"])
+    for run in resumed:
+        if run["losses"]:
+            torch.testing.assert_close(run["losses"], expected, rtol=1e-5, atol=1e-7)

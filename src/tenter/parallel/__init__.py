@@ -1,5 +1,6 @@
-"""``tenter.parallel``: pipeline parallelism with automatic partitioning, composed with data
-parallelism, configured by the job's ``distribution`` (SageMaker's model-parallel parameters).
+"""``tenter.parallel``: pipeline parallelism with automatic partitioning, tensor parallelism by
+per-block plans, and FSDP2 data parallelism (replicated, sharded, hybrid), on one device mesh
+configured by the job's ``distribution`` (SageMaker's model-parallel parameters, SMP v1 or v2).
 
 .. code-block:: python
 
@@ -7,7 +8,7 @@ parallelism, configured by the job's ``distribution`` (SageMaker's model-paralle
     from tenter import parallel
 
     tenter.init()
-    mesh = parallel.mesh()          # pp x dp from the job (pipeline_parallel_degree, ddp, ...)
+    mesh = parallel.mesh()          # pp x dp x tp from the job (SMP v1 or v2 parameters)
     pipe = parallel.pipeline(model, mesh, loss_fn=loss, example_input=x)
     optimizer = torch.optim.AdamW(pipe.parameters())
     for inputs, targets in loader:
@@ -32,14 +33,17 @@ from torch.distributed.device_mesh import DeviceMesh
 from tenter.parallel.dims import ParallelDims, dims_of
 from tenter.parallel.mapping import (
     DataParallelMode,
+    MixedPrecision,
     ParallelConfig,
     PartitionMode,
     Schedule,
+    describe_mesh,
     from_env,
     layout,
 )
 from tenter.parallel.partition import Partition, balance
 from tenter.parallel.pipeline import Blocks, LossFn, Pipeline, build_pipeline
+from tenter.parallel.tensor_parallel import apply_tp, tp_plan
 
 __all__ = [
     "ParallelConfig",
@@ -47,9 +51,11 @@ __all__ = [
     "Partition",
     "Pipeline",
     "RankInfo",
+    "apply_tp",
     "balance",
     "config",
     "describe",
+    "describe_mesh",
     "dp_rank",
     "dp_size",
     "layout",
@@ -58,6 +64,7 @@ __all__ = [
     "pp_rank",
     "pp_size",
     "rank_info",
+    "tp_plan",
     "tp_rank",
     "tp_size",
 ]
@@ -75,15 +82,22 @@ _current = _Current()
 
 
 def config(
-    *, pp: int | None = None, dp_shard: int | None = None, placement: str | None = None
+    *,
+    pp: int | None = None,
+    dp_shard: int | None = None,
+    tp: int | None = None,
+    placement: str | None = None,
 ) -> ParallelConfig:
     """The job's :class:`ParallelConfig` (from ``TENTER_DISTRIBUTION``), with the arguments
-    that are not ``None`` overriding it."""
+    that are not ``None`` overriding it (an explicit ``dp_shard`` leaves the replicas to
+    whatever the other degrees leave)."""
     base = from_env()
     return dataclasses.replace(
         base,
         pp=base.pp if pp is None else pp,
+        dp_replicate=base.dp_replicate if dp_shard is None else -1,
         dp_shard=base.dp_shard if dp_shard is None else dp_shard,
+        tp=base.tp if tp is None else tp,
         placement=base.placement if placement is None else placement,
     )
 
@@ -92,18 +106,22 @@ def mesh(
     *,
     pp: int | None = None,
     dp_shard: int | None = None,
+    tp: int | None = None,
     placement: str | None = None,
     device_type: str | None = None,
 ) -> DeviceMesh:
     """The device mesh of this job, dimensions ``pp``, ``dp_replicate``, ``dp_shard``,
-    ``tp``, ordered by the placement. Call after ``tenter.init()``, on every rank."""
+    ``tp``, ordered by the placement. Call after ``tenter.init()``, on every rank, before
+    building the model: with SMP v2's ``random_seed`` it seeds torch here."""
     if not dist.is_initialized():
         raise RuntimeError(
             "tenter.parallel.mesh() needs the process group: call tenter.init() first"
         )
-    cfg = config(pp=pp, dp_shard=dp_shard, placement=placement)
+    cfg = config(pp=pp, dp_shard=dp_shard, tp=tp, placement=placement)
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
     dims = cfg.dims(dist.get_world_size(), device_type)
+    if cfg.random_seed is not None:
+        torch.manual_seed(cfg.random_seed)
     _current.config, _current.dims = cfg, dims
     return dims.mesh
 
@@ -121,13 +139,19 @@ def pipeline(
     data_parallel: DataParallelMode | None = None,
     memory_weight: float | None = None,
     memory_cap: float | None = None,
+    activation_checkpointing: bool | None = None,
+    offload_activations: bool | None = None,
+    mixed_precision: MixedPrecision | None = None,
 ) -> Pipeline:
     """:func:`tenter.parallel.pipeline.build_pipeline`, with every argument left ``None``
     taken from the job's distribution (the config :func:`mesh` used).
 
     ``partition``: ``"auto"`` (measured time blended with parameters by ``memory_weight``),
     ``"time"``, ``"params"``, or a list of blocks per stage. ``memory_cap``: the most
-    parameter bytes a stage may hold."""
+    parameter bytes a stage may hold. With ``tp`` > 1 each block is split by the plan
+    registered for its type (:func:`tp_plan`). ``activation_checkpointing``: recompute each
+    block's activations in backward; ``offload_activations``: keep saved activations in host
+    memory; ``mixed_precision="bf16"``: FSDP2 computes in bf16, reduces in fp32."""
     cfg = _current.config or config()
     return build_pipeline(
         blocks,
@@ -141,7 +165,15 @@ def pipeline(
         data_parallel_mode=cfg.data_parallel if data_parallel is None else data_parallel,
         memory_weight=cfg.memory_weight if memory_weight is None else memory_weight,
         memory_cap=memory_cap,
+        activation_checkpointing=_given(activation_checkpointing, cfg.activation_checkpointing),
+        offload_activations=_given(offload_activations, cfg.offload_activations),
+        mixed_precision=cfg.mixed_precision if mixed_precision is None else mixed_precision,
+        allow_empty_shards=cfg.allow_empty_shards,
     )
+
+
+def _given(value: bool | None, default: bool) -> bool:
+    return default if value is None else value
 
 
 @dataclass(frozen=True)

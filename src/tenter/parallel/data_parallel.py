@@ -17,12 +17,36 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 try:
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 except ImportError:  # torch 2.5 has FSDP2 only under its private name
-    from torch.distributed._composable.fsdp import fully_shard
+    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+
+__all__ = [
+    "MixedPrecisionPolicy",
+    "apply_ddp",
+    "apply_fsdp",
+    "average_over_dp",
+    "mixed_precision_policy",
+]
+
+from tenter.parallel.mapping import MixedPrecision
 
 
-def apply_ddp(module: nn.Module, mesh: DeviceMesh, *, pipelined: bool) -> None:
+def mixed_precision_policy(precision: MixedPrecision) -> MixedPrecisionPolicy | None:
+    """FSDP2's policy: bf16 parameters and activations in compute, gradients reduced (and
+    parameters kept) in fp32, as torchtitan's default; ``None`` for plain fp32."""
+    if precision == "fp32":
+        return None
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+def apply_ddp(
+    module: nn.Module,
+    mesh: DeviceMesh,
+    *,
+    pipelined: bool,
+    policy: MixedPrecisionPolicy | None = None,
+) -> None:
     """Replicate ``module`` (in place) over the ``dp_replicate`` ranks of ``mesh``; gradients are
     averaged, so a replica's loss should be the mean over its share of the batch."""
     if mesh["dp_shard"].size() != 1:
@@ -30,23 +54,36 @@ def apply_ddp(module: nn.Module, mesh: DeviceMesh, *, pipelined: bool) -> None:
             f"data_parallel='ddp' cannot shard: the mesh has dp_shard "
             f"{mesh['dp_shard'].size()}; use data_parallel='fsdp'"
         )
-    _fully_shard(module, mesh["dp_replicate", "dp_shard"], pipelined=pipelined)
+    _fully_shard(module, mesh["dp_replicate", "dp_shard"], pipelined=pipelined, policy=policy)
 
 
-def apply_fsdp(module: nn.Module, mesh: DeviceMesh, *, pipelined: bool) -> None:
+def apply_fsdp(
+    module: nn.Module,
+    mesh: DeviceMesh,
+    *,
+    pipelined: bool,
+    policy: MixedPrecisionPolicy | None = None,
+) -> None:
     """Shard ``module`` (in place) over the ``dp_shard`` ranks of ``mesh`` (FSDP2), replicating over
     ``dp_replicate`` (HSDP) when that is more than 1. Each child block is its own unit, so
     only one block's parameters are gathered at a time."""
-    _fully_shard(module, mesh["dp_replicate", "dp_shard"], pipelined=pipelined)
+    _fully_shard(module, mesh["dp_replicate", "dp_shard"], pipelined=pipelined, policy=policy)
 
 
-def _fully_shard(module: nn.Module, dp_mesh: DeviceMesh, *, pipelined: bool) -> None:
+def _fully_shard(
+    module: nn.Module,
+    dp_mesh: DeviceMesh,
+    *,
+    pipelined: bool,
+    policy: MixedPrecisionPolicy | None,
+) -> None:
     # A pipeline stage runs forward once per microbatch: resharding after each would
     # all-gather the same parameters again for every microbatch (torchtitan does the same).
     reshard = not pipelined
+    mp = policy or MixedPrecisionPolicy()
     for block in module.children():
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
-    fully_shard(module, mesh=dp_mesh, reshard_after_forward=reshard)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+    fully_shard(module, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
 
 
 def average_over_dp(value: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:

@@ -55,7 +55,7 @@ class ParallelDims:
     """Data-parallel ranks that shard their stage between them (FSDP2; SMP
     ``sharded_data_parallel_degree``)."""
     tp: int = 1
-    """Tensor parallelism: only 1 for now (no ``apply_tp`` yet)."""
+    """Tensor parallelism (SMP ``tensor_parallel_degree``), see ``tensor_parallel.py``."""
     placement: str = "cluster"
     """Which dimension's ranks are neighbours: see the module docstring."""
     device_type: str = "cpu"
@@ -81,11 +81,6 @@ class ParallelDims:
             object.__setattr__(self, unknown[0], self.world_size // known)
         elif known != self.world_size:
             raise ValueError(self._arithmetic("must equal the world size", known))
-        if self.tp != 1:
-            raise ValueError(
-                f"tp ({self.tp}) > 1: tensor parallelism is not supported yet by "
-                "tenter.parallel; set tensor_parallel_degree to 1"
-            )
         mesh_order(self.placement)  # raises on a bad placement
 
     def _arithmetic(self, rule: str, known: int) -> str:

@@ -1,5 +1,6 @@
 """From the job's ``distribution`` to a :class:`ParallelConfig`: SageMaker's model-parallel
-(SMP v1) parameters, mapped one by one.
+parameters, SMP v1's and SMP v2's, mapped one by one (SMP v2: see :func:`_from_v2` and
+docs/parallel.md; the spec tells the versions apart).
 
 A worker learns the distribution from ``TENTER_DISTRIBUTION`` (the spec's ``distribution`` as
 JSON, exported by ``tenter run``), else from ``SM_HP_MP_PARAMETERS`` (the ``mp_parameters``
@@ -29,6 +30,9 @@ skip_tracing: true                 ``partition="params"``: nothing is run to mea
 auto_partition: false              ``partition`` must be an explicit list of stage sizes;
                                    ``default_partition`` (required by the spec) then has no
                                    unassigned module to place
+tensor_parallel_degree             ``tp``: each block split by its type's plan
+bf16: true                         FSDP2's mixed-precision policy (bf16 compute, fp32 reduce)
+offload_activations: true          activation checkpointing and ``save_on_cpu`` per block
 =================================  ==========================================================
 
 Every other parameter is accepted at its default value only; any other value is an error that
@@ -41,7 +45,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 from tenter.parallel.dims import ParallelDims
 from tenter.spec.distribution import Distribution
@@ -51,32 +55,11 @@ from tenter.spec.modelparallel import ModelParallelParameters
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 PartitionMode = Literal["auto", "time", "params", "explicit"]
 DataParallelMode = Literal["ddp", "fsdp", "none"]
+MixedPrecision = Literal["fp32", "bf16"]
 
 ENV_DISTRIBUTION = "TENTER_DISTRIBUTION"
 ENV_SMP_PARAMETERS = "SM_HP_MP_PARAMETERS"
 SMP_PATH = "distribution.smdistributed.modelparallel.parameters"
-
-# Parameters tenter.parallel does not implement: accepted at SMP's default only, with why.
-_UNSUPPORTED = {
-    "optimize": "'memory' trades speed for memory inside SMP's tensor parallelism",
-    "horovod": "Horovod is not a data-parallel engine of tenter; use ddp: true",
-    "tensor_parallel_degree": "tensor parallelism is not implemented",
-    "active_microbatches": "1F1B already bounds the microbatches in flight by the stage count",
-    "contiguous": "the partitioner only makes contiguous stages",
-    "fp16": "mixed precision is left to the training script (torch.autocast)",
-    "bf16": "mixed precision is left to the training script (torch.autocast)",
-    "fp16_params": "mixed precision is left to the training script (torch.autocast)",
-    "delayed_parameter_initialization": "build the model on the meta device yourself",
-    "prescaled_batch": "it only applies to tensor parallelism",
-    "shard_optimizer_state": "use sharded_data_parallel_degree (FSDP2) instead",
-    "offload_activations": "activation offloading is not implemented",
-    "activation_loading_horizon": "it only applies to offload_activations",
-    "ddp_port": "replicas use the job's process group (MASTER_ADDR/MASTER_PORT)",
-    "ddp_dist_backend": "replicas use the job's process group; set TENTER_PG_BACKEND to choose it",
-    "fast_mode": "it only applies to SMP's tensor parallelism",
-    "static_mode": "the schedules already infer shapes once",
-    "predefined_hooks": "it only applies to tensor parallelism",
-}
 
 
 @dataclass(frozen=True)
@@ -86,8 +69,11 @@ class ParallelConfig:
     pp: int = 1
     """Pipeline stages."""
     dp_shard: int = 1
-    """Data-parallel ranks that shard each stage (FSDP2); the remaining data-parallel
-    ranks replicate."""
+    """Data-parallel ranks that shard each stage (FSDP2); -1: all of them."""
+    dp_replicate: int = -1
+    """Data-parallel replicas; -1: what the other degrees leave."""
+    tp: int = 1
+    """Tensor-parallel ranks that split each block (:mod:`tenter.parallel.tensor_parallel`)."""
     placement: str = "cluster"
     microbatches: int = 1
     schedule: Schedule = "1f1b"
@@ -95,39 +81,45 @@ class ParallelConfig:
     memory_weight: float = 0.8
     """Weight of parameters (vs measured time) in ``partition="auto"``."""
     data_parallel: DataParallelMode = "ddp"
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in backward instead of keeping them."""
+    offload_activations: bool = False
+    """Keep the checkpointed blocks' inputs in host memory (torch's ``save_on_cpu``)."""
+    mixed_precision: MixedPrecision = "fp32"
+    """``bf16``: FSDP2 computes in bf16 and reduces gradients in fp32."""
+    random_seed: int | None = None
+    """Seeds torch on every rank in :func:`tenter.parallel.mesh` (SMP v2 ``random_seed``)."""
+    allow_empty_shards: bool = False
+    """Let tensor parallelism leave a rank an empty shard of a small parameter."""
 
     def dims(self, world_size: int, device_type: str = "cpu") -> ParallelDims:
-        """The degrees on ``world_size`` ranks: data parallelism takes what pp leaves."""
+        """The degrees on ``world_size`` ranks: data parallelism takes what the others leave."""
         dims = ParallelDims(
             world_size=world_size,
             pp=self.pp,
+            dp_replicate=self.dp_replicate,
             dp_shard=self.dp_shard,
+            tp=self.tp,
             placement=self.placement,
             device_type=device_type,
         )
         if dims.dp > 1 and self.data_parallel == "none":
             raise ValueError(
-                f"{dims.dp} data-parallel replicas ({world_size} ranks / pp {self.pp}) need "
-                f"data parallelism, but ddp is false: set {SMP_PATH}.ddp: true, or "
-                "pipeline_parallel_degree to the number of processes"
+                f"{dims.dp} data-parallel replicas ({world_size} ranks / pp {self.pp} / tp "
+                f"{self.tp}) need data parallelism, but ddp is false: set {SMP_PATH}.ddp: true, "
+                "or pipeline_parallel_degree x tensor_parallel_degree to the number of processes"
             )
         return dims
 
 
 def from_smp(params: ModelParallelParameters) -> ParallelConfig:
-    """The config of SMP parameters; raises :class:`SpecError` listing every parameter that
-    is set to something tenter.parallel does not do."""
-    defaults = ModelParallelParameters()
-    problems = [
-        Problem(
-            f"{SMP_PATH}.{name}",
-            f"{getattr(params, name)!r} is not supported yet by tenter.parallel ({why}); "
-            f"remove it or set it to {getattr(defaults, name)!r}",
-        )
-        for name, why in _UNSUPPORTED.items()
-        if getattr(params, name) != getattr(defaults, name)
-    ]
-    if params.auto_partition and params.default_partition is not None:
+    """The config of SMP v1 or v2 parameters; raises :class:`SpecError` listing every
+    parameter that is set to something tenter.parallel does not do, or v1 and v2 mixed."""
+    if params.v1_parameters and params.v2_parameters:
+        raise SpecError(params.problems(world_size=1, path=SMP_PATH))
+    v2 = params.version == 2
+    problems = params.unsupported(SMP_PATH)
+    if not v2 and params.auto_partition and params.default_partition is not None:
         problems.append(
             Problem(
                 f"{SMP_PATH}.default_partition",
@@ -137,6 +129,10 @@ def from_smp(params: ModelParallelParameters) -> ParallelConfig:
         )
     if problems:
         raise SpecError(problems)
+    return _from_v2(params) if v2 else _from_v1(params)
+
+
+def _from_v1(params: ModelParallelParameters) -> ParallelConfig:
     sdp = params.sharded_data_parallel_degree
     if sdp > 1:
         data_parallel: DataParallelMode = "fsdp"
@@ -149,12 +145,43 @@ def from_smp(params: ModelParallelParameters) -> ParallelConfig:
     return ParallelConfig(
         pp=params.pipeline_parallel_degree or 1,
         dp_shard=sdp,
+        tp=params.tensor_parallel_degree,
         placement=params.placement_strategy,
         microbatches=params.microbatches,
         schedule="gpipe" if params.pipeline == "simple" else "1f1b",
         partition=partition,
         memory_weight=params.memory_weight,
         data_parallel=data_parallel,
+        activation_checkpointing=params.offload_activations,
+        offload_activations=params.offload_activations,
+        mixed_precision="bf16" if params.bf16 else "fp32",
+    )
+
+
+def _from_v2(params: ModelParallelParameters) -> ParallelConfig:
+    """SMP v2 is FSDP with tensor parallelism: no pipeline, so one stage and one microbatch.
+    ``fsdp_cache_flush_warnings`` concerns SMP's CUDA cache flushes, which tenter never does
+    (so it never warns), whatever its value."""
+    hsd = params.hybrid_shard_degree
+    if hsd == 1:  # NO_SHARD: replicas only
+        dp_replicate, dp_shard, data_parallel = -1, 1, "ddp"
+    elif hsd == 0:  # FULL_SHARD over every data-parallel rank
+        dp_replicate, dp_shard, data_parallel = 1, -1, "fsdp"
+    else:  # HYBRID_SHARD: shard within groups of hsd, replicate across them
+        dp_replicate, dp_shard, data_parallel = -1, hsd, "fsdp"
+    return ParallelConfig(
+        pp=1,
+        dp_replicate=dp_replicate,
+        dp_shard=dp_shard,
+        tp=params.tensor_parallel_degree,
+        microbatches=1,
+        schedule="gpipe",
+        partition="params",
+        data_parallel=cast(DataParallelMode, data_parallel),
+        activation_checkpointing=params.sm_activation_offloading,
+        offload_activations=params.sm_activation_offloading,
+        random_seed=params.random_seed,
+        allow_empty_shards=params.allow_empty_shards,
     )
 
 
@@ -186,10 +213,37 @@ def _json(name: str, text: str) -> object:
     return data
 
 
+_DIM_SOURCE = {
+    "pp": "pipeline stages (pipeline_parallel_degree)",
+    "dp_replicate": "replicas (ddp; HSDP's outer dimension)",
+    "dp_shard": "FSDP2 shards (sharded_data_parallel_degree, hybrid_shard_degree)",
+    "tp": "tensor parallel (tensor_parallel_degree)",
+}
+
+
+def mesh_lines(dims: ParallelDims) -> list[str]:
+    """The mesh of ``dims``: its dimensions outermost first, each with its size, the SMP
+    parameter it comes from and the groups of ranks that share it."""
+    lines = [f"mesh: {dims}"]
+    for name in dims.order:
+        size = getattr(dims, name)
+        groups = _groups(dims.groups(name)) if size > 1 else "every rank alone"
+        lines.append(f"  {name} {size}, {_DIM_SOURCE[name]}: {groups}")
+    return lines
+
+
+def describe_mesh(distribution: Mapping[str, Any], world_size: int) -> list[str]:
+    """What ``tenter plan`` shows of a job's device mesh, from its ``distribution`` (the
+    spec's, as a dict): dimensions, sizes, which ranks share each group. Pure; raises
+    :class:`SpecError` or ``ValueError`` as the worker would."""
+    config = from_distribution(Distribution.model_validate(distribution))
+    return mesh_lines(config.dims(world_size))
+
+
 def layout(config: ParallelConfig, world_size: int) -> str:
-    """What ``tenter plan`` prints for a job's parallelism: degrees, which ranks form each
-    pipeline and each data-parallel group, the schedule. The partition itself needs the
-    model: the script prints it with ``tenter.parallel.describe(pipe)``."""
+    """What ``tenter plan`` prints for a job's parallelism: the mesh (:func:`mesh_lines`),
+    pipelines and data-parallel groups, the schedule, memory savers. The partition itself
+    needs the model: the script prints it with ``tenter.parallel.describe(pipe)``."""
     dims = config.dims(world_size)
     dp_kind = {"ddp": "DDP", "fsdp": "FSDP2", "none": "none"}[config.data_parallel]
     partition = {
@@ -198,11 +252,22 @@ def layout(config: ParallelConfig, world_size: int) -> str:
         "params": "parameter count",
         "explicit": "explicit stage sizes",
     }[config.partition]
+    savers = [
+        name
+        for name, on in (
+            ("activation checkpointing", config.activation_checkpointing),
+            ("activations offloaded to CPU", config.offload_activations),
+            ("bf16 compute (FSDP2 mixed precision)", config.mixed_precision == "bf16"),
+        )
+        if on
+    ]
     lines = [
         f"parallel: {dims}",
         f"  pipelines (pp groups): {_groups(dims.groups('pp'))}",
         f"  data parallel ({dp_kind}): {_groups(_dp_groups(dims))}",
         f"  schedule {config.schedule}, {config.microbatches} microbatches, partition {partition}",
+        *(["  " + ", ".join(savers)] if savers else []),
+        *mesh_lines(dims)[1:],  # the first line repeats the degrees
     ]
     return "\n".join(lines)
 

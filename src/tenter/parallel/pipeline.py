@@ -6,9 +6,13 @@
    (:mod:`tenter.parallel.partition`); every rank computes the same split.
 2. :func:`apply_pipeline` -- keep this rank's stages (one, or ``virtual_stages`` for the
    interleaved schedule), move them to the device.
-3. data parallelism over each stage's data-parallel ranks
-   (:mod:`tenter.parallel.data_parallel`: FSDP2, replicating, sharding over ``dp_shard``).
-4. torch's ``PipelineStage`` and schedule (``ScheduleGPipe``, ``Schedule1F1B``,
+3. :func:`tenter.parallel.tensor_parallel.apply_tp` -- with ``tp`` > 1, split each block
+   over the tp ranks by the plan registered for its type.
+4. :func:`apply_activation_memory` -- activation checkpointing and CPU offload, per block.
+5. data parallelism over each stage's data-parallel ranks
+   (:mod:`tenter.parallel.data_parallel`: FSDP2, replicating, sharding over ``dp_shard``,
+   with its mixed-precision policy).
+6. torch's ``PipelineStage`` and schedule (``ScheduleGPipe``, ``Schedule1F1B``,
    ``ScheduleInterleaved1F1B``): tenter does not re-implement schedules.
 
 The model stays single-device code: an ``nn.Sequential``, a list or ``ModuleList`` of blocks,
@@ -26,6 +30,7 @@ accumulate onto them;
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections import OrderedDict
@@ -36,6 +41,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.autograd.graph import save_on_cpu
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import (
     PipelineStage,
@@ -43,11 +49,14 @@ from torch.distributed.pipelining import (
     ScheduleGPipe,
     ScheduleInterleaved1F1B,
 )
+from torch.torch_version import TorchVersion
+from torch.utils.checkpoint import checkpoint
 
 from tenter.parallel import data_parallel
 from tenter.parallel.dims import ParallelDims, dims_of
-from tenter.parallel.mapping import DataParallelMode, PartitionMode, Schedule
+from tenter.parallel.mapping import DataParallelMode, MixedPrecision, PartitionMode, Schedule
 from tenter.parallel.partition import Partition, balance, blend, check_sizes, stages_of_rank
+from tenter.parallel.tensor_parallel import apply_tp
 
 Blocks = (
     nn.Sequential | nn.ModuleList | nn.ModuleDict | Sequence[nn.Module] | Mapping[str, nn.Module]
@@ -63,13 +72,30 @@ _SCHEDULES = {
 
 class StageModule(nn.Sequential):
     """Contiguous blocks under their original names (so parameter names match the whole
-    model's), passing tuples on as positional arguments."""
+    model's), passing tuples on as positional arguments. ``checkpoint``: recompute each
+    block's activations in backward rather than keep them; ``offload``: keep what autograd
+    saves in host memory (torch's ``save_on_cpu``). Both are per block rather than module
+    wrappers, so that parameter names stay the whole model's."""
+
+    checkpoint: bool = False
+    offload: bool = False
 
     def forward(self, *args: Any) -> Any:
         x: Any = args
         for block in self:
-            x = block(*x) if isinstance(x, tuple) else block(x)
+            x = self._run(block, x if isinstance(x, tuple) else (x,))
         return x
+
+    def _run(self, block: nn.Module, args: tuple[Any, ...]) -> Any:
+        saving = (
+            save_on_cpu(pin_memory=torch.cuda.is_available())
+            if self.offload
+            else contextlib.nullcontext()
+        )
+        with saving:
+            if self.checkpoint:
+                return checkpoint(block, *args, use_reentrant=False)
+            return block(*args)
 
 
 class LocalStages(nn.Module):
@@ -212,6 +238,14 @@ def apply_pipeline(
     return out
 
 
+def apply_activation_memory(
+    modules: Sequence[StageModule], *, checkpointing: bool, offload: bool
+) -> None:
+    """Activation checkpointing and CPU offload of activations, block by block."""
+    for module in modules:
+        module.checkpoint, module.offload = checkpointing, offload
+
+
 @dataclass
 class Pipeline:
     """This rank's part of a pipelined model and the schedule that runs it."""
@@ -293,11 +327,17 @@ def build_pipeline(
     data_parallel_mode: DataParallelMode = "ddp",
     memory_weight: float = 0.8,
     memory_cap: float | None = None,
+    activation_checkpointing: bool = False,
+    offload_activations: bool = False,
+    mixed_precision: MixedPrecision = "fp32",
+    allow_empty_shards: bool = False,
 ) -> Pipeline:
     """Split ``blocks`` into stages over ``mesh``'s ``pp`` dimension and return this rank's
     :class:`Pipeline`. Every rank calls it with the same whole model, built with the same
     seed. :func:`tenter.parallel.pipeline` is this with the job's distribution as defaults."""
     dims = dims_of(mesh)
+    if dims.device_type == "cpu":
+        require_torch("2.8", "tenter.parallel on CPU (pipeline stages and FSDP2 over gloo)")
     if schedule not in _SCHEDULES:
         raise ValueError(f"schedule={schedule!r} is not known: use one of {list(_SCHEDULES)}")
     if virtual_stages is None:
@@ -330,8 +370,15 @@ def build_pipeline(
     pp_mesh = mesh["pp"]
     stage_ids = stages_of_rank(pp_mesh.get_local_rank(), dims.pp, virtual_stages)
     modules = apply_pipeline(named, plan, stage_ids, device)
+    if dims.tp > 1:
+        blocks_here = [block for module in modules for block in module.children()]
+        apply_tp(blocks_here, mesh["tp"], allow_empty_shards=allow_empty_shards)
+    apply_activation_memory(
+        modules, checkpointing=activation_checkpointing, offload=offload_activations
+    )
+    policy = data_parallel.mixed_precision_policy(mixed_precision)
     for module in modules:
-        _apply_data_parallel(module, mesh, dims, data_parallel_mode)
+        _apply_data_parallel(module, mesh, dims, data_parallel_mode, policy)
     stages = [
         PipelineStage(m, s, num_stages, device, group=pp_mesh.get_group())
         for m, s in zip(modules, stage_ids, strict=True)
@@ -367,17 +414,28 @@ def _apply_data_parallel(
     mesh: DeviceMesh,
     dims: ParallelDims,
     mode: DataParallelMode,
+    policy: data_parallel.MixedPrecisionPolicy | None,
 ) -> None:
-    if dims.dp == 1:
+    if dims.dp == 1 and policy is None:
         return
+    pipelined = dims.pp > 1
     if mode == "ddp":
-        data_parallel.apply_ddp(module, mesh, pipelined=dims.pp > 1)
-    elif mode == "fsdp":
-        data_parallel.apply_fsdp(module, mesh, pipelined=dims.pp > 1)
+        data_parallel.apply_ddp(module, mesh, pipelined=pipelined, policy=policy)
+    elif mode == "fsdp" or dims.dp == 1:  # one rank: FSDP2 only for its mixed precision
+        data_parallel.apply_fsdp(module, mesh, pipelined=pipelined, policy=policy)
     else:
         raise ValueError(
             f"the mesh has {dims.dp} data-parallel ranks but data_parallel is {mode!r}: use "
             "'ddp' or 'fsdp' (SMP: ddp: true)"
+        )
+
+
+def require_torch(version: str, feature: str) -> None:
+    """Raise a clear error where ``feature`` needs a newer torch than the one installed."""
+    if TorchVersion(torch.__version__) < version:
+        raise RuntimeError(
+            f"{feature} needs torch >= {version}; this is torch {torch.__version__}: "
+            f"pip install 'torch>={version}'"
         )
 
 

@@ -124,7 +124,19 @@ class Distribution(StrictModel):
             except ValueError as e:
                 out.append(Problem(path, f"{text!r} {e}"))
         if sm.modelparallel.enabled:
-            out += sm.modelparallel.parameters.problems(
-                world_size, "distribution.smdistributed.modelparallel.parameters"
-            )
+            params = sm.modelparallel.parameters
+            path = "distribution.smdistributed.modelparallel.parameters"
+            out += params.problems(world_size, path)
+            if not (params.v1_parameters and params.v2_parameters):  # else said once above
+                out += params.unsupported(path)
+            if params.version == 2 and not self.torch_distributed.enabled:
+                out.append(
+                    Problem(
+                        "distribution.torch_distributed.enabled",
+                        "SMP v2 parameters ("
+                        + ", ".join(params.v2_parameters or ["tensor_parallel_degree"])
+                        + ") need the torch_distributed launcher, as SageMaker's SMP v2 does; "
+                        "set distribution.torch_distributed.enabled: true",
+                    )
+                )
         return out
