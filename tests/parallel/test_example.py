@@ -5,6 +5,7 @@ shipped Shakespeare corpus."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,13 @@ def run_alone(out: Path, steps: str, *args: str) -> tuple[str, dict[str, float]]
         text=True,
         cwd=out,
         timeout=120,
-        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "SM_OUTPUT_DATA_DIR": str(out)},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "OMP_NUM_THREADS": "1",
+            "SM_OUTPUT_DATA_DIR": str(out),
+            # The tenter under test, where it is not the installed one (a worktree).
+            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
+        },
     )
     assert done.returncode == 0, done.stderr
     result: dict[str, float] = json.loads((out / "gpt-result.json").read_text())
