@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -17,17 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-import yaml
 
-from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, job_processes, tenter
+from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
+from tests.launch.specs import write_spec
 
 pytestmark = pytest.mark.slow
-
-
-def write_spec(tmp_path: Path, script: str, **fields: object) -> Path:
-    spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump({"entry_point": str(SCRIPTS / script), **fields}))
-    return spec
 
 
 def test_workers_restart_after_a_sigkill_and_the_job_succeeds(tmp_path: Path) -> None:
@@ -88,34 +81,6 @@ def test_training_killed_after_and_between_checkpoints_resumes_to_the_uninterrup
     for key, value in expected.items():
         assert torch.equal(resumed[key], value), key
     assert_nothing_left(reference_dir)
-
-
-def test_job_goes_on_with_fewer_hosts_if_an_agent_is_killed(
-    tmp_path: Path, tenter_home: Path
-) -> None:
-    spec = write_spec(
-        tmp_path,
-        "elastic.py",
-        instance_count=2,
-        processes_per_host=1,
-        environment={"TARGET_WORLD": "1"},
-        elastic={"min_hosts": 1, "max_restarts": 2, "rendezvous": {"last_call_timeout": 1}},
-    )
-    job = Background("run", str(spec), home=tenter_home)
-    job.wait_for("ready world 2 rank 0", "ready world 2 rank 1")
-    (agent,) = [
-        p
-        for p in job_processes(job.job_dir.name)
-        if "tenter.launch.agent" in " ".join(p.cmdline())
-        and p.environ().get("TENTER_HOST") == "algo-2"
-    ]
-    agent.send_signal(signal.SIGKILL)
-    out = job.finish()
-    assert job.proc.returncode == 0, out
-    assert "host algo-2 lost (its agent was killed by SIGKILL); going on with 1 hosts" in out
-    assert "rendezvous: 1 hosts (algo-1), world size 1" in out
-    assert "done world 1 rank 0" in out
-    assert_nothing_left(job.job_dir)
 
 
 def test_a_host_joins_a_running_job(tmp_path: Path, tenter_home: Path) -> None:

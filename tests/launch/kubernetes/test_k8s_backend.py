@@ -311,7 +311,7 @@ def test_k8s_status_and_cancel_find_the_jobs_kind() -> None:
             return job(("Running", "MPIJobRunning", "running"))
 
     custom = MpiOnly([])
-    b, _, err = backend(custom, FakeCore([[pod(WORKER, "Running", "worker")]], {}))
+    b, _, _ = backend(custom, FakeCore([[pod(WORKER, "Running", "worker")]], {}))
     handle = b.find(JOB_ID, "ml")
     status = b.status(handle)
     assert status.running

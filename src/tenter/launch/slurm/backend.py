@@ -203,12 +203,11 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     failures, agent_errors = report.collect_failures(plan, None)
     port_file = Path(plan.job_dir) / PORT_FILE
     code = 0 if state.name == "COMPLETED" else EXIT_BY_STATE.get(state.name, ExitCode.JOB_FAILED)
-    return report.record_result(
-        plan,
-        failures,
-        [f"Slurm job state: {state.name}{state.detail}", *agent_errors],
+    outcome = report.Outcome(
         exit_code=code,
         duration_s=duration,
         interrupted=state.name == "CANCELLED",
         rdzv_endpoint=port_file.read_text().strip() if port_file.exists() else "",
+        extra=[f"Slurm job state: {state.name}{state.detail}", *agent_errors],
     )
+    return report.record_result(plan, failures, outcome)
