@@ -17,6 +17,7 @@ import psutil
 import pytest
 import torch
 
+from tenter.errors import ExitCode
 from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
 from tests.launch.specs import write_spec
 
@@ -122,7 +123,7 @@ def test_hang_report_names_the_rank_that_never_arrived(tmp_path: Path) -> None:
         tmp_path, "hang.py", instance_count=2, processes_per_host=2, elastic={"hang_timeout": 3}
     )
     done = tenter("run", str(spec))
-    assert done.returncode == 124
+    assert done.returncode == ExitCode.HANG
     report = (done.job_dir / "hang-report.txt").read_text()
     assert "hang: no rank made progress for 3 s" in report
     assert "ranks 0-2: waiting in all_reduce #6" in report

@@ -3,10 +3,13 @@ process of the job outlives it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -206,3 +209,62 @@ def test_start_up_slower_than_the_hang_timeout_is_no_hang(tmp_path: Path) -> Non
     assert "finished 32.0" in done.stdout
     assert not (done.job_dir / "hang-report.txt").exists()
     assert_nothing_left(done.job_dir)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MiB file system of its own (tmpfs), unmounted after the test."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_disk_that_fills_mid_run_still_ends_the_job_with_a_summary(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    spec = write_spec(tmp_path, "fill_disk.py", instance_count=2, output_dir=str(small_disk))
+    done = tenter("run", str(spec))
+    assert done.returncode == ExitCode.JOB_FAILED, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "FAILED after" in done.stderr
+    (job_dir,) = small_disk.iterdir()
+    # Nothing more fits: not the rank's error record, nor the agents' reports, nor the summary.
+    assert not (job_dir / "summary.json").exists()
+    assert f"could not write the job's result to {job_dir}: No space left on device" in done.stderr
+    assert "algo-1: its agent exited with status 1 without a report" in done.stderr
+    assert job_processes(job_dir.name) == []
+    assert own_children() == []
+    assert list(job_dir.glob("hosts/*/.*.tmp")) == []
+
+
+@pytest.mark.parametrize("problem", ["read-only", "a file", "full"])
+def test_an_unusable_output_dir_is_bad_input_and_nothing_starts(
+    tmp_path: Path, small_disk: Path, problem: str
+) -> None:
+    output_dir = small_disk / "out"
+    if problem == "a file":
+        output_dir.write_text("")
+        expected = f"{output_dir} is a file, not a directory"
+    elif problem == "full":
+        with open(small_disk / "fill", "wb") as fill, contextlib.suppress(OSError):
+            while True:
+                fill.write(b"\0" * (1 << 16))
+                fill.flush()
+        expected = f"the file system of {small_disk} is full"
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+        expected = f"{small_disk} is on a read-only file system"
+    spec = write_spec(tmp_path, "contract.py", output_dir=str(output_dir / "jobs"))
+    done = tenter("run", str(spec))
+    assert done.returncode == ExitCode.BAD_INPUT
+    where = output_dir / "jobs"
+    assert done.stderr.startswith(
+        f"error: output_dir: cannot create job directories in {where}: {expected}. Fix: "
+    )
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in small_disk.iterdir()) == sorted(
+        {"a file": ["out"], "full": ["fill"], "read-only": []}[problem]
+    )
+    assert own_children() == []

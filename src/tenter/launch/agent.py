@@ -37,8 +37,8 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
 from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
 from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
+from tenter.launch.report import AGENT_RESULT
 
-RESULT_FILE = "agent-result.json"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -237,9 +237,13 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # rendezvous timeouts and the like: report, don't just die
         logging.exception("agent of %s failed", host.name)
         result = AgentResult("ERROR", [], _explain(e, plan, rdzv_port))
-    tmp = Path(host.dir) / f".{RESULT_FILE}.tmp"
-    tmp.write_text(json.dumps(asdict(result)))
-    tmp.replace(Path(host.dir) / RESULT_FILE)
+    tmp = Path(host.dir) / f".{AGENT_RESULT}.tmp"
+    try:
+        tmp.write_text(json.dumps(asdict(result)))
+        tmp.replace(Path(host.dir) / AGENT_RESULT)
+    except OSError:  # a full disk: the launcher reports the silent exit status instead
+        logging.exception("could not write %s", AGENT_RESULT)
+        tmp.unlink(missing_ok=True)
     return 0 if result.state == "SUCCEEDED" else 1
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import Plan
-from tenter.errors import ExitCode
+from tenter.errors import ExitCode, TenterError
 from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult
 from tenter.launch import hang, report
@@ -44,9 +45,55 @@ EXIT_BY_STOP = {
 """The job's exit code when the launcher stopped it for that reason."""
 
 
+MIN_FREE_BYTES = 1 << 20
+"""What a job directory needs at the least to start (plan, logs, summary)."""
+OUTPUT_DIR_FIX = (
+    "set output_dir (in the spec, or --output-dir) to a writable directory with free space"
+)
+
+
+def check_output_dir(job_dir: str) -> None:
+    """Refuse, before anything starts, an output directory the job directory cannot be made
+    in: a file in the way, a read-only or full file system (bad input, exit 2)."""
+    output_dir = Path(job_dir).parent
+    existing = output_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    problem = ""
+    if not existing.is_dir():
+        problem = f"{existing} is a file, not a directory"
+    else:
+        fs = os.statvfs(existing)
+        if fs.f_flag & os.ST_RDONLY:
+            problem = f"{existing} is on a read-only file system"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problem = f"{existing} is not writable by this user"
+        elif fs.f_bavail * fs.f_frsize < MIN_FREE_BYTES:
+            problem = f"the file system of {existing} is full"
+    if problem:
+        raise TenterError(
+            "output_dir",
+            f"cannot create job directories in {output_dir}: {problem}",
+            OUTPUT_DIR_FIX,
+        )
+
+
 def create_job_dir(plan: Plan) -> None:
-    layout.create(Path(plan.job_dir), plan.hosts, shared_dirs=[plan.checkpoint_dir])
-    layout.write_atomic(Path(plan.job_dir) / layout.PLAN_FILE, plan.to_json())
+    """Create the job directory, or none of it: an error here (the disk filled since the
+    check) is bad input, not a traceback."""
+    check_output_dir(plan.job_dir)
+    if Path(plan.job_dir).exists():
+        raise FileExistsError(f"job directory {plan.job_dir} exists: a job id is never reused")
+    try:
+        layout.create(Path(plan.job_dir), plan.hosts, shared_dirs=[plan.checkpoint_dir])
+        layout.write_atomic(Path(plan.job_dir) / layout.PLAN_FILE, plan.to_json())
+    except OSError as e:
+        shutil.rmtree(plan.job_dir, ignore_errors=True)
+        raise TenterError(
+            "output_dir",
+            f"cannot create the job directory {plan.job_dir}: {e.strerror}",
+            OUTPUT_DIR_FIX,
+        ) from e
 
 
 class Supervisor:

@@ -91,6 +91,18 @@ class LocalJob(Supervisor):
         codes = [self.procs[i].poll() for i in active]
         return "succeeded" if codes and all(c == 0 for c in codes) else "running"
 
+    def collect_extra_failures(self) -> None:
+        """An agent that failed without writing its report (a full disk): say so, with its
+        log, rather than end with no cause at all."""
+        for i, proc in enumerate(self.procs):
+            host = self.plan.hosts[i]
+            report_file = Path(host.dir) / report.AGENT_RESULT
+            if proc.returncode and proc.returncode > 0 and not report_file.exists():
+                self.extra.append(
+                    f"{host.name}: its agent exited with status {proc.returncode} without a "
+                    f"report; see {self._agent_logs[i]}"
+                )
+
     def _lose_host(self, index: int, why: str) -> None:
         self.lost.add(index)
         name = self.plan.hosts[index].name
