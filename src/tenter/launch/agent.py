@@ -38,8 +38,7 @@ from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
 from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
 from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
 from tenter.launch.report import AGENT_RESULT
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+from tenter.launch.signals import STOP_SIGNALS
 
 
 @dataclass(frozen=True)
