@@ -25,6 +25,15 @@ def test_the_hang_clock_starts_at_the_first_progress() -> None:
     assert hang.hang_verdict(moving, now=105.0, hang_timeout=5) == "no rank made progress for 5 s"
 
 
+def test_ranks_that_leave_are_not_hung_however_slow_their_teardown() -> None:
+    leaving = [rank(0, "exiting", at=100.0), rank(1, "exiting", at=100.0)]
+    assert hang.hang_verdict(leaving, now=1e6, hang_timeout=5) is None
+    one_left = [rank(0, "exiting", at=100.0), rank(1, at=100.0)]
+    assert hang.hang_verdict(one_left, now=105.0, hang_timeout=5) == "no rank made progress for 5 s"
+    text = hang.report(one_left, {1: ""}, 110.0, {0: "sleeping", 1: "sleeping"})
+    assert "suspect: rank 0" not in text
+
+
 def test_a_stopped_or_silent_rank_is_a_suspect_even_when_all_wait_in_the_same_collective() -> None:
     progress = [rank(r) for r in range(4)]
     stacks = {

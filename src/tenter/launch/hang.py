@@ -34,8 +34,8 @@ from tenter.contract.plan import Plan
 from tenter.launch.console import read_index
 
 STACKS_WAIT_S = 3.0
-STARTED = "started"
-"""The state a rank records when its progress record is made, before any progress."""
+STARTED, EXITING = "started", "exiting"
+"""A rank's state before its first progress, and once it leaves (tenter.runtime.watchdog)."""
 STARTUP_MIN_S = 300.0
 
 
@@ -50,6 +50,7 @@ def hang_verdict(progress: list[RankProgress], now: float, hang_timeout: float) 
     """Why the job counts as hung, or None. Once a rank made progress, no progress on any rank
     for ``hang_timeout``; before that, no rank's first progress within the start-up timeout
     of the ranks' start (their records' creation, so a restarted attempt starts afresh)."""
+    progress = [p for p in progress if p.state != EXITING]  # a slow teardown is no hang
     moved = [p.time for p in progress if p.state != STARTED]
     if moved:
         if now - max(moved) >= hang_timeout:
@@ -128,13 +129,14 @@ def _innermost_frames(stacks: str, count: int = 3) -> list[str]:
 
 def collect_stacks(progress: list[RankProgress]) -> dict[int, str]:
     """Ask every rank for its stacks and wait (briefly) for them to be written."""
-    for p in progress:
+    asked = [p for p in progress if p.state != EXITING]  # no stack dump left to answer
+    for p in asked:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGUSR1)
     deadline = time.monotonic() + STACKS_WAIT_S
     stacks: dict[int, str] = {}
-    while time.monotonic() < deadline and len(stacks) < len(progress):
-        for p in progress:
+    while time.monotonic() < deadline and len(stacks) < len(asked):
+        for p in asked:
             path = Path(f"{p.stem}.stacks")
             if p.rank not in stacks and path.exists() and path.stat().st_size:
                 stacks[p.rank] = path.read_text(errors="replace")
@@ -154,7 +156,9 @@ def _suspicions(
     p: RankProgress, progress: list[RankProgress], state: str, answered: bool
 ) -> list[str]:
     """Why rank ``p`` may be what the others wait for."""
-    why = []
+    why: list[str] = []
+    if p.state == EXITING:
+        return why
     if state in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
         why.append("its process is stopped (SIGSTOP or a debugger): it cannot run at all")
     elif not answered:
