@@ -114,7 +114,7 @@ def test_a_host_joins_a_running_job(tmp_path: Path, tenter_home: Path) -> None:
 
 def test_join_refuses_a_finished_or_unknown_job(tenter_home: Path) -> None:
     done = tenter("join", "no-such-job")
-    assert done.returncode == 2
+    assert done.returncode == ExitCode.NO_SUCH_JOB
     assert "JOB: no job 'no-such-job'" in done.stderr
 
 
