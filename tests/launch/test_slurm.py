@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tenter.errors import ExitCode
 from tenter.launch import api
 from tenter.spec import load
 from tests.conftest import (
@@ -174,9 +175,9 @@ def test_sbatch_rejection_is_shown_verbatim_with_a_hint(
         "run", "--backend", "slurm", "--skip-preflight", "--instance-type", "ml.p4d.24xlarge",
         str(SCRIPTS / "contract.py"),
     )  # fmt: skip
-    assert done.returncode == 2
+    assert done.returncode == ExitCode.BACKEND_REFUSED
     assert "sbatch: error: Invalid generic resource (gres) specification" in done.stderr
-    assert "Hint: `tenter plan --backend slurm`" in done.stderr
+    assert "Fix: `tenter plan --backend slurm`" in done.stderr
     assert not any((tenter_home / "jobs").iterdir())
     assert queue(cluster) == []
 
