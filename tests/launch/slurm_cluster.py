@@ -93,6 +93,30 @@ def queue(env: dict[str, str]) -> list[str]:
     return out.stdout.split()
 
 
+def _controller_pid_file(env: dict[str, str]) -> Path:
+    return Path(env["SLURM_CONF"]).parent / "slurmctld.pid"
+
+
+def _controller_answers(env: dict[str, str]) -> bool:
+    return subprocess.run(["squeue", "-h"], env=env, capture_output=True).returncode == 0
+
+
+def stop_controller(env: dict[str, str]) -> None:
+    """Stop slurmctld (as an upgrade or a crash does) and wait until it is gone; slurmd and
+    the running jobs stay."""
+    proc = _pid_of(_controller_pid_file(env))
+    assert proc is not None, "slurmctld is not running"
+    proc.terminate()
+    proc.wait(timeout=START_TIMEOUT_S)
+
+
+def start_controller(env: dict[str, str]) -> None:
+    """Start slurmctld again from its saved state and wait until it answers."""
+    subprocess.run(["/usr/sbin/slurmctld"], env=env, check=True)
+    log = Path(env["SLURM_CONF"]).parent / "slurmctld.log"
+    _wait_until("slurmctld did not answer after its restart", lambda: _controller_answers(env), log)
+
+
 @contextmanager
 def slurm_cluster() -> Iterator[dict[str, str]]:
     """Start the cluster; yields the environment (SLURM_CONF) to run Slurm commands with."""

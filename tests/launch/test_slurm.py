@@ -13,10 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from tenter.errors import ExitCode
 from tenter.launch import api
 from tenter.spec import load
-from tests.conftest import REPO, SCRIPTS, assert_golden, assert_nothing_left, job_processes, tenter
-from tests.launch.slurm_cluster import queue, slurm_cluster
+from tests.conftest import (
+    REPO,
+    SCRIPTS,
+    Background,
+    assert_golden,
+    assert_nothing_left,
+    job_processes,
+    tenter,
+)
+from tests.launch.slurm_cluster import queue, slurm_cluster, start_controller, stop_controller
 
 DIGITS = REPO / "examples" / "digits"
 DEADLINE_S = 120.0
@@ -166,8 +175,36 @@ def test_sbatch_rejection_is_shown_verbatim_with_a_hint(
         "run", "--backend", "slurm", "--skip-preflight", "--instance-type", "ml.p4d.24xlarge",
         str(SCRIPTS / "contract.py"),
     )  # fmt: skip
-    assert done.returncode == 3  # the backend refused the job
+    assert done.returncode == ExitCode.BACKEND_REFUSED
     assert "sbatch: error: Invalid generic resource (gres) specification" in done.stderr
     assert "Fix: `tenter plan --backend slurm`" in done.stderr
     assert not any((tenter_home / "jobs").iterdir())
     assert queue(cluster) == []
+
+
+@pytest.mark.slow
+def test_a_slurmctld_restart_mid_job_is_waited_out(
+    cluster: dict[str, str], tmp_path: Path, tenter_home: Path
+) -> None:
+    release = tmp_path / "release"
+    job = Background(
+        "run", "--backend", "slurm", "--hosts", "1", "--procs-per-host", "1",
+        "--env", f"RELEASE_FILE={release}", str(SCRIPTS / "wait_for_file.py"),
+    )  # fmt: skip
+    try:
+        job.wait_for("[algo-1,0]<stdout>: ready")
+        stop_controller(cluster)
+        job.wait_for("Slurm does not tell job")  # tenter saw the outage and goes on asking
+        start_controller(cluster)
+        job.wait_for("Slurm answers again")
+        release.touch()
+        out = job.finish()
+    finally:
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.communicate()
+    assert job.proc.returncode == 0, out
+    assert "squeue failed: " in out
+    assert "[algo-1,0]<stdout>: released" in out
+    assert queue(cluster) == []
+    assert_nothing_left(job.job_dir)

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
+import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch.distributed.elastic.multiprocessing.api as torch_processes
 from torch.distributed.elastic.agent.server.api import (
     RunResult,
     WorkerGroup,
@@ -28,14 +30,15 @@ from torch.distributed.elastic.agent.server.api import (
 )
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, SignalException
+from torch.distributed.elastic.multiprocessing.subprocess_handler import SubprocessHandler
 from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
 from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
 from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
-
-RESULT_FILE = "agent-result.json"
-PARENT_POLL_S = 0.5
+from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
+from tenter.launch.report import AGENT_RESULT
+from tenter.launch.signals import STOP_SIGNALS
 
 
 @dataclass(frozen=True)
@@ -124,17 +127,36 @@ class HostAgent(LocalElasticAgent):
         self._event("restart", remaining=self._remaining_restarts)
         super()._restart_workers(worker_group)
 
+    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
+        """Stop the workers: ``death_sig``, then SIGKILL after tenter's grace period (torch's
+        is 30 s). Further stop signals are ignored meanwhile: torch raises on them out of its
+        wait, which skipped the SIGKILL and left the workers of a script that traps SIGTERM
+        running after their agent."""
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
+        try:
+            super()._shutdown(death_sig, timeout=math.ceil(STOP_GRACE_S))
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
-def _stop_when_orphaned() -> None:
-    """If the launcher dies (even by SIGKILL), stop this host's workers instead of lingering."""
-    parent = os.getppid()
 
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
-        os.kill(os.getpid(), signal.SIGTERM)
+class WorkerDyingWithAgent(SubprocessHandler):
+    """torch's worker process, which the kernel SIGKILLs if its agent dies (a SIGKILLed agent
+    runs no cleanup; its workers, in sessions of their own, would otherwise live on)."""
 
-    threading.Thread(target=watch, name="tenter-orphan-watch", daemon=True).start()
+    def _popen(self, args: tuple[str, ...], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            args=args,
+            env=env,
+            stdout=self._stdout,
+            stderr=self._stderr,
+            start_new_session=True,  # as torch's: the agent signals each worker's group
+            preexec_fn=dies_with_parent(signal.SIGKILL),
+        )
+
+
+def _worker_handler(*args: Any, **kwargs: Any) -> SubprocessHandler:
+    return WorkerDyingWithAgent(*args, **kwargs)
 
 
 def _failures(result: RunResult, plan: Plan, host: HostPlan, attempt: int) -> list[WorkerFailure]:
@@ -204,7 +226,9 @@ def main(argv: list[str]) -> int:
     # (rendezvous rounds, worker starts and exits), which are what explain a stuck job.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("torch.distributed.elastic").setLevel(logging.INFO)
-    _stop_when_orphaned()
+    # The launcher starts this agent with a parent-death signal (SIGTERM): if it dies, this
+    # host stops its workers as on a cancel. torch picks the handler class through this name.
+    torch_processes.get_subprocess_handler = _worker_handler
     plan = Plan.from_json(Path(plan_path).read_text())
     host = plan.hosts[int(host_index)]
     try:
@@ -212,9 +236,13 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # rendezvous timeouts and the like: report, don't just die
         logging.exception("agent of %s failed", host.name)
         result = AgentResult("ERROR", [], _explain(e, plan, rdzv_port))
-    tmp = Path(host.dir) / f".{RESULT_FILE}.tmp"
-    tmp.write_text(json.dumps(asdict(result)))
-    tmp.replace(Path(host.dir) / RESULT_FILE)
+    tmp = Path(host.dir) / f".{AGENT_RESULT}.tmp"
+    try:
+        tmp.write_text(json.dumps(asdict(result)))
+        tmp.replace(Path(host.dir) / AGENT_RESULT)
+    except OSError:  # a full disk: the launcher reports the silent exit status instead
+        logging.exception("could not write %s", AGENT_RESULT)
+        tmp.unlink(missing_ok=True)
     return 0 if result.state == "SUCCEEDED" else 1
 
 

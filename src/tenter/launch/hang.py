@@ -6,8 +6,15 @@ progress for the job's ``hang_timeout``, the launcher asks every rank for its Py
 writes a report like::
 
     ranks 0-2: waiting in all_reduce #183 (entered 12.0 s ago)
-    rank 3: last completed all_reduce #182 12.1 s ago, now at:
+    rank 3 on algo-2: last completed all_reduce #182, 12.1 s ago; now at:
         File "train.py", line 40, in <module>
+    suspect: rank 3 on algo-2 (pid 4242, sleeping): behind the others: all_reduce #182 ...
+
+A suspect is a rank that is behind the others (in collectives or in DDP steps), whose process
+is stopped, or which did not answer the stack request.
+
+The hang clock starts at a rank's first progress (a collective or a step): start-up (importing
+torch, loading data) is timed by the longer :func:`startup_timeout` instead.
 """
 
 from __future__ import annotations
@@ -21,10 +28,38 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
+import psutil
+
 from tenter.contract.plan import Plan
 from tenter.launch.console import read_index
 
 STACKS_WAIT_S = 3.0
+STARTED, EXITING = "started", "exiting"
+"""A rank's state before its first progress, and once it leaves (tenter.runtime.watchdog)."""
+STARTUP_MIN_S = 300.0
+
+
+def startup_timeout(hang_timeout: float) -> float:
+    """How long ranks may take from their start to their first collective or step before
+    the job counts as hung: start-up (imports, data loading, a checkpoint load) is slower
+    than a step and no sign of a hang."""
+    return max(STARTUP_MIN_S, 10 * hang_timeout)
+
+
+def hang_verdict(progress: list[RankProgress], now: float, hang_timeout: float) -> str | None:
+    """Why the job counts as hung, or None. Once a rank made progress, no progress on any rank
+    for ``hang_timeout``; before that, no rank's first progress within the start-up timeout
+    of the ranks' start (their records' creation, so a restarted attempt starts afresh)."""
+    progress = [p for p in progress if p.state != EXITING]  # a slow teardown is no hang
+    moved = [p.time for p in progress if p.state != STARTED]
+    if moved:
+        if now - max(moved) >= hang_timeout:
+            return f"no rank made progress for {hang_timeout} s"
+        return None
+    limit = startup_timeout(hang_timeout)
+    if progress and now - max(p.time for p in progress) >= limit:
+        return f"no rank reached its first collective or step within {limit:.0f} s of its start"
+    return None
 
 
 @dataclass(frozen=True)
@@ -86,20 +121,22 @@ def _innermost_frames(stacks: str, count: int = 3) -> list[str]:
         blocks[0] if blocks else "",
     )
     frames = [line.strip() for line in main.splitlines() if line.strip().startswith("File ")]
-    # The user's own code says more than the stdlib or torch frames it is blocked in.
-    own = [f for f in frames if "/lib/python3" not in f]
+    # The user's own code says more than the stdlib, torch or import-machinery frames it is
+    # blocked in.
+    own = [f for f in frames if "/lib/python3" not in f and not f.startswith('File "<frozen')]
     return (own or frames)[:count]
 
 
 def collect_stacks(progress: list[RankProgress]) -> dict[int, str]:
     """Ask every rank for its stacks and wait (briefly) for them to be written."""
-    for p in progress:
+    asked = [p for p in progress if p.state != EXITING]  # no stack dump left to answer
+    for p in asked:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGUSR1)
     deadline = time.monotonic() + STACKS_WAIT_S
     stacks: dict[int, str] = {}
-    while time.monotonic() < deadline and len(stacks) < len(progress):
-        for p in progress:
+    while time.monotonic() < deadline and len(stacks) < len(asked):
+        for p in asked:
             path = Path(f"{p.stem}.stacks")
             if p.rank not in stacks and path.exists() and path.stat().st_size:
                 stacks[p.rank] = path.read_text(errors="replace")
@@ -107,8 +144,40 @@ def collect_stacks(progress: list[RankProgress]) -> dict[int, str]:
     return stacks
 
 
-def report(progress: list[RankProgress], stacks: dict[int, str], now: float) -> str:
-    """Group the ranks by where they are; the ones behind the others are the suspects."""
+def process_state(pid: int) -> str:
+    """``running``, ``sleeping``, ``stopped``, ``disk-sleep``..., or ``gone``."""
+    try:
+        return str(psutil.Process(pid).status())
+    except psutil.Error:
+        return "gone"
+
+
+def _suspicions(
+    p: RankProgress, progress: list[RankProgress], state: str, answered: bool
+) -> list[str]:
+    """Why rank ``p`` may be what the others wait for."""
+    why: list[str] = []
+    if p.state == EXITING:
+        return why
+    if state in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+        why.append("its process is stopped (SIGSTOP or a debugger): it cannot run at all")
+    elif not answered:
+        why.append(f"it did not answer the stack request within {STACKS_WAIT_S:.0f} s")
+    latest_seq = max(q.seq for q in progress)
+    if p.seq < latest_seq:
+        others = _ranges([q.rank for q in progress if q.seq == latest_seq])
+        why.append(f"behind: {p.op or 'no collective'} #{p.seq}, ranks {others} at #{latest_seq}")
+    latest_step = max(q.step for q in progress)
+    if p.step < latest_step:
+        others = _ranges([q.rank for q in progress if q.step == latest_step])
+        why.append(f"behind: step {p.step}, ranks {others} at step {latest_step}")
+    return why
+
+
+def report(
+    progress: list[RankProgress], stacks: dict[int, str], now: float, states: dict[int, str]
+) -> str:
+    """Group the ranks by where they are; name the suspects (see the module docstring)."""
     lines = []
     waiting = [p for p in progress if p.state == "entered"]
     latest_seq = max((p.seq for p in progress), default=0)
@@ -129,6 +198,17 @@ def report(progress: list[RankProgress], stacks: dict[int, str], now: float) -> 
         )
         lines.append(f"rank {p.rank} on {p.host}: {where}, {now - p.time:.1f} s ago; now at:")
         lines += [f"    {frame}" for frame in _innermost_frames(stacks.get(p.rank, ""))]
+    suspects = 0
+    for p in progress:
+        state = states.get(p.rank, "unknown")
+        why = _suspicions(p, progress, state, p.rank in stacks)
+        if why:
+            suspects += 1
+            lines.append(
+                f"suspect: rank {p.rank} on {p.host} (pid {p.pid}, {state}): " + "; ".join(why)
+            )
+    if not suspects:
+        lines.append("no suspect: every rank answered and all are at the same collective and step")
     lines.append(
         "every rank's stacks: "
         + ", ".join(sorted({f"{Path(p.stem).name}.stacks" for p in progress}))

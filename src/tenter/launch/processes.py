@@ -10,15 +10,40 @@ summary; processes without a launcher (it was killed) are stopped directly.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
+from collections.abc import Callable
 
 import psutil
 
-STOP_GRACE_S = 10.0
-"""How long stopped workers get to exit after SIGTERM before SIGKILL."""
+STOP_GRACE_S = float(os.environ.get("TENTER_STOP_GRACE_S", "10"))
+"""How long stopped workers get to exit after SIGTERM before SIGKILL (the launcher's and each
+agent's: agents inherit the launcher's environment). Scripts that save a checkpoint on SIGTERM
+may need more; tests need less."""
 CANCEL_TIMEOUT_S = STOP_GRACE_S + 20.0
 """The launcher's own grace period for its workers, plus writing the summary."""
+
+
+_PR_SET_PDEATHSIG = 1
+# Resolved before any fork: the child between fork and exec should only make the call.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def dies_with_parent(sig: signal.Signals) -> Callable[[], None]:
+    """A ``preexec_fn`` that has the kernel send ``sig`` to the child when the thread that
+    started it dies, however it dies (SIGKILL included, which no watcher in the parent could
+    report). It runs in the child between fork and exec (the setting survives exec); a parent
+    already gone by then is caught by comparing the child's parent with the starter."""
+    starter = os.getpid()
+
+    def arm() -> None:
+        if _prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != starter:
+            os.kill(os.getpid(), sig)
+
+    return arm
 
 
 def env_of(proc: psutil.Process, name: str) -> str | None:

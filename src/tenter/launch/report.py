@@ -13,15 +13,18 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
-from tenter.contract.plan import Plan
+from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult, write_result
 from tenter.launch.console import read_index
 
 AGENT_RESULT = "agent-result.json"
+HOST_RANK = -1
+"""The rank of a failure that is a whole host's (its agent died), not one rank's."""
 STDERR_TAIL_LINES = 20
 
 _PEER_ERROR = re.compile(
@@ -30,8 +33,6 @@ _PEER_ERROR = re.compile(
 )
 
 _SIGNAL_MEANING = {
-    signal.SIGKILL: "killed: most often by the out-of-memory killer (see `dmesg`), "
-    "or by a user or scheduler",
     signal.SIGSEGV: "segmentation fault in native code",
     signal.SIGABRT: "aborted: a C++ exception or assertion in native code",
     signal.SIGBUS: "bus error: often a /dev/shm too small for shared memory",
@@ -40,20 +41,84 @@ _SIGNAL_MEANING = {
 }
 
 
-def exit_meaning(exit_code: int | None) -> str:
-    """``exit code 1``, ``signal 9 (SIGKILL, exit code 137): killed: ...``."""
+def _sigkill_meaning(oom_kills: int | None) -> str:
+    """Who sends SIGKILL: the OOM killer only when the kernel counted one."""
+    if oom_kills is None:
+        return "killed: by a user, a scheduler or the out-of-memory killer (see `dmesg`)"
+    if oom_kills:
+        return f"killed by the kernel's out-of-memory killer ({oom_kills} OOM kills in the job)"
+    return (
+        "killed by a user, a scheduler or a watchdog; not by the out-of-memory killer "
+        "(the kernel counted no OOM kill during the job)"
+    )
+
+
+def exit_meaning(exit_code: int | None, oom_kills: int | None = None) -> str:
+    """``exit code 1``, ``signal 9 (SIGKILL, exit code 137): killed ...``.
+
+    Only a negative status is a signal (the agent saw the process end by it); a process that
+    exits with 137 itself was not killed, whatever shells make of the number. ``oom_kills``:
+    the kernel's count of OOM kills during the job, None where unknown."""
     if exit_code is None:
         return "did not finish"
-    signum = -exit_code if exit_code < 0 else exit_code - 128 if exit_code > 128 else 0
-    if signum <= 0:
+    if exit_code >= 0:
+        shell_signal = exit_code - 128 if exit_code > 128 else 0
+        if shell_signal in {int(s) for s in signal.Signals}:
+            return (
+                f"exit code {exit_code} (the process exited with it: not killed by "
+                f"{signal.Signals(shell_signal).name}, though shells show that as {exit_code})"
+            )
         return f"exit code {exit_code}"
     try:
-        sig = signal.Signals(signum)
+        sig = signal.Signals(-exit_code)
     except ValueError:
-        return f"exit code {exit_code}"
-    meaning = _SIGNAL_MEANING.get(sig, "")
-    return f"signal {signum} ({sig.name}, exit code {128 + signum})" + (
+        return f"signal {-exit_code}"
+    meaning = _sigkill_meaning(oom_kills) if sig == signal.SIGKILL else _SIGNAL_MEANING.get(sig, "")
+    return f"signal {int(sig)} ({sig.name}, exit code {128 + int(sig)})" + (
         f": {meaning}" if meaning else ""
+    )
+
+
+def oom_kill_count() -> int | None:
+    """How many processes the kernel's OOM killer has killed in this process's memory cgroup
+    (which the local workers share), or None where it does not say (cgroup v2
+    ``memory.events``, v1 ``memory.oom_control``; the mounted hierarchy may be the
+    container's own root rather than the path /proc names)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidates += [f"/sys/fs/cgroup{path}/memory.events", "/sys/fs/cgroup/memory.events"]
+        elif "memory" in controllers.split(","):
+            base = "/sys/fs/cgroup/memory"
+            candidates += [f"{base}{path}/memory.oom_control", f"{base}/memory.oom_control"]
+    for candidate in candidates:
+        try:
+            text = Path(candidate).read_text()
+        except OSError:
+            continue
+        match = re.search(r"^oom_kill (\d+)$", text, re.MULTILINE)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def host_lost(host: HostPlan, agent_pid: int, exit_code: int, log: str) -> Failure:
+    """A host whose agent was killed: its workers went with it (their parent-death signal),
+    so no rank of it reports; the host is the failure. Rank -1 marks a host's failure."""
+    return Failure(
+        host=host.name,
+        rank=HOST_RANK,
+        local_rank=HOST_RANK,
+        pid=agent_pid,
+        exit_code=exit_code,
+        timestamp=time.time(),
+        message=f"host {host.name} lost: its agent was killed by {signal.Signals(-exit_code).name}",
+        log=log,
     )
 
 
@@ -175,86 +240,123 @@ def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure
     return failures, agent_errors
 
 
+def _who(f: Failure) -> str:
+    return f"host {f.host}" if f.rank == HOST_RANK else f"rank {f.rank} on {f.host}"
+
+
 def failure_reason(result: JobResult) -> str:
     """One line: what failed first, for ``output/failure`` and exceptions."""
     f = result.root_cause
     if f is None:
         return "interrupted" if result.interrupted else "the job failed"
     what = f.message.splitlines()[0] if f.message else exit_meaning(f.exit_code)
-    return f"rank {f.rank} on {f.host} failed: {what}"
+    return f"{_who(f)} failed: {what}"
 
 
-def render_summary(result: JobResult, plan: Plan, extra: list[str]) -> str:
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What the launcher knows beyond the ranks' failures."""
+
+    exit_code: int
+    """The job's, in :class:`tenter.errors.ExitCode`'s table (the root cause's own status is
+    in its failure record)."""
+    duration_s: float
+    interrupted: bool
+    rdzv_endpoint: str
+    extra: list[str] = dataclasses.field(default_factory=list)
+    """Lines for a failed job's summary, before the root cause."""
+    lost_hosts: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Hosts an elastic job went on without, and why."""
+    oom_kills: int | None = None
+    """The kernel's OOM kills during the job; None where it does not say."""
+
+
+def _root_cause_lines(root: Failure, oom_kills: int | None) -> list[str]:
+    pid = f"pid {root.pid}" if root.pid else ""
+    if root.rank == HOST_RANK:
+        where = f"host {root.host} lost (its agent{', ' + pid if pid else ''})"
+    else:
+        where = f"rank {root.rank} on host {root.host} (local rank {root.local_rank}"
+        where += f", {pid})" if pid else ")"
+    lines = [f"root cause: {where}: {exit_meaning(root.exit_code, oom_kills)}"]
+    body = root.traceback or root.message or root.stderr_tail
+    if body:
+        lines += ["  " + line for line in body.rstrip().splitlines()]
+    lines.append(f"  log: {root.log}")
+    return lines
+
+
+def render_summary(result: JobResult, plan: Plan, outcome: Outcome) -> str:
     """The end-of-job report: the root cause first, with its traceback."""
     head = f"job {result.job_id} "
-    size = f"{result.hosts} hosts x {result.procs_per_host} processes = {plan.world_size} ranks"
+    size = (
+        f"{result.hosts} hosts x {result.procs_per_host} processes = "
+        f"{result.hosts * result.procs_per_host} ranks"
+    )
+    if outcome.lost_hosts:
+        size += f"; lost: {', '.join(outcome.lost_hosts)}"
     job_dir = Path(result.job_dir)
     if result.ok:
-        model = Path(plan.hosts[0].dir) / "model"
+        survivor = next(h for h in plan.hosts if h.name not in outcome.lost_hosts)
         return "\n".join(
             [
                 head + f"succeeded in {result.duration_s:.1f} s ({size})",
-                f"  model:   {model}",
+                *[f"  host {name} lost: {why}" for name, why in outcome.lost_hosts.items()],
+                f"  model:   {Path(survivor.dir) / 'model'}",
                 f"  outputs: {job_dir / 'hosts'}/*/output/data",
                 f"  logs:    {job_dir / 'logs'}",
             ]
         )
     state = "was interrupted" if result.interrupted else "FAILED"
-    lines = [head + f"{state} after {result.duration_s:.1f} s ({size})", *extra]
+    lines = [head + f"{state} after {result.duration_s:.1f} s ({size})", *outcome.extra]
     root = result.root_cause
     if root is not None:
-        pid = f", pid {root.pid}" if root.pid else ""
-        lines.append(
-            f"root cause: rank {root.rank} on host {root.host} (local rank {root.local_rank}"
-            f"{pid}): {exit_meaning(root.exit_code)}"
-        )
-        body = root.traceback or root.message or root.stderr_tail
-        if body:
-            lines += ["  " + line for line in body.rstrip().splitlines()]
-        lines.append(f"  log: {root.log}")
+        lines += _root_cause_lines(root, outcome.oom_kills)
         others = [f for f in result.failures if f is not root]
         if others:
             lines.append("also stopped (after the root cause):")
             for f in sorted(others, key=lambda f: f.rank):
-                first = f.message.splitlines()[0] if f.message else exit_meaning(f.exit_code)
-                lines.append(f"  rank {f.rank} on {f.host}: {first[:160]}")
+                first = (
+                    f.message.splitlines()[0]
+                    if f.message
+                    else exit_meaning(f.exit_code, outcome.oom_kills)
+                )
+                lines.append(f"  {_who(f)}: {first[:160]}")
     lines.append(f"job directory: {job_dir}")
     return "\n".join(lines)
 
 
-def record_result(
-    plan: Plan,
-    failures: list[Failure],
-    extra: list[str],
-    *,
-    exit_code: int,
-    duration_s: float,
-    interrupted: bool,
-    rdzv_endpoint: str,
-) -> JobResult:
+def record_result(plan: Plan, failures: list[Failure], outcome: Outcome) -> JobResult:
     """The job's result, written where ``tenter status`` and SageMaker-style tooling read it
     (``summary.json``, each host's ``output/success|failure``), so that every backend that
     runs tenter's agents leaves the same job directory.
 
-    ``exit_code`` is the job's, in :class:`tenter.errors.ExitCode`'s table (the root cause's
-    own status is in its failure record). ``extra`` lines go into a failed job's summary before
-    the root cause.
+    A full or failing disk does not lose the result: what could not be written is said in the
+    summary, which the caller prints.
     """
     result = JobResult(
         job_id=plan.job_id,
         job_dir=plan.job_dir,
-        exit_code=exit_code,
-        duration_s=duration_s,
-        hosts=len(plan.hosts),
+        exit_code=outcome.exit_code,
+        duration_s=outcome.duration_s,
+        hosts=len(plan.hosts) - len(outcome.lost_hosts),
         procs_per_host=plan.procs_per_host,
         failures=failures,
-        interrupted=interrupted,
-        rdzv_endpoint=rdzv_endpoint,
+        interrupted=outcome.interrupted,
+        rdzv_endpoint=outcome.rdzv_endpoint,
     )
-    summary = render_summary(result, plan, extra)
+    summary = render_summary(result, plan, outcome)
     why = None if result.ok else failure_reason(result)
-    for host in plan.hosts:
-        layout.write_outcome(host.dir, why)
-    result = dataclasses.replace(result, summary=summary)
-    write_result(Path(plan.job_dir), result)
+    try:
+        for host in plan.hosts:
+            lost = outcome.lost_hosts.get(host.name)
+            layout.write_outcome(host.dir, f"host {host.name} lost: {lost}" if lost else why)
+        result = dataclasses.replace(result, summary=summary)
+        write_result(Path(plan.job_dir), result)
+    except OSError as e:
+        summary += (
+            f"\ntenter could not write the job's result to {plan.job_dir}: {e.strerror} "
+            "(free space there; this summary is all that is left of it)"
+        )
+        result = dataclasses.replace(result, summary=summary)
     return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import Plan
-from tenter.errors import ExitCode
+from tenter.errors import ExitCode, TenterError
 from tenter.jobdir import layout
-from tenter.jobdir.results import JobResult
+from tenter.jobdir.results import Failure, JobResult
 from tenter.launch import hang, report
 from tenter.launch.console import EventFeed, say
 from tenter.launch.processes import STOP_GRACE_S, job_processes, kill_all
@@ -34,6 +35,8 @@ POLL_S = 0.05
 """How often the launcher checks its processes, error files and hang records: often enough
 that a failure stops the job well within a second, rarely enough to leave the cores to the
 ranks."""
+AGENT_REPORT_S = 1.0
+"""How long an agent takes, past the grace period, to kill its workers and write its result."""
 EXIT_BY_STOP = {
     "interrupted": ExitCode.INTERRUPTED,
     "max_run": ExitCode.MAX_RUN,
@@ -42,9 +45,55 @@ EXIT_BY_STOP = {
 """The job's exit code when the launcher stopped it for that reason."""
 
 
+MIN_FREE_BYTES = 1 << 20
+"""What a job directory needs at the least to start (plan, logs, summary)."""
+OUTPUT_DIR_FIX = (
+    "set output_dir (in the spec, or --output-dir) to a writable directory with free space"
+)
+
+
+def check_output_dir(job_dir: str) -> None:
+    """Refuse, before anything starts, an output directory the job directory cannot be made
+    in: a file in the way, a read-only or full file system (bad input, exit 2)."""
+    output_dir = Path(job_dir).parent
+    existing = output_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    problem = ""
+    if not existing.is_dir():
+        problem = f"{existing} is a file, not a directory"
+    else:
+        fs = os.statvfs(existing)
+        if fs.f_flag & os.ST_RDONLY:
+            problem = f"{existing} is on a read-only file system"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problem = f"{existing} is not writable by this user"
+        elif fs.f_bavail * fs.f_frsize < MIN_FREE_BYTES:
+            problem = f"the file system of {existing} is full"
+    if problem:
+        raise TenterError(
+            "output_dir",
+            f"cannot create job directories in {output_dir}: {problem}",
+            OUTPUT_DIR_FIX,
+        )
+
+
 def create_job_dir(plan: Plan) -> None:
-    layout.create(Path(plan.job_dir), plan.hosts, shared_dirs=[plan.checkpoint_dir])
-    layout.write_atomic(Path(plan.job_dir) / layout.PLAN_FILE, plan.to_json())
+    """Create the job directory, or none of it: an error here (the disk filled since the
+    check) is bad input, not a traceback."""
+    check_output_dir(plan.job_dir)
+    if Path(plan.job_dir).exists():
+        raise FileExistsError(f"job directory {plan.job_dir} exists: a job id is never reused")
+    try:
+        layout.create(Path(plan.job_dir), plan.hosts, shared_dirs=[plan.checkpoint_dir])
+        layout.write_atomic(Path(plan.job_dir) / layout.PLAN_FILE, plan.to_json())
+    except OSError as e:
+        shutil.rmtree(plan.job_dir, ignore_errors=True)
+        raise TenterError(
+            "output_dir",
+            f"cannot create the job directory {plan.job_dir}: {e.strerror}",
+            OUTPUT_DIR_FIX,
+        ) from e
 
 
 class Supervisor:
@@ -59,6 +108,11 @@ class Supervisor:
         self.events = EventFeed(plan.job_dir)
         self.extra: list[str] = []
         """Lines for the summary beyond the failures (a hang report...)."""
+        self.host_failures: list[Failure] = []
+        """Hosts lost in a job that could not go on without them (their agent was killed)."""
+        self.lost_hosts: dict[str, str] = {}
+        """Hosts an elastic job went on without, and why."""
+        self._oom_kills_before = report.oom_kill_count()
         self._errors_seen: set[str] = set()
         self._next_hang_check = 0.0
         self._listener: socket.socket | None = None
@@ -164,12 +218,13 @@ class Supervisor:
             return False
         self._next_hang_check = time.monotonic() + 0.5
         progress = hang.read_progress(self.plan)
-        if not progress:
+        verdict = hang.hang_verdict(progress, time.time(), self.plan.hang_timeout)
+        if verdict is None:
             return False
-        if time.time() - max(p.time for p in progress) < self.plan.hang_timeout:
-            return False
-        text = hang.report(progress, hang.collect_stacks(progress), time.time())
-        text = f"hang: no rank made progress for {self.plan.hang_timeout} s\n{text}"
+        stacks = hang.collect_stacks(progress)
+        states = {p.rank: hang.process_state(p.pid) for p in progress}
+        text = hang.report(progress, stacks, time.time(), states)
+        text = f"hang: {verdict}\n{text}"
         (Path(self.plan.job_dir) / "hang-report.txt").write_text(text + "\n")
         self.extra.append(text)
         say(text)
@@ -186,7 +241,9 @@ class Supervisor:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
+        # The agents give their workers the same grace, then SIGKILL them and report: wait for
+        # that report rather than kill the agents at the very moment they escalate.
+        deadline = time.monotonic() + STOP_GRACE_S + AGENT_REPORT_S
         for proc in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -204,12 +261,16 @@ class Supervisor:
         extra = [*agent_errors, *self.extra]
         if reason == "max_run":
             extra.insert(0, f"stopped: max_run of {self.plan.max_run} s exceeded")
-        return report.record_result(
-            self.plan,
-            failures,
-            extra,
+        oom_kills_after = report.oom_kill_count()
+        outcome = report.Outcome(
             exit_code=EXIT_BY_STOP.get(reason or "", ExitCode.JOB_FAILED if reason else 0),
             duration_s=time.monotonic() - self._started,
             interrupted=reason == "interrupted",
             rdzv_endpoint=f"{self.listen_addr}:{self.rdzv_port}",
+            extra=extra,
+            lost_hosts=self.lost_hosts,
+            oom_kills=None
+            if oom_kills_after is None or self._oom_kills_before is None
+            else oom_kills_after - self._oom_kills_before,
         )
+        return report.record_result(self.plan, [*self.host_failures, *failures], outcome)

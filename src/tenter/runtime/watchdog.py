@@ -10,10 +10,15 @@ where it was. ``SIGUSR1`` makes faulthandler write every thread's Python stack t
 
 Collectives issued from C++ (DDP's gradient all-reduce) are not seen one by one; the DDP
 step count covers them.
+
+A rank that leaves (``destroy_process_group``, or the interpreter's exit) records ``exiting``:
+the launcher neither counts a slow teardown as a hang nor asks it for stacks. At exit SIGUSR1 is
+ignored from then on: once faulthandler is gone, its default action would kill the rank.
 """
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import functools
 import json
@@ -28,6 +33,8 @@ import torch
 import torch.distributed as dist
 
 RECORD_BYTES = 4096
+STARTED, EXITING = "started", "exiting"
+"""The states before any progress and after the last (tenter.launch.hang reads them)."""
 COLLECTIVES = (
     "all_reduce",
     "all_gather",
@@ -59,7 +66,7 @@ class ProgressRecord:
         self.step = 0
         self.op = ""
         self.sizes: list[list[int]] = []
-        self.write("started")
+        self.write(STARTED)
 
     def write(self, state: str) -> None:
         data = json.dumps(
@@ -108,5 +115,20 @@ def install(path: str) -> None:
         return forward(self, *args, **kwargs)
 
     setattr(ddp, "forward", counted_forward)  # noqa: B010 (a method, replaced on the class)
+    destroy: Callable[..., Any] = dist.destroy_process_group
+
+    @functools.wraps(destroy)
+    def leaving(*args: Any, **kwargs: Any) -> Any:
+        record.write(EXITING)
+        return destroy(*args, **kwargs)
+
+    dist.destroy_process_group = leaving
     stacks = open(path.removesuffix(".watch") + ".stacks", "w")  # noqa: SIM115 (lives with the process)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+
+    def at_exit() -> None:
+        faulthandler.unregister(signal.SIGUSR1)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        record.write(EXITING)
+
+    atexit.register(at_exit)

@@ -5,6 +5,8 @@ submission is not tested."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -24,9 +26,11 @@ from kubernetes.client import (
 )
 from kubernetes.client.rest import ApiException
 
+from tenter import session
 from tenter.cli.main import main
 from tenter.errors import JobNotFoundError, TenterError
 from tenter.jobdir.results import JobResult
+from tenter.launch.api import get_backend
 from tenter.launch.kubernetes import KubernetesBackend
 from tenter.launch.kubernetes import backend as k8s_backend
 from tenter.launch.kubernetes.cluster import Clients, connect, job_state
@@ -374,3 +378,132 @@ def test_connect_names_the_missing_context(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     with pytest.raises(SpecError, match=r"no usable current context .*kubectl config use-context"):
         connect(None)
+
+
+class FlakyCustom(FakeCustom):
+    """An API server that fails the first ``failures`` job reads with ``error``."""
+
+    def __init__(self, states: list[dict[str, Any]], error: Exception, failures: int) -> None:
+        super().__init__(states)
+        self.error, self.failures = error, failures
+
+    def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            self.calls.append(("get-failed", args, kwargs))
+            raise self.error
+        return super().get_namespaced_custom_object(*args, **kwargs)
+
+
+class FlakyCore(FakeCore):
+    """Pod listing that fails the first ``failures`` times with ``error``."""
+
+    def __init__(self, pod_lists: list[list[V1Pod]], error: Exception, failures: int) -> None:
+        super().__init__(pod_lists, {})
+        self.error, self.failures = error, failures
+
+    def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> V1PodList:
+        if self.failures:
+            self.failures -= 1
+            raise self.error
+        return super().list_namespaced_pod(*args, **kwargs)
+
+
+class FakeTime:
+    """A clock that only the backend's sleeps advance."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+UNAVAILABLE = ApiException(status=503, reason="Service Unavailable")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [UNAVAILABLE, ApiException(status=429, reason="Too Many Requests"), ConnectionResetError()],
+)
+def test_wait_rides_out_transient_api_errors_with_back_off(error: Exception) -> None:
+    custom = FlakyCustom([job(("Running", "", "")), job(("Succeeded", "", ""))], error, 4)
+    b, _, err = backend(custom, FakeCore([[pod(MASTER, "Running", "pytorch")]], {}))
+    fake = FakeTime()
+    b.clock, b.sleep = fake.clock, fake.sleep
+    result = run(b, b.dryrun(p5_spec(), JOB_ID))
+    assert result.ok, result.summary
+    assert [c[0] for c in custom.calls].count("get-failed") == 4
+    assert not any(c[0] == "delete" for c in custom.calls)  # the job was left to run
+    (outage,) = [line for line in err if "did not answer" in line]  # reported once
+    assert outage.startswith("the API server did not answer reading the job (")
+    assert outage.endswith("asking again for up to 120 s")
+    assert "the API server answers again (reading the job)" in err
+    assert fake.slept == [0.5, 1.0, 2.0, 4.0, 0]  # back-off, then one (test-length) poll
+
+
+def test_pod_logs_skip_a_transient_listing_error_and_stream_at_the_next_poll() -> None:
+    custom = FakeCustom([job(("Running", "", ""))])
+    core = FlakyCore([[pod(MASTER, "Running", "pytorch")]], UNAVAILABLE, 1)
+    core.logs = {MASTER: ["step 1"]}
+    b, out, _ = backend(custom, core)
+    handle = b.submit(b.dryrun(p5_spec(), JOB_ID))
+    logs = b.logs(handle, None, True, follow=False)
+    logs.stop()  # the listing fails: nothing yet, and no error
+    assert out == []
+    logs.stop()
+    assert out == [f"[{MASTER}] step 1"]
+
+
+def test_an_outage_longer_than_the_retry_window_is_reported_and_the_job_left_running() -> None:
+    custom = FlakyCustom([job(("Running", "", ""))], UNAVAILABLE, 10**6)
+    b, _, _ = backend(custom, FakeCore([[]], {}))
+    fake = FakeTime()
+    b.clock, b.sleep = fake.clock, fake.sleep
+    with pytest.raises(TenterError, match="lost the API server for over 120 s") as raised:
+        run(b, b.dryrun(p5_spec(), JOB_ID))
+    assert f"tenter status {JOB_ID}" in raised.value.fix
+    assert 120 < fake.now < 140 and max(fake.slept) == 8.0
+    assert not any(c[0] == "delete" for c in custom.calls)
+
+
+def test_a_refusal_while_waiting_is_not_retried() -> None:
+    custom = FlakyCustom(
+        [job(("Running", "", ""))], ApiException(status=403, reason="Forbidden"), 1
+    )
+    b, _, _ = backend(custom, FakeCore([[]], {}))
+    with pytest.raises(ApiException, match="Forbidden"):
+        run(b, b.dryrun(p5_spec(), JOB_ID))
+    assert [c[0] for c in custom.calls].count("get-failed") == 1
+
+
+def test_sigterm_while_following_deletes_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `tenter run` does on SIGTERM (a CI runner's timeout, `kill`): session.follow turns
+    it into a stop request, and the job is deleted rather than left running."""
+
+    class TerminatedCustom(FakeCustom):
+        def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the job is followed
+            return super().get_namespaced_custom_object(*args, **kwargs)
+
+    custom = TerminatedCustom([job(("Running", "", ""))])
+    core = FakeCore([[pod(MASTER, "Running", "pytorch")]], {})
+    core.custom = custom
+    monkeypatch.setattr(k8s_backend, "connect", lambda context: Clients(custom, core))
+    get_backend.cache_clear()
+    try:
+        b = get_backend("kubernetes")
+        assert isinstance(b, KubernetesBackend)
+        b.poll_s = 0
+        handle = b.submit(b.dryrun(p5_spec(), JOB_ID))
+        result = session.follow(handle, session.Watch())
+    finally:
+        get_backend.cache_clear()
+    assert result.interrupted and result.exit_code == 130
+    assert custom.calls[-1][0] == "delete"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import jobs_root
-from tenter.errors import ExitCode, JobNotFoundError
+from tenter.errors import BackendRefusedError, ExitCode, JobNotFoundError
 from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.lookup import tenter_home
@@ -36,10 +36,13 @@ from tenter.jobdir.results import Failure, JobResult, write_result
 from tenter.launch.api import JobStatus
 from tenter.launch.kubernetes import manifests, rules
 from tenter.launch.kubernetes.cluster import (
+    RETRY_FOR_S,
     Clients,
     JobState,
     PodState,
+    Retrying,
     connect,
+    is_transient,
     job_state,
     pod_states,
     refusal,
@@ -78,6 +81,7 @@ class KubernetesBackend:
     out: Printer = _stdout
     err: Printer = _stderr
     clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
     name: str = field(default="kubernetes", init=False)
     reports_progress: bool = field(default=False, init=False)
     """Ranks write their progress inside the pods: no live view or metrics from here."""
@@ -144,18 +148,48 @@ class KubernetesBackend:
 
     def wait(self, handle: JobHandle, stop: threading.Event) -> JobResult:
         """Poll the job and its pods until the job ends, printing phase changes and restarts;
-        ``stop`` deletes the job."""
+        ``stop`` deletes the job. The API server's transient errors are asked through (see
+        :class:`~tenter.launch.kubernetes.cluster.Retrying`); past its window, the job is left
+        running and the error says how to reach it."""
         request = read_request(handle)
         clients = self._clients(request.context)
+        retrying = Retrying(self.err, self.clock, self.sleep)
+        try:
+            result = self._follow(request, clients, stop, retrying)
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            raise BackendRefusedError(
+                "backend",
+                f"lost the API server for over {RETRY_FOR_S:.0f} s ({e}) while following "
+                f"{request.kind} {request.namespace}/{request.job_id}",
+                f"it may still run: `tenter status {request.job_id}`, "
+                f"`tenter cancel {request.job_id}`",
+            ) from e
+        write_result(Path(handle.job_dir), result)
+        return result
+
+    def _follow(
+        self,
+        request: KubernetesRequest,
+        clients: Clients,
+        stop: threading.Event,
+        retrying: Retrying,
+    ) -> JobResult:
         kind = KINDS[request.kind]
         start = self.clock()
         seen: dict[str, PodState] = {}
         while True:
             if stop.is_set():
-                self._delete(clients, request.kind, request.namespace, request.job_id)
-                result = self._result(request, JobState("Failed", "Interrupted"), [], start, True)
-                break
-            pods = self._pods(clients, request.kind, request.namespace, request.job_id)
+                retrying.call(
+                    "deleting the job",
+                    lambda: self._delete(clients, request.kind, request.namespace, request.job_id),
+                )
+                return self._result(request, JobState("Failed", "Interrupted"), [], start, True)
+            pods = retrying.call(
+                "listing the pods",
+                lambda: self._pods(clients, request.kind, request.namespace, request.job_id),
+            )
             for pod in pods:
                 before = seen.get(pod.name)
                 if before is None or before.phase != pod.phase:
@@ -166,16 +200,16 @@ class KubernetesBackend:
                         f"{pod.exit_code} {pod.reason}".rstrip()
                     )
                 seen[pod.name] = pod
-            obj = clients.custom.get_namespaced_custom_object(
-                kind.group, kind.version, request.namespace, kind.plural, request.job_id
+            obj = retrying.call(
+                "reading the job",
+                lambda: clients.custom.get_namespaced_custom_object(
+                    kind.group, kind.version, request.namespace, kind.plural, request.job_id
+                ),
             )
             state = job_state(obj)
             if state.finished:
-                result = self._result(request, state, pods, start, False)
-                break
-            time.sleep(self.poll_s)
-        write_result(Path(handle.job_dir), result)
-        return result
+                return self._result(request, state, pods, start, False)
+            self.sleep(self.poll_s)
 
     def _pods(self, clients: Clients, kind: str, namespace: str, name: str) -> list[PodState]:
         return pod_states(
@@ -348,7 +382,13 @@ class PodLogs:
     def _poll(self) -> None:
         r = self._request
         clients = self._backend._clients(r.context)
-        for pod in self._backend._pods(clients, r.kind, r.namespace, r.job_id):
+        try:
+            pods = self._backend._pods(clients, r.kind, r.namespace, r.job_id)
+        except Exception as e:
+            if is_transient(e):
+                return  # the next poll asks again (wait reports the outage)
+            raise
+        for pod in pods:
             wanted = self._pods is None or pod.name in self._pods
             key = (pod.name, pod.restarts)
             if wanted and key not in self._streams and pod.phase != "Pending":

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tenter.errors import BackendRefusedError, MissingToolError
 from tenter.launch.kubernetes.manifests import JobKind, Manifest
 from tenter.spec import Problem, SpecError
+
+TRANSIENT_STATUS = {429, 500, 502, 503, 504}
+"""API answers that say "not now": throttled, or the server (or a proxy) unavailable."""
+RETRY_FOR_S = 120.0
+"""How long the API server may fail to answer while a job is followed (an upgrade, a
+failover) before tenter gives up following it; the job itself runs on meanwhile."""
+FIRST_RETRY_S, MAX_RETRY_S = 0.5, 8.0
+T = TypeVar("T")
 
 TERMINAL = {"Succeeded": True, "Complete": True, "Failed": False}
 """Terminal condition types (Training and MPI operators: Succeeded; Trainer v2: Complete)."""
@@ -169,3 +178,55 @@ def job_state(obj: Manifest) -> JobState:
     return JobState(
         latest.get("type", "Pending"), latest.get("reason", ""), latest.get("message", "")
     )
+
+
+def is_transient(error: Exception) -> bool:
+    """An error worth asking again after: a status that says "not now", or no answer at all
+    (the client's connection errors come from urllib3 and carry no status)."""
+    status = getattr(error, "status", None)
+    if status:
+        return int(status) in TRANSIENT_STATUS
+    return isinstance(error, OSError) or type(error).__module__.startswith("urllib3")
+
+
+@dataclass
+class Retrying:
+    """Calls to the API server that ride out its transient errors, with exponential back-off,
+    for up to ``RETRY_FOR_S``; the first failure and the recovery are reported through ``say``.
+    (Written here rather than with the client's own urllib3 retries, which retry connecting but
+    not a 503 from a server behind a load balancer, nor across minutes.)"""
+
+    say: Callable[[str], None]
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        failing_since: float | None = None
+        delay = FIRST_RETRY_S
+        while True:
+            try:
+                result = fn()
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                now = self.clock()
+                if failing_since is None:
+                    failing_since = now
+                    self.say(
+                        f"the API server did not answer {what} ({_describe(e)}); "
+                        f"asking again for up to {RETRY_FOR_S:.0f} s"
+                    )
+                elif now - failing_since > RETRY_FOR_S:
+                    raise
+                self.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_S)
+                continue
+            if failing_since is not None:
+                self.say(f"the API server answers again ({what})")
+            return result
+
+
+def _describe(error: Exception) -> str:
+    status = getattr(error, "status", None)
+    reason = getattr(error, "reason", None) or str(error) or type(error).__name__
+    return f"{status} {reason}" if status else str(reason)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir import layout
+from tenter.launch import report
 from tenter.launch.api import python_executable
 from tenter.launch.console import say
-from tenter.launch.processes import env_of, job_processes, kill_all
+from tenter.launch.processes import dies_with_parent, env_of, job_processes, kill_all
 from tenter.launch.supervisor import Supervisor
 
 
@@ -33,6 +34,7 @@ class LocalJob(Supervisor):
         super().__init__(plan)
         self.lost: set[int] = set()
         """Indexes of hosts whose agent was killed while the job went on without them."""
+        self._agent_logs: dict[int, str] = {}
 
     def start_processes(self) -> None:
         for host in self.plan.hosts:
@@ -41,6 +43,7 @@ class LocalJob(Supervisor):
     def _start_agent(self, host: HostPlan) -> None:
         plan_file = str(Path(self.plan.job_dir) / layout.PLAN_FILE)
         log_path = Path(self.plan.job_dir) / "logs" / f"agent-{host.name}.log"
+        self._agent_logs[host.index] = str(log_path)
         with open(log_path, "wb") as log:
             self.procs.append(
                 subprocess.Popen(
@@ -60,6 +63,9 @@ class LocalJob(Supervisor):
                     # Ctrl-C in a terminal reaches the launcher only, which stops the
                     # hosts in order rather than all processes at once.
                     start_new_session=True,
+                    # If the launcher dies, even by SIGKILL, each agent stops its workers
+                    # as on a cancel (SIGTERM, SIGKILL after the grace period).
+                    preexec_fn=dies_with_parent(signal.SIGTERM),
                 )
             )
 
@@ -73,9 +79,29 @@ class LocalJob(Supervisor):
             if code < 0 and len(active) - 1 >= self.plan.min_hosts and self.plan.max_restarts:
                 self._lose_host(i, signal.Signals(-code).name)
                 return "running"
+            if code < 0:
+                # Its workers died with it (their parent-death signal); their peers' broken
+                # connections follow. The lost host is the root cause.
+                self.host_failures.append(
+                    report.host_lost(
+                        self.plan.hosts[i], self.procs[i].pid, code, self._agent_logs[i]
+                    )
+                )
             return "failed"
         codes = [self.procs[i].poll() for i in active]
         return "succeeded" if codes and all(c == 0 for c in codes) else "running"
+
+    def collect_extra_failures(self) -> None:
+        """An agent that failed without writing its report (a full disk): say so, with its
+        log, rather than end with no cause at all."""
+        for i, proc in enumerate(self.procs):
+            host = self.plan.hosts[i]
+            report_file = Path(host.dir) / report.AGENT_RESULT
+            if proc.returncode and proc.returncode > 0 and not report_file.exists():
+                self.extra.append(
+                    f"{host.name}: its agent exited with status {proc.returncode} without a "
+                    f"report; see {self._agent_logs[i]}"
+                )
 
     def _lose_host(self, index: int, why: str) -> None:
         self.lost.add(index)
@@ -83,6 +109,7 @@ class LocalJob(Supervisor):
         # Its workers run in sessions of their own and outlive their killed agent.
         kill_all([p for p in job_processes(self.plan.job_id) if env_of(p, "TENTER_HOST") == name])
         left = len(self.procs) - len(self.lost)
+        self.lost_hosts[name] = f"its agent was killed by {why}"
         say(f"host {name} lost (its agent was killed by {why}); going on with {left} hosts")
 
     def on_tick(self) -> None:

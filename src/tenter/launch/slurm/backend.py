@@ -47,6 +47,8 @@ EXIT_BY_STATE = {
 UNKNOWN_GRACE_S = 120.0
 """How long Slurm may fail to tell a job's state (slurmctld restarting, a slow answer) before
 ``wait`` gives up on it."""
+MAX_RETRY_DELAY_S = 8.0
+"""The longest pause between two questions to a Slurm that does not answer."""
 COMMAND_TIMEOUT_S = 30.0
 """One squeue/scontrol/sacct call; a slower one counts as no answer."""
 
@@ -109,20 +111,32 @@ class SlurmBackend:
         """Poll until the job ends; ``stop`` cancels it (and still waits for its end)."""
         cancelled = False
         unknown_since: float | None = None
+        delay = POLL_S
         while True:
             state = slurm_state(handle.scheduler_id)
             if state.name == "UNKNOWN":
-                unknown_since = unknown_since or time.monotonic()
+                if unknown_since is None:
+                    unknown_since = time.monotonic()
+                    say(
+                        f"Slurm does not tell job {handle.scheduler_id}'s state{state.detail}; "
+                        f"asking again for up to {UNKNOWN_GRACE_S:.0f} s"
+                    )
                 if time.monotonic() - unknown_since > UNKNOWN_GRACE_S:
                     break
+                delay = min(delay * 2, MAX_RETRY_DELAY_S)  # a restarting slurmctld: back off
             elif state.name not in ACTIVE:
                 break
             else:
-                unknown_since = None
+                if unknown_since is not None:
+                    say(f"Slurm answers again: job {handle.scheduler_id} is {state.name}")
+                unknown_since, delay = None, POLL_S
             if stop.is_set() and not cancelled:
                 subprocess.run(["scancel", handle.scheduler_id], capture_output=True)
                 cancelled = True
-            time.sleep(POLL_S)
+            if cancelled:
+                time.sleep(delay)
+            else:
+                stop.wait(delay)  # a stop request cancels at once, not after the back-off
         duration = time.time() - float(handle.details.get("submitted", time.time()))
         return _finish(read_plan(handle), state, duration)
 
@@ -172,6 +186,9 @@ def slurm_state(slurm_id: str) -> SlurmState:
     queued = _run(["squeue", "-h", "-j", slurm_id, "-o", "%T %r"])
     if queued is None:
         return SlurmState("UNKNOWN", detail=": squeue did not answer")
+    if queued.returncode != 0 and "Invalid job id" not in queued.stderr:
+        # slurmctld down or restarting: scontrol and sacct would not know better.
+        return SlurmState("UNKNOWN", detail=f": squeue failed: {queued.stderr.strip()[:200]}")
     if queued.returncode == 0 and queued.stdout.strip():
         name, _, reason = queued.stdout.strip().partition(" ")
         return SlurmState(name, detail=f": {reason}" if reason not in ("", "None") else "")
@@ -203,12 +220,11 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     failures, agent_errors = report.collect_failures(plan, None)
     port_file = Path(plan.job_dir) / PORT_FILE
     code = 0 if state.name == "COMPLETED" else EXIT_BY_STATE.get(state.name, ExitCode.JOB_FAILED)
-    return report.record_result(
-        plan,
-        failures,
-        [f"Slurm job state: {state.name}{state.detail}", *agent_errors],
+    outcome = report.Outcome(
         exit_code=code,
         duration_s=duration,
         interrupted=state.name == "CANCELLED",
         rdzv_endpoint=port_file.read_text().strip() if port_file.exists() else "",
+        extra=[f"Slurm job state: {state.name}{state.detail}", *agent_errors],
     )
+    return report.record_result(plan, failures, outcome)

@@ -1,0 +1,270 @@
+"""Fault injection on the local backend: whatever dies or freezes, the report names it and no
+process of the job outlives it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tenter.errors import ExitCode
+from tenter.launch import report
+from tests.conftest import (
+    SCRIPTS,
+    Background,
+    assert_nothing_left,
+    job_processes,
+    own_children,
+    tenter,
+)
+from tests.launch.specs import write_spec
+
+pytestmark = pytest.mark.slow
+
+GRACE_S = 2
+"""The stop grace period these tests run with (TENTER_STOP_GRACE_S), to keep them short."""
+SLACK_S = 10
+"""Beyond the grace period, what a loaded 2-core machine may take to start Python's signal
+handlers and reap; torch's own grace (30 s), the bug this guards against, is far above."""
+
+
+@pytest.fixture(autouse=True)
+def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TENTER_STOP_GRACE_S", str(GRACE_S))
+
+
+def agent_of(job_id: str, host: str) -> psutil.Process:
+    (agent,) = [
+        p
+        for p in job_processes(job_id)
+        if "tenter.launch.agent" in " ".join(p.cmdline()) and p.environ()["TENTER_HOST"] == host
+    ]
+    return agent
+
+
+def printed_pid(lines: list[str], text: str) -> int:
+    """The pid a rank printed as ``... <text> ... pid N``."""
+    (line,) = [line for line in lines if text in line]
+    return int(line.rsplit("pid ", 1)[1])
+
+
+def test_launcher_sigkilled_leaves_no_worker_even_if_workers_ignore_sigterm() -> None:
+    for _ in range(5):
+        job = Background(
+            "run", "--hosts", "2", "--procs-per-host", "1", str(SCRIPTS / "stubborn.py")
+        )
+        job.wait_for("ready", count=2)
+        job_id = job.job_dir.name
+        procs = job_processes(job_id)
+        assert len(procs) == 4  # two agents, two workers
+        job.proc.kill()
+        job.proc.wait()
+        assert job.proc.stdout is not None
+        job.proc.stdout.close()
+        # No launcher, no sweep: the agents' parent-death signal stops the workers, SIGKILL
+        # after the grace period because they ignore SIGTERM.
+        _, alive = psutil.wait_procs(procs, timeout=GRACE_S + SLACK_S)
+        assert alive == [], [p.cmdline() for p in alive]
+        assert job_processes(job_id) == []
+        status = tenter("status", job_id)
+        assert "RUNNING" not in status.stdout + status.stderr
+        assert list(Path("/dev/shm").glob(f"*{job_id}*")) == []
+        for entry in (job.home / "jobs").iterdir():  # the next round starts afresh
+            entry.rename(job.home / f"done-{entry.name}")
+    assert own_children() == []
+
+
+def test_an_agent_killed_in_a_fixed_job_is_the_root_cause() -> None:
+    job = Background("run", "--hosts", "2", "--procs-per-host", "1", str(SCRIPTS / "block.py"))
+    job.wait_for("ready", count=2)
+    agent = agent_of(job.job_dir.name, "algo-2")
+    agent.kill()
+    out = job.finish()
+    assert job.proc.returncode == ExitCode.JOB_FAILED, out
+    assert f"root cause: host algo-2 lost (its agent, pid {agent.pid}): signal 9 (SIGKILL" in out
+    summary = json.loads((job.job_dir / "summary.json").read_text())
+    root = [f for f in summary["failures"] if not f["secondary"]]
+    assert [(f["host"], f["rank"]) for f in root] == [("algo-2", report.HOST_RANK)]
+    failure = (job.job_dir / "hosts/algo-1/output/failure").read_text()
+    assert failure.startswith(
+        "host algo-2 failed: host algo-2 lost: its agent was killed by SIGKILL"
+    )
+    assert_nothing_left(job.job_dir)
+
+
+def test_elastic_summary_after_a_lost_host_names_the_survivors(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        "elastic.py",
+        instance_count=2,
+        processes_per_host=1,
+        environment={"TARGET_WORLD": "1"},
+        elastic={"min_hosts": 1, "max_restarts": 2, "rendezvous": {"last_call_timeout": 1}},
+    )
+    job = Background("run", str(spec))
+    job.wait_for("ready world 2 rank 0", "ready world 2 rank 1")
+    agent_of(job.job_dir.name, "algo-1").kill()  # the first host: the model line moves
+    out = job.finish()
+    assert job.proc.returncode == 0, out
+    assert "host algo-1 lost (its agent was killed by SIGKILL); going on with 1 hosts" in out
+    assert "rendezvous: 1 hosts (algo-2), world size 1" in out
+    assert "done world 1 rank 0" in out
+    assert "succeeded in" in out
+    assert "(1 hosts x 1 processes = 1 ranks; lost: algo-1)" in out
+    assert f"model:   {job.job_dir / 'hosts/algo-2/model'}" in out
+    hosts = job.job_dir / "hosts"
+    assert not (hosts / "algo-1/output/success").exists()
+    lost = (hosts / "algo-1/output/failure").read_text()
+    assert lost == "host algo-1 lost: its agent was killed by SIGKILL\n"
+    assert (hosts / "algo-2/output/success").exists()
+    assert json.loads((job.job_dir / "summary.json").read_text())["hosts"] == 1
+    assert_nothing_left(job.job_dir)
+
+
+@pytest.mark.parametrize(
+    ("mode", "exit_code", "meaning"),
+    [
+        ("kill", -9, "signal 9 (SIGKILL, exit code 137): killed"),
+        ("exit137", 137, "exit code 137 (the process exited with it: not killed by SIGKILL"),
+    ],
+)
+def test_an_exit_code_is_told_from_a_signal_and_oom_named_only_when_counted(
+    mode: str, exit_code: int, meaning: str
+) -> None:
+    done = tenter(
+        "run", "--hosts", "2", "--procs-per-host", "2", "--env", f"FAIL_MODE={mode}",
+        str(SCRIPTS / "fail.py"),
+    )  # fmt: skip
+    assert done.returncode == ExitCode.JOB_FAILED, done.stderr
+    (root,) = [f for f in done.summary["failures"] if not f["secondary"]]  # type: ignore[attr-defined]
+    assert root["exit_code"] == exit_code
+    summary = done.stderr[done.stderr.index("FAILED after") :]
+    assert "root cause: rank 3 on host algo-2 (local rank 1" in summary
+    assert meaning in summary
+    if mode == "exit137":
+        assert "signal 9" not in summary
+    elif report.oom_kill_count() is None:
+        assert "or the out-of-memory killer (see `dmesg`)" in summary
+    else:  # the kernel counts OOM kills here: it counted none
+        assert "not by the out-of-memory killer" in summary
+    assert_nothing_left(done.job_dir)
+
+
+def test_a_stopped_rank_is_named_as_the_suspect(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path, "loop.py", instance_count=2, processes_per_host=1, elastic={"hang_timeout": 3}
+    )
+    job = Background("run", str(spec))
+    job.wait_for("step 5 rank 0", "step 5 rank 1")
+    frozen = printed_pid(job.lines, "step 5 rank 1")
+    os.kill(frozen, signal.SIGSTOP)
+    out = job.finish()
+    assert job.proc.returncode == ExitCode.HANG, out
+    hang = (job.job_dir / "hang-report.txt").read_text()
+    assert f"suspect: rank 1 on algo-2 (pid {frozen}, stopped): its process is stopped" in hang
+    assert "suspect: rank 0" not in hang
+    assert_nothing_left(job.job_dir)
+
+
+def test_ddp_rank_behind_in_steps_is_named_as_the_suspect(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        "loop.py",
+        instance_count=2,
+        processes_per_host=1,
+        environment={"DDP": "1", "STALL_RANK": "1"},
+        elastic={"hang_timeout": 3},
+    )
+    done = tenter("run", str(spec))
+    assert done.returncode == ExitCode.HANG, done.stderr
+    hang = (done.job_dir / "hang-report.txt").read_text()
+    # DDP's all-reduce is issued from C++: no collective is seen, the step counter is.
+    assert "rank 0 on algo-1: no collective yet, step 6" in hang
+    assert "rank 1 on algo-2: no collective yet, step 5" in hang
+    assert re.search(
+        r"suspect: rank 1 on algo-2 \(pid \d+, \w+\): behind: step 5, ranks 0 at step 6", hang
+    )
+    assert "suspect: rank 0" not in hang
+    script = (SCRIPTS / "loop.py").read_text().splitlines()
+    stall_line = script.index("            threading.Event().wait()") + 1
+    assert f'File "{SCRIPTS / "loop.py"}", line {stall_line} in <module>' in hang
+    assert_nothing_left(done.job_dir)
+
+
+def test_start_up_slower_than_the_hang_timeout_is_no_hang(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path, "slow_start.py", instance_count=2, processes_per_host=1,
+        elastic={"hang_timeout": 2},
+    )  # fmt: skip
+    done = tenter("run", str(spec))
+    assert done.returncode == 0, done.stderr
+    assert "finished 32.0" in done.stdout
+    assert not (done.job_dir / "hang-report.txt").exists()
+    assert_nothing_left(done.job_dir)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MiB file system of its own (tmpfs), unmounted after the test."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_disk_that_fills_mid_run_still_ends_the_job_with_a_summary(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    spec = write_spec(tmp_path, "fill_disk.py", instance_count=2, output_dir=str(small_disk))
+    done = tenter("run", str(spec))
+    assert done.returncode == ExitCode.JOB_FAILED, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "FAILED after" in done.stderr
+    (job_dir,) = small_disk.iterdir()
+    # Nothing more fits: not the rank's error record, nor the agents' reports, nor the summary.
+    assert not (job_dir / "summary.json").exists()
+    assert f"could not write the job's result to {job_dir}: No space left on device" in done.stderr
+    assert "algo-1: its agent exited with status 1 without a report" in done.stderr
+    assert job_processes(job_dir.name) == []
+    assert own_children() == []
+    assert list(job_dir.glob("hosts/*/.*.tmp")) == []
+
+
+@pytest.mark.parametrize("problem", ["read-only", "a file", "full"])
+def test_an_unusable_output_dir_is_bad_input_and_nothing_starts(
+    tmp_path: Path, small_disk: Path, problem: str
+) -> None:
+    output_dir = small_disk / "out"
+    if problem == "a file":
+        output_dir.write_text("")
+        expected = f"{output_dir} is a file, not a directory"
+    elif problem == "full":
+        with open(small_disk / "fill", "wb") as fill, contextlib.suppress(OSError):
+            while True:
+                fill.write(b"\0" * (1 << 16))
+                fill.flush()
+        expected = f"the file system of {small_disk} is full"
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+        expected = f"{small_disk} is on a read-only file system"
+    spec = write_spec(tmp_path, "contract.py", output_dir=str(output_dir / "jobs"))
+    done = tenter("run", str(spec))
+    assert done.returncode == ExitCode.BAD_INPUT
+    where = output_dir / "jobs"
+    assert done.stderr.startswith(
+        f"error: output_dir: cannot create job directories in {where}: {expected}. Fix: "
+    )
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in small_disk.iterdir()) == sorted(
+        {"a file": ["out"], "full": ["fill"], "read-only": []}[problem]
+    )
+    assert own_children() == []

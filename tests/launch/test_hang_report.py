@@ -1,0 +1,88 @@
+"""The hang verdict and report, and exit statuses, from made-up records (pure functions)."""
+
+from __future__ import annotations
+
+from tenter.launch import hang
+from tenter.launch.hang import RankProgress
+from tenter.launch.report import exit_meaning
+
+
+def rank(r: int, state: str = "entered", op: str = "all_reduce", seq: int = 7, step: int = 0,
+         at: float = 100.0) -> RankProgress:  # fmt: skip
+    return RankProgress(r, f"algo-{r + 1}", f"/logs/rank-{r}", 1000 + r, at, state, op, seq, step)
+
+
+def test_the_hang_clock_starts_at_the_first_progress() -> None:
+    starting = [rank(0, "started", "", 0, at=100.0), rank(1, "started", "", 0, at=101.0)]
+    assert hang.hang_verdict(starting, now=150.0, hang_timeout=5) is None
+    limit = hang.startup_timeout(5)
+    verdict = hang.hang_verdict(starting, now=101.0 + limit, hang_timeout=5)
+    assert (
+        verdict == f"no rank reached its first collective or step within {limit:.0f} s of its start"
+    )
+    moving = [rank(0, at=100.0), rank(1, "started", "", 0, at=90.0)]
+    assert hang.hang_verdict(moving, now=104.9, hang_timeout=5) is None
+    assert hang.hang_verdict(moving, now=105.0, hang_timeout=5) == "no rank made progress for 5 s"
+
+
+def test_ranks_that_leave_are_not_hung_however_slow_their_teardown() -> None:
+    leaving = [rank(0, "exiting", at=100.0), rank(1, "exiting", at=100.0)]
+    assert hang.hang_verdict(leaving, now=1e6, hang_timeout=5) is None
+    one_left = [rank(0, "exiting", at=100.0), rank(1, at=100.0)]
+    assert hang.hang_verdict(one_left, now=105.0, hang_timeout=5) == "no rank made progress for 5 s"
+    text = hang.report(one_left, {1: ""}, 110.0, {0: "sleeping", 1: "sleeping"})
+    assert "suspect: rank 0" not in text
+
+
+def test_a_stopped_or_silent_rank_is_a_suspect_even_when_all_wait_in_the_same_collective() -> None:
+    progress = [rank(r) for r in range(4)]
+    stacks = {
+        r: f'Current thread (most recent call first):\n  File "t.py", line {r}' for r in (0, 1, 2)
+    }
+    states = {0: "sleeping", 1: "sleeping", 2: "sleeping", 3: "stopped"}
+    text = hang.report(progress, stacks, 110.0, states)
+    assert "ranks 0-3: waiting in all_reduce #7 (entered 10.0 s ago)" in text
+    assert "suspect: rank 3 on algo-4 (pid 1003, stopped): its process is stopped" in text
+    assert text.count("suspect:") == 1
+    states[3] = "disk-sleep"
+    text = hang.report(progress, stacks, 110.0, states)
+    assert "suspect: rank 3 on algo-4 (pid 1003, disk-sleep): it did not answer" in text
+
+
+def test_the_ranks_behind_in_collectives_or_steps_are_suspects() -> None:
+    progress = [rank(0, seq=8), rank(1, seq=8), rank(2, "done", seq=7)]
+    text = hang.report(progress, {0: "", 1: "", 2: ""}, 110.0, {})
+    assert (
+        "suspect: rank 2 on algo-3 (pid 1002, unknown): behind: all_reduce #7, ranks 0-1 at #8"
+        in text
+    )
+    steps = [rank(0, "step", "", 0, step=103), rank(1, "step", "", 0, step=102)]
+    text = hang.report(steps, {0: "", 1: ""}, 110.0, {})
+    assert "rank 1 on algo-2: no collective yet, step 102" in text
+    assert (
+        "suspect: rank 1 on algo-2 (pid 1001, unknown): behind: step 102, ranks 0 at step 103"
+        in text
+    )
+    assert "no suspect" in hang.report(steps[:1], {0: ""}, 110.0, {})
+
+
+def test_frozen_import_frames_are_not_shown_as_where_a_rank_is() -> None:
+    stacks = (
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "<frozen importlib._bootstrap>", line 241 in _call_with_frames_removed\n'
+        '  File "/work/train.py", line 3 in <module>\n'
+    )
+    text = hang.report([rank(0, "done")], {0: stacks}, 110.0, {})
+    assert 'File "/work/train.py", line 3 in <module>' in text
+    assert "<frozen" not in text
+
+
+def test_an_exit_status_is_not_a_signal_and_oom_is_named_only_when_counted() -> None:
+    assert exit_meaning(137).startswith("exit code 137 (the process exited with it")
+    assert exit_meaning(-9, oom_kills=2).endswith("out-of-memory killer (2 OOM kills in the job)")
+    assert "not by the out-of-memory killer" in exit_meaning(-9, oom_kills=0)
+    assert "(see `dmesg`)" in exit_meaning(-9)
+    assert (
+        exit_meaning(-11) == "signal 11 (SIGSEGV, exit code 139): segmentation fault in native code"
+    )
+    assert exit_meaning(3) == "exit code 3"
