@@ -20,6 +20,7 @@ from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
 from tenter.launch.api import Backend, dryrun, get_backend
 from tenter.launch.signals import stop_requests
+from tenter.launch.supervisor import check_output_dir
 from tenter.monitor.live import LiveView
 from tenter.monitor.prometheus import check_metrics_dependency
 from tenter.spec import JobSpec, SpecError
@@ -87,6 +88,8 @@ def submit(
     """Start ``request`` on its backend; returns at once."""
     backend = get_backend(request.backend)
     check_watch(backend, watch)
+    # Every backend keeps the job's directory here (Slurm's on the shared file system).
+    check_output_dir(request.job_dir)
     if detach:
         if watch.live or watch.metrics_port is not None:
             raise TenterError(

@@ -68,8 +68,12 @@ def create_host(host: HostTree) -> None:
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` in one step: a reader sees the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
 
 
 def write_outcome(host_dir: str, failure: str | None) -> None:

@@ -11,7 +11,6 @@ from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
 from tenter.launch.local.job import LocalJob
 from tenter.launch.supervised import SupervisedBackend
-from tenter.launch.supervisor import check_output_dir
 from tenter.spec import JobSpec
 
 KEEP_ALIVE_S = 1
@@ -25,7 +24,6 @@ class LocalBackend(SupervisedBackend):
 
     def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
         plan = make_plan(spec, job_id, tenter_home(), python_executable())
-        check_output_dir(plan.job_dir)  # before the caller opens anything in it
         return dataclasses.replace(plan, keep_alive_s=KEEP_ALIVE_S)
 
     def supervisor(self, plan: Plan) -> LocalJob:

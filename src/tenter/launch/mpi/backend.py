@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from tenter.errors import MissingToolError
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
 from tenter.launch.mpirun import MPIRUN, mpirun_argv
+from tenter.launch.processes import dies_with_parent
 from tenter.launch.report import AGENT_RESULT
 from tenter.launch.supervised import SupervisedBackend
 from tenter.launch.supervisor import Supervisor
@@ -111,6 +113,8 @@ class MpiJob(Supervisor):
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    # A launcher killed even by SIGKILL still stops mpirun, which stops the ranks.
+                    preexec_fn=dies_with_parent(signal.SIGTERM),
                 )
             )
 
