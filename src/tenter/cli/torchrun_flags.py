@@ -269,12 +269,8 @@ def console_overrides(args: argparse.Namespace, spec: JobSpec) -> tuple[dict[str
                 f"local rank {local}: tenter shows or hides a rank's stdout and stderr "
                 "together; both stay on the console (each is in its log file)"
             )
-    out["logs"] = {
-        "ranks": [
-            host * procs + local
-            for host in range(spec.instance_count)
-            for local in sorted(shown)
-            if local < procs
-        ]
-    }
+    shown &= set(range(procs))
+    if shown != set(range(procs)):
+        ranks = [host * procs + local for host in range(spec.instance_count) for local in shown]
+        out["logs"] = {"ranks": sorted(ranks)}
     return out, notes
