@@ -1,6 +1,7 @@
 """``tenter run`` as a drop-in for torchrun: the same command line under real torchrun
 (``python -m torch.distributed.run``) and under ``tenter run`` gives the workers the same
-ranks, working directory, arguments and environment, placement aside."""
+ranks, working directory, arguments and environment (placement aside), the same restarts and
+the same console; and tenter ends cleanly where torchrun's script aborts at exit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,28 +23,49 @@ from tests.conftest import SCRIPTS, assert_nothing_left
 PER_RUN = {"TORCHELASTIC_RUN_ID"}
 """Unique per run by design: torchrun's rendezvous id, tenter's job id."""
 
-COMMAND_LINES = [
-    ["--standalone", "--nproc-per-node", "2"],
-    ["--nnodes", "1", "--nproc_per_node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-     "localhost:0", "--max-restarts", "0", "--start-method", "spawn"],
-]  # fmt: skip
+
+@dataclass
+class Launch:
+    output: str
+    """stdout, stderr and the exit status."""
+    ranks: dict[int, dict[str, Any]]
+    """Rank -> what the worker recorded (its last attempt's)."""
 
 
-def _launch(launcher: list[str], flags: list[str], cwd: Path, out: str, env: dict[str, str]) -> str:
-    """Run ``launcher FLAGS scripts/dump_env.py OUT --lr 0.1`` in ``cwd``; its output."""
+def _launch(
+    launcher: list[str], argv: list[str], cwd: Path, out: str, env: dict[str, str]
+) -> Launch:
+    """``launcher ARGV`` in ``cwd``, ``OUT`` substituted for ``{out}`` in ``argv``."""
     proc = subprocess.run(
-        [*launcher, *flags, "scripts/dump_env.py", out, "--lr", "0.1"],
+        [*launcher, *(a.replace("{out}", out) for a in argv)],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=180,
         env=env,
     )
-    return proc.stdout + proc.stderr + f"\nexit status {proc.returncode}"
+    ranks = {
+        int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in (cwd / out).glob("*.json")
+    }
+    return Launch(f"{proc.stdout}{proc.stderr}\nexit status {proc.returncode}", ranks)
 
 
-def _records(folder: Path) -> dict[int, dict[str, Any]]:
-    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in folder.glob("*.json")}
+def _torchrun_and_tenter(
+    tmp_path: Path, flags: list[str], *script_args: str
+) -> tuple[Launch, Launch, dict[str, str]]:
+    """``FLAGS scripts/dump_env.py OUT --lr 0.1 SCRIPT_ARGS`` under torchrun, then under
+    tenter, from ``tmp_path``; and the environment torchrun was started with."""
+    argv = [*flags, "scripts/dump_env.py", "{out}", "--lr", "0.1", *script_args]
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(SCRIPTS / "dump_env.py", tmp_path / "scripts")
+    # torchrun leaves its log directory in its TMPDIR: one of its own, not the test's.
+    (tmp_path / "torchrun-tmp").mkdir()
+    caller = {**os.environ, "TMPDIR": str(tmp_path / "torchrun-tmp")}
+    theirs = _launch([sys.executable, "-m", "torch.distributed.run"], argv, tmp_path, "a", caller)
+    ours = _launch([sys.executable, "-m", "tenter", "run"], argv, tmp_path, "b", dict(os.environ))
+    assert ours.output.endswith("exit status 0"), ours.output
+    assert sorted(theirs.ranks) == sorted(ours.ranks) == [0, 1], theirs.output
+    return theirs, ours, caller
 
 
 def _differences(
@@ -57,40 +80,64 @@ def _differences(
     }
 
 
+def _job_dir(tenter_home: Path) -> Path:
+    (job_dir,) = (tenter_home / "jobs").iterdir()
+    return job_dir
+
+
+COMMAND_LINES = [
+    ["--standalone", "--nproc-per-node", "2"],
+    ["--nnodes", "1", "--nproc_per_node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+     "localhost:0", "--max-restarts", "0", "--start-method", "spawn"],
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("flags", COMMAND_LINES, ids=["standalone", "c10d-endpoint"])
 def test_run_gives_workers_what_torchrun_gives_them_if_given_its_command_line(
     flags: list[str], tmp_path: Path, tenter_home: Path
 ) -> None:
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(SCRIPTS / "dump_env.py", tmp_path / "scripts")
     # torchrun's own exit status is not asserted: on torch 2.13 the script, which never
     # destroys its process group, aborts at exit in about half of torchrun's runs.
-    # torchrun leaves its log directory in its TMPDIR: one of its own.
-    (tmp_path / "torchrun-tmp").mkdir()
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]
-    torchrun_env = {**os.environ, "TMPDIR": str(tmp_path / "torchrun-tmp")}
-    torchrun_output = _launch(torchrun, flags, tmp_path, "a", torchrun_env)
-    tenter = [sys.executable, "-m", "tenter", "run"]
-    tenter_output = _launch(tenter, flags, tmp_path, "b", dict(os.environ))
-    assert tenter_output.endswith("exit status 0"), tenter_output
-    theirs, ours = _records(tmp_path / "a"), _records(tmp_path / "b")
-    assert sorted(theirs) == [0, 1], torchrun_output
-    assert sorted(ours) == [0, 1]
-    for rank in theirs:
+    theirs, ours, caller = _torchrun_and_tenter(tmp_path, flags)
+    for rank, seen in theirs.ranks.items():
+        mine = ours.ranks[rank]
         # The caller's directory, not the script's: the relative OUT_DIR landed there.
-        assert ours[rank]["cwd"] == theirs[rank]["cwd"] == str(tmp_path)
-        assert theirs[rank]["argv"] == ["a", "--lr", "0.1"]
-        assert ours[rank]["argv"] == ["b", "--lr", "0.1"]
-        assert _differences(theirs[rank]["env"], ours[rank]["env"], torchrun_env) == {}
-        assert (
-            ours[rank]["env"]["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-        )
-    (job_dir,) = (tenter_home / "jobs").iterdir()
-    # Every rank returned from the script (the bootstrap's marker) and the job succeeded.
-    for rank in (0, 1):
-        error_file = ours[rank]["env"]["TORCHELASTIC_ERROR_FILE"]
-        assert Path(finished_marker(error_file)).is_file()
+        assert mine["cwd"] == seen["cwd"] == str(tmp_path)
+        assert (seen["argv"], mine["argv"]) == (["a", "--lr", "0.1"], ["b", "--lr", "0.1"])
+        assert _differences(seen["env"], mine["env"], caller) == {}
+        assert mine["env"]["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+        # The script returned (the bootstrap's marker), and tore its group down cleanly.
+        assert Path(finished_marker(mine["env"]["TORCHELASTIC_ERROR_FILE"])).is_file()
+    job_dir = _job_dir(tenter_home)
     assert json.loads((job_dir / "summary.json").read_text())["exit_code"] == 0
     if "--rdzv-endpoint" in flags:
-        assert "note: --rdzv-endpoint localhost:0 is ignored" in tenter_output
+        assert "note: --rdzv-endpoint localhost:0 is ignored" in ours.output
+    assert_nothing_left(job_dir)
+
+
+def test_run_restarts_as_torchrun_does_if_given_max_restarts(
+    tmp_path: Path, tenter_home: Path
+) -> None:
+    flags = ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1"]
+    theirs, ours, _ = _torchrun_and_tenter(tmp_path, flags, "--fail-once")
+    assert theirs.output.count("hello from rank 1, attempt 1") == 1, theirs.output
+    for launch in (theirs, ours):
+        for seen in launch.ranks.values():
+            assert seen["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
+            assert seen["env"]["TORCHELASTIC_MAX_RESTARTS"] == "1"
+    assert "hello from rank 1, attempt 1" in ours.output
+    assert_nothing_left(_job_dir(tenter_home))
+
+
+def test_run_shows_on_the_console_what_torchrun_shows_if_given_redirects(
+    tmp_path: Path, tenter_home: Path
+) -> None:
+    # Both streams of every rank to files, rank 0's also to the console.
+    flags = ["--standalone", "--nproc-per-node", "2", "-r", "3", "-t", "0:3"]
+    theirs, ours, _ = _torchrun_and_tenter(tmp_path, flags)
+    for launch in (theirs, ours):
+        assert "hello from rank 0, attempt 0" in launch.output
+        assert "hello from rank 1" not in launch.output
+    job_dir = _job_dir(tenter_home)
+    assert (job_dir / "logs/rank-1.stdout").read_text() == "hello from rank 1, attempt 0\n"
     assert_nothing_left(job_dir)
