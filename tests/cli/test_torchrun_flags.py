@@ -155,8 +155,8 @@ def test_bad_torchrun_value_exits_2_naming_the_flag(
         (["run", "--nnode=2"], "error: unknown flag --nnode. Did you mean --nnodes?"),
         (["plan", "--max-restart", "1"], "error: unknown flag --max-restart. Did you mean"),
         (["run", "--numa_binding", "node"], "error: --numa_binding is a torchrun flag tenter"),
-        (["run", "--max-restarts", "x"], "error: argument --max-restarts/--max_restarts: invalid"),
-        (["run", "--start-method", "thread"], "error: argument --start-method/--start_method:"),
+        (["run", "--max-restarts", "x"], "error: argument --max-restarts: invalid int value"),
+        (["run", "--start-method", "thread"], "error: argument --start-method: invalid choice"),
         (["--bogus", "run"], "error: unknown flag --bogus. See `tenter --help`"),
     ],
 )

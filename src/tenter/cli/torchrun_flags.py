@@ -47,9 +47,12 @@ def add_torchrun_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     def flag(name: str, **kwargs: Any) -> None:
-        # torchrun accepts every flag with dashes and with underscores.
+        group.add_argument(name, **kwargs)
+        # torchrun accepts every flag with underscores too; kept out of --help.
         underscored = "--" + name[2:].replace("-", "_")
-        group.add_argument(*dict.fromkeys([name, underscored]), **kwargs)
+        if underscored != name:
+            dest = name[2:].replace("-", "_")
+            group.add_argument(underscored, **{**kwargs, "dest": dest, "help": argparse.SUPPRESS})
 
     flag("--nnodes", metavar="N|MIN:MAX", help="hosts (MIN:MAX: elastic, starts with MIN)")
     flag(
