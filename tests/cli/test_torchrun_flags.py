@@ -99,6 +99,7 @@ def test_module_gets_every_argument_after_it_if_run_as_torchrun_does(
 def test_flags_without_effect_here_say_so_if_given(capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29500"]
     flags += ["--start-method", "fork", "--monitor-interval", "5", "--role", "trainer"]
+    flags += ["--rdzv-conf", "read_timeout=60", "--rdzv-endpoint", "localhost:29400"]
     assert main(["plan", *flags, SCRIPT]) == 0
     err = " ".join(capsys.readouterr().err.split())
     for text in (
@@ -107,6 +108,8 @@ def test_flags_without_effect_here_say_so_if_given(capsys: pytest.CaptureFixture
         "note: --start-method fork has no effect, as under torchrun",
         "note: --monitor-interval: tenter's hosts check their workers every 0.1 s",
         "note: --role trainer: ROLE_NAME stays `default`",
+        "note: --rdzv-conf read_timeout is ignored: tenter takes join_timeout, last_call_timeout",
+        "note: --rdzv-endpoint localhost:29400 is ignored: tenter serves the job's c10d store",
     ):
         assert text in err
 
@@ -138,6 +141,7 @@ def test_flags_without_effect_here_say_so_if_given(capsys: pytest.CaptureFixture
         ),
         (["--hosts", "2", "--nnodes", "3"], "--nnodes: 3 contradicts --hosts 2; give one of them"),
         (["--ranks", "0", "--local-ranks-filter", "0"], "--ranks: give --ranks or torchrun's"),
+        (["--output-dir", "a", "--log-dir", "b"], "--log-dir: contradicts --output-dir a"),
     ],
 )
 def test_bad_torchrun_value_exits_2_naming_the_flag(

@@ -15,7 +15,7 @@ import os
 import re
 from typing import Any
 
-from tenter.spec import JobSpec, Problem, SpecError, lookup, processes_per_host
+from tenter.spec import InstanceType, JobSpec, Problem, SpecError, lookup, processes_per_host
 
 START_METHODS = ("spawn", "fork", "forkserver")
 NPROC_KINDS = ("auto", "cpu", "gpu")
@@ -99,17 +99,21 @@ def _nnodes(value: str) -> tuple[int, int]:
     return lo, hi
 
 
-def _rdzv_conf(value: str) -> dict[str, int]:
+def _rdzv_conf(value: str, notes: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in value.split(","):
         key, sep, val = item.partition("=")
         if not sep or not key:
             raise _problem("--rdzv-conf", f"'{item}' is not KEY=VALUE")
-        if key in _RDZV_CONF_FIELDS:
-            try:
-                out[key] = int(val)
-            except ValueError:
-                raise _problem("--rdzv-conf", f"{key}={val} is not whole seconds") from None
+        if key not in _RDZV_CONF_FIELDS:
+            notes.append(
+                f"--rdzv-conf {key} is ignored: tenter takes {', '.join(_RDZV_CONF_FIELDS)}"
+            )
+            continue
+        try:
+            out[key] = int(val)
+        except ValueError:
+            raise _problem("--rdzv-conf", f"{key}={val} is not whole seconds") from None
     return out
 
 
@@ -154,9 +158,10 @@ def spec_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     if args.rdzv_id and not args.standalone and _job_name(args.rdzv_id):
         out["name"] = _either(args, "--name", "--rdzv-id", _job_name(args.rdzv_id))
     if args.log_dir:
-        out["output_dir"] = _either(
-            args, "--output-dir", "--log-dir", str(os.path.abspath(args.log_dir))
-        )
+        log_dir = os.path.abspath(args.log_dir)
+        if args.output_dir and os.path.abspath(args.output_dir) != log_dir:
+            raise _problem("--log-dir", f"contradicts --output-dir {args.output_dir}; give one")
+        out["output_dir"] = log_dir
     notes += _accepted_notes(args)
     return out, notes
 
@@ -183,7 +188,7 @@ def _rendezvous(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
                 "store itself, on a free port"
             )
     if args.rdzv_conf:
-        out.update(_rdzv_conf(args.rdzv_conf))
+        out.update(_rdzv_conf(args.rdzv_conf, notes))
     return out
 
 
@@ -226,10 +231,8 @@ def _std(value: str, flag: str, procs: int) -> dict[int, int]:
     raise _problem(flag, f"'{value}' is not 0-3 or LOCAL_RANK:0-3,... (1 stdout, 2 stderr, 3 both)")
 
 
-def resolved_procs(nproc: str, spec: JobSpec) -> int:
+def resolved_procs(nproc: str, itype: InstanceType) -> int:
     """``--nproc-per-node auto|cpu|gpu`` counted as torchrun counts them on the job's hosts."""
-    itype = lookup(spec.instance_type)
-    assert itype is not None, "the spec check rejects unknown instance types"
     # torchrun counts the CPUs this process may use (its affinity), not the machine's.
     cpus = len(os.sched_getaffinity(0)) if itype.is_local else itype.cpus
     if nproc == "gpu" and not itype.gpus:
@@ -244,9 +247,11 @@ def console_overrides(args: argparse.Namespace, spec: JobSpec) -> tuple[dict[str
     need the job's processes per host, known once the spec is loaded."""
     out: dict[str, Any] = {}
     notes: list[str] = []
-    procs = processes_per_host(spec, lookup(spec.instance_type))  # type: ignore[arg-type]
+    itype = lookup(spec.instance_type)
+    assert itype is not None, "the spec check rejects unknown instance types"
+    procs = processes_per_host(spec, itype)
     if args.nproc_per_node in NPROC_KINDS:
-        procs = resolved_procs(args.nproc_per_node, spec)
+        procs = resolved_procs(args.nproc_per_node, itype)
         out["processes_per_host"] = procs
     if not (args.redirects or args.tee or args.local_ranks_filter):
         return out, notes
