@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,36 +34,48 @@ class Launch:
 
 
 def _launch(
-    launcher: list[str], argv: list[str], cwd: Path, out: str, env: dict[str, str]
+    launcher: list[str], argvs: list[list[str]], cwd: Path, out: str, env: dict[str, str]
 ) -> Launch:
-    """``launcher ARGV`` in ``cwd``, ``OUT`` substituted for ``{out}`` in ``argv``."""
-    proc = subprocess.run(
-        [*launcher, *(a.replace("{out}", out) for a in argv)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
+    """``launcher ARGV`` for each of ``argvs`` at once (torchrun: one per node), in ``cwd``,
+    with ``out`` for ``{out}``."""
+    procs = [
+        subprocess.Popen(
+            [*launcher, *(a.replace("{out}", out) for a in argv)],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for argv in argvs
+    ]
+    output = ""
+    for proc in procs:
+        text, _ = proc.communicate(timeout=180)
+        output += f"{text}\nexit status {proc.returncode}"
     ranks = {
         int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in (cwd / out).glob("*.json")
     }
-    return Launch(f"{proc.stdout}{proc.stderr}\nexit status {proc.returncode}", ranks)
+    return Launch(output, ranks)
 
 
 def _torchrun_and_tenter(
-    tmp_path: Path, flags: list[str], *script_args: str
+    tmp_path: Path, flags: list[str], *script_args: str, nodes: int = 1
 ) -> tuple[Launch, Launch, dict[str, str]]:
-    """``FLAGS scripts/dump_env.py OUT --lr 0.1 SCRIPT_ARGS`` under torchrun, then under
-    tenter, from ``tmp_path``; and the environment torchrun was started with."""
+    """``FLAGS scripts/dump_env.py OUT --lr 0.1 SCRIPT_ARGS`` under torchrun (``nodes``
+    commands, one per node, ``--node-rank`` added), then under tenter, from ``tmp_path``; and
+    the environment torchrun was started with."""
     argv = [*flags, "scripts/dump_env.py", "{out}", "--lr", "0.1", *script_args]
+    per_node = [["--node-rank", str(n), *argv] for n in range(nodes)] if nodes > 1 else [argv]
     (tmp_path / "scripts").mkdir()
     shutil.copy(SCRIPTS / "dump_env.py", tmp_path / "scripts")
     # torchrun leaves its log directory in its TMPDIR: one of its own, not the test's.
     (tmp_path / "torchrun-tmp").mkdir()
     caller = {**os.environ, "TMPDIR": str(tmp_path / "torchrun-tmp")}
-    theirs = _launch([sys.executable, "-m", "torch.distributed.run"], argv, tmp_path, "a", caller)
-    ours = _launch([sys.executable, "-m", "tenter", "run"], argv, tmp_path, "b", dict(os.environ))
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    theirs = _launch(torchrun, per_node, tmp_path, "a", caller)
+    tenter = [sys.executable, "-m", "tenter", "run"]
+    ours = _launch(tenter, per_node[:1], tmp_path, "b", dict(os.environ))
     assert ours.output.endswith("exit status 0"), ours.output
     assert sorted(theirs.ranks) == sorted(ours.ranks) == [0, 1], theirs.output
     return theirs, ours, caller
@@ -85,20 +98,34 @@ def _job_dir(tenter_home: Path) -> Path:
     return job_dir
 
 
-COMMAND_LINES = [
-    ["--standalone", "--nproc-per-node", "2"],
-    ["--nnodes", "1", "--nproc_per_node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-     "localhost:0", "--max-restarts", "0", "--start-method", "spawn"],
-]  # fmt: skip
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
-@pytest.mark.parametrize("flags", COMMAND_LINES, ids=["standalone", "c10d-endpoint"])
+COMMAND_LINES = {
+    "standalone": (1, ["--standalone", "--nproc-per-node", "2"]),
+    "c10d-endpoint": (1, ["--nnodes", "1", "--nproc_per_node", "2", "--rdzv-backend", "c10d",
+                          "--rdzv-endpoint", "localhost:0", "--max-restarts", "0",
+                          "--start-method", "spawn"]),
+    # torchrun's classic multi-node line (static rendezvous), one command per node; tenter
+    # runs the first node's command and simulates both hosts.
+    "two-nodes-static": (2, ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr",
+                             "127.0.0.1", "--master-port", "{port}"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", COMMAND_LINES)
 def test_run_gives_workers_what_torchrun_gives_them_if_given_its_command_line(
-    flags: list[str], tmp_path: Path, tenter_home: Path
+    name: str, tmp_path: Path, tenter_home: Path
 ) -> None:
+    nodes, flags = COMMAND_LINES[name]
+    flags = [f.replace("{port}", str(_free_port())) for f in flags]
     # torchrun's own exit status is not asserted: on torch 2.13 the script, which never
     # destroys its process group, aborts at exit in about half of torchrun's runs.
-    theirs, ours, caller = _torchrun_and_tenter(tmp_path, flags)
+    theirs, ours, caller = _torchrun_and_tenter(tmp_path, flags, nodes=nodes)
     for rank, seen in theirs.ranks.items():
         mine = ours.ranks[rank]
         # The caller's directory, not the script's: the relative OUT_DIR landed there.
@@ -112,6 +139,8 @@ def test_run_gives_workers_what_torchrun_gives_them_if_given_its_command_line(
     assert json.loads((job_dir / "summary.json").read_text())["exit_code"] == 0
     if "--rdzv-endpoint" in flags:
         assert "note: --rdzv-endpoint localhost:0 is ignored" in ours.output
+    if nodes > 1:
+        assert "note: --node-rank 0 is ignored" in ours.output
     assert_nothing_left(job_dir)
 
 
