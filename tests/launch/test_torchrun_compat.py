@@ -170,3 +170,37 @@ def test_run_shows_on_the_console_what_torchrun_shows_if_given_redirects(
     job_dir = _job_dir(tenter_home)
     assert (job_dir / "logs/rank-1.stdout").read_text() == "hello from rank 1, attempt 0\n"
     assert_nothing_left(job_dir)
+
+
+LEAVES_ITS_GROUP = """
+import atexit, sys
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://{store}", rank=0, world_size=1)
+atexit.register(lambda: print("group at exit:", dist.is_initialized()))
+sys.exit({status})
+"""
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_bootstrap_tears_down_a_left_group_and_marks_the_rank_if_the_script_returned(
+    status: int, tmp_path: Path
+) -> None:
+    script = tmp_path / "script.py"
+    script.write_text(LEAVES_ITS_GROUP.format(store=tmp_path / "store", status=status))
+    error_file = tmp_path / "rank-0.error.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tenter.runtime.bootstrap", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file)},
+    )
+    assert done.returncode == status, done.stderr
+    finished = Path(finished_marker(str(error_file)))
+    assert finished == tmp_path / "rank-0.finished"
+    if status == 0:
+        assert "group at exit: False" in done.stdout
+        assert finished.is_file() and not error_file.exists()
+    else:  # a failed script keeps its group for torch's own teardown, and is no finished rank
+        assert "group at exit: True" in done.stdout
+        assert error_file.is_file() and not finished.exists()

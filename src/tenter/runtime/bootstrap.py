@@ -50,10 +50,16 @@ def _finish() -> None:
     """The script returned: say so, then release what it left for interpreter teardown."""
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:
-        with open(finished_marker(error_file), "w") as marker:
-            marker.write(f"{time.time()}\n")
+        try:
+            with open(finished_marker(error_file), "w") as marker:
+                marker.write(f"{time.time()}\n")
+        except OSError as e:  # the marker informs the report; the script's success stands
+            print(f"tenter: cannot mark the rank finished: {e}", file=sys.stderr)
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.destroy_process_group()
+        except Exception as e:  # the script succeeded; tenter's own cleanup must not fail it
+            print(f"tenter: cannot destroy the process group: {e}", file=sys.stderr)
     faulthandler.disable()
 
 
