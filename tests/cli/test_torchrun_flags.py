@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tenter.cli.main import main
 from tests.conftest import SCRIPTS
@@ -174,3 +175,21 @@ def test_bad_flag_exits_2_with_a_hint_not_the_usage(
     assert err.startswith(message)
     assert "usage:" not in err
     assert not tenter_home.exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="counts this machine's GPUs: needs CUDA")
+def test_nproc_per_node_gpu_counts_the_gpus_torchrun_counts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for kind in ("gpu", "auto"):
+        assert plan_of(capsys, "--nproc-per-node", kind)["procs_per_host"] == (
+            torch.cuda.device_count()
+        )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without GPUs")
+def test_nproc_per_node_gpu_exits_2_if_this_machine_has_none(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--nproc-per-node", "gpu", SCRIPT]) == 2
+    assert "--nproc-per-node: gpu: local has no GPUs; give a number" in capsys.readouterr().err
