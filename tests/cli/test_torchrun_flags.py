@@ -122,8 +122,12 @@ def test_flags_without_effect_here_say_so_if_given(capsys: pytest.CaptureFixture
         (["--nnodes", "two"], "--nnodes: 'two' is not N or MIN:MAX"),
         (
             ["--nproc-per-node", "many"],
-            "--nproc-per-node: 'many' is not a number, auto, cpu or gpu",
+            "--nproc-per-node: 'many' is not a number of at least 1, auto, cpu or gpu",
         ),
+        (["--nproc-per-node", "0"], "--nproc-per-node: '0' is not a number of at least 1"),
+        (["--max-restarts", "-1"], "--max-restarts: -1 is out of range: give a value at least 0"),
+        (["--master-port", "70000"], "--master-port: 70000 is out of range: give a value from 0"),
+        (["--monitor-interval", "0"], "--monitor-interval: 0.0 is out of range"),
         (
             ["--instance-type", "ml.c5.18xlarge", "--nproc-per-node", "gpu"],
             "--nproc-per-node: gpu: c5.18xlarge has no GPUs; give a number",

@@ -4,7 +4,7 @@ environment, restarts and log redirection); docs/launch.md has the table.
 
 Each flag maps onto a spec field, as tenter's own flags do; a flag with no meaning on
 tenter (``--node-rank``: tenter starts every host itself) is accepted with a note saying so.
-The mapping is two pure steps: :func:`spec_overrides` from the flags alone, then
+The mapping is two steps: :func:`spec_overrides` from the flags alone (pure), then
 :func:`console_overrides` once the instance type and the processes per host are known.
 """
 
@@ -130,8 +130,26 @@ def _either(args: argparse.Namespace, ours: str, theirs: str, value: Any) -> Any
     return value
 
 
+_BOUNDS = {
+    "max_restarts": ("--max-restarts", 0, None),
+    "node_rank": ("--node-rank", 0, None),
+    "master_port": ("--master-port", 0, 65535),
+    "monitor_interval": ("--monitor-interval", 0.001, None),
+}
+"""dest -> (flag, least, most) of the numeric flags: checked here to name the flag."""
+
+
+def _check_bounds(args: argparse.Namespace) -> None:
+    for dest, (flag, least, most) in _BOUNDS.items():
+        value = getattr(args, dest)
+        if value is not None and (value < least or (most is not None and value > most)):
+            allowed = f"from {least} to {most}" if most is not None else f"at least {least}"
+            raise _problem(flag, f"{value} is out of range: give a value {allowed}")
+
+
 def spec_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """The spec fields torchrun's flags set, and notes on the flags tenter only accepts."""
+    _check_bounds(args)
     out: dict[str, Any] = {}
     notes: list[str] = []
     elastic: dict[str, Any] = {}
@@ -141,12 +159,12 @@ def spec_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
         if lo != hi:
             elastic.update(min_hosts=lo, max_hosts=hi)
     if args.nproc_per_node is not None and args.nproc_per_node not in NPROC_KINDS:
-        try:
-            procs = int(args.nproc_per_node)
-        except ValueError:
+        procs = int(args.nproc_per_node) if args.nproc_per_node.isdigit() else 0
+        if procs < 1:
             raise _problem(
-                "--nproc-per-node", f"'{args.nproc_per_node}' is not a number, auto, cpu or gpu"
-            ) from None
+                "--nproc-per-node",
+                f"'{args.nproc_per_node}' is not a number of at least 1, auto, cpu or gpu",
+            )
         out["processes_per_host"] = _either(args, "--procs-per-host", "--nproc-per-node", procs)
     if args.max_restarts is not None:
         elastic["max_restarts"] = args.max_restarts
