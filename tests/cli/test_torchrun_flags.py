@@ -160,13 +160,28 @@ def test_bad_torchrun_value_exits_2_naming_the_flag(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "--nproc", "2"], "error: unknown flag --nproc. Did you mean --nproc-per-node?"),
-        (["run", "--nnode=2"], "error: unknown flag --nnode. Did you mean --nnodes?"),
-        (["plan", "--max-restart", "1"], "error: unknown flag --max-restart. Did you mean"),
-        (["run", "--numa_binding", "node"], "error: --numa_binding is a torchrun flag tenter"),
-        (["run", "--max-restarts", "x"], "error: argument --max-restarts: invalid int value"),
-        (["run", "--start-method", "thread"], "error: argument --start-method: invalid choice"),
-        (["--bogus", "run"], "error: unknown flag --bogus. See `tenter --help`"),
+        (
+            ["run", "--nproc", "2"],
+            "tenter run: error: unknown flag --nproc. Did you mean --nproc-per-node?",
+        ),
+        (["run", "--nnode=2"], "tenter run: error: unknown flag --nnode. Did you mean --nnodes?"),
+        (
+            ["plan", "--max-restart", "1"],
+            "tenter plan: error: unknown flag --max-restart. Did you mean",
+        ),
+        (
+            ["run", "--numa_binding", "node"],
+            "tenter run: error: --numa_binding is a torchrun flag tenter",
+        ),
+        (
+            ["run", "--max-restarts", "x"],
+            "tenter run: error: argument --max-restarts: invalid int value",
+        ),
+        (
+            ["run", "--start-method", "thread"],
+            "tenter run: error: argument --start-method: invalid choice",
+        ),
+        (["--bogus", "run"], "tenter: error: unknown flag --bogus. See `tenter --help`"),
     ],
 )
 def test_bad_flag_exits_2_with_a_hint_not_the_usage(

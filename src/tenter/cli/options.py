@@ -66,7 +66,8 @@ class FlagParser(argparse.ArgumentParser):
         return f"unknown flag {flag}.{hint} See `{self.prog} --help`"
 
     def error(self, message: str) -> NoReturn:
-        stderr.print(f"[bold red]error:[/] {escape(message)}")
+        # argparse's "PROG: error: MESSAGE", without the usage block it prints above it.
+        stderr.print(f"{escape(self.prog)}: [bold red]error:[/] {escape(message)}")
         self.exit(EXIT_USAGE)
 
 
