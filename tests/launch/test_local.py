@@ -52,7 +52,7 @@ def test_run_gives_every_rank_the_planned_contract_and_hostile_values_arrive_ver
                     assert seen["env"][key] == planned, key
             assert seen["argv"] == ["--lr", "0.1", "--note", HOSTILE, "--extra", HOSTILE]
             assert seen["env"]["SM_HP_NOTE"] == HOSTILE
-            assert seen["cwd"] == str(SCRIPTS)
+            assert seen["cwd"] == str(REPO)  # the caller's (tenter()'s), as under torchrun
             assert seen["env"]["SM_CURRENT_HOST"] == host.name
             assert seen["env"]["MASTER_ADDR"] == "127.100.0.1"
             assert os.readlink(Path(host.dir) / "input/data/training") == str(SCRIPTS)

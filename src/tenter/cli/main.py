@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tenter import __version__
-from tenter.cli.options import EXIT_USAGE
+from tenter.cli.options import EXIT_USAGE, FlagParser
 from tenter.errors import TenterError
 from tenter.spec import SpecError
 
@@ -40,7 +40,7 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = FlagParser(
         prog="tenter",
         description="Run distributed PyTorch jobs from one spec: on this machine (simulated "
         "hosts), through mpirun, on Slurm or Kubernetes.",

@@ -4,13 +4,18 @@ override a spec file's values."""
 from __future__ import annotations
 
 import argparse
+import difflib
+import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
 
+from tenter.cli import torchrun_flags
 from tenter.spec import JobSpec, Problem, SpecError, load, load_file
+from tenter.spec.load import deep_merge
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 EXIT_USAGE = 2
@@ -18,6 +23,52 @@ EXIT_USAGE = 2
 
 # soft_wrap: a log file or CI console must get the lines whole, not cut at 80 columns.
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class FlagParser(argparse.ArgumentParser):
+    """argparse, with errors that say what to do: an unknown flag names the closest known
+    one ("Did you mean --nproc-per-node?"), where argparse would print the top-level usage.
+    Abbreviations are off: ``--nproc`` must not silently mean ``--nproc-per-node``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        argv = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(argv, namespace)
+        module = getattr(parsed, "module", None)
+        after = argv.index(module) + 1 if module in argv else len(argv)
+        if extras and extras[0] in argv[after:]:
+            # torchrun's ``-m MODULE ARGS...``: from the first flag tenter does not know on,
+            # everything after the module is the module's.
+            first = argv.index(extras[0], after)
+            parsed, extras = super().parse_known_args([*argv[:first], "--", *argv[first:]])
+        for extra in extras:
+            if extra.startswith("-"):
+                self.error(self._unknown_flag(extra.partition("=")[0]))
+        if extras:
+            self.error(f"unexpected argument '{extras[0]}'. See `{self.prog} --help`")
+        return parsed, extras
+
+    def _unknown_flag(self, flag: str) -> str:
+        instead = torchrun_flags.UNSUPPORTED.get(flag.replace("_", "-"))
+        if instead:
+            return f"{flag} is a torchrun flag tenter does not take: {instead}"
+        known = [o for action in self._actions for o in action.option_strings]
+        # A flag cut short (``--nproc``) is best matched by what it starts; else by spelling.
+        close = [o for o in known if o.startswith(flag)] or difflib.get_close_matches(
+            flag, known, n=1
+        )
+        hint = f" Did you mean {close[0]}?" if close else ""
+        return f"unknown flag {flag}.{hint} See `{self.prog} --help`"
+
+    def error(self, message: str) -> NoReturn:
+        # argparse's "PROG: error: MESSAGE", without the usage block it prints above it.
+        stderr.print(f"{escape(self.prog)}: [bold red]error:[/] {escape(message)}")
+        self.exit(EXIT_USAGE)
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +90,10 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     job = parser.add_argument_group("job (each overrides the spec file's field)")
     job.add_argument("-m", "--module", help="run a Python module, as `python -m MODULE`")
     job.add_argument(
-        "--no-python", action="store_true", help="SCRIPT is an executable, not a Python script"
+        "--no-python",
+        "--no_python",
+        action="store_true",
+        help="SCRIPT is an executable, not a Python script",
     )
     job.add_argument("--hosts", type=int, metavar="N", help="number of hosts (instance_count)")
     job.add_argument("--procs-per-host", type=int, metavar="M", help="processes per host")
@@ -62,6 +116,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "--ranks", metavar="R[,R...]", help="show only these ranks' output on the console"
     )
     job.add_argument("--no-tag", action="store_true", help="do not prefix lines with [host,rank]")
+    torchrun_flags.add_torchrun_arguments(parser)
 
 
 def _pairs(values: list[str], flag: str) -> dict[str, str]:
@@ -116,6 +171,10 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _note(text: str) -> None:
+    stderr.print(f"[yellow]note:[/] {escape(text)}")
+
+
 def _entry_from(args: argparse.Namespace, script_args: list[str]) -> dict[str, Any]:
     """The entry point fields from SCRIPT / -m / --no-python."""
     if args.module:
@@ -126,12 +185,16 @@ def _entry_from(args: argparse.Namespace, script_args: list[str]) -> dict[str, A
         raise SpecError([Problem("SPEC|SCRIPT", "give a job spec (.yaml), a script, or -m MODULE")])
     if args.no_python:
         return {"command": [args.target], "args": script_args}
-    script = Path(args.target)
     if args.source_dir:
         return {"entry_point": args.target, "args": script_args}
+    # As under torchrun, the processes start in the caller's working directory (relative
+    # paths in the script's arguments mean what they mean here); the script is found
+    # from there, or by its absolute path when it lies outside.
+    script = Path(_absolute(args.target))
+    here = Path.cwd().resolve()
     return {
-        "entry_point": script.name,
-        "source_dir": _absolute(str(script.parent)),
+        "entry_point": str(script.relative_to(here) if script.is_relative_to(here) else script),
+        "source_dir": str(here),
         "args": script_args,
     }
 
@@ -168,13 +231,24 @@ def load_job(args: argparse.Namespace) -> JobSpec:
         script_args = list(args.args)
         if script_args[:1] == ["--"]:
             script_args = script_args[1:]
-    overrides = overrides_from(args)
-    if is_spec:
-        if script_args:
-            overrides["args"] = script_args
-        spec, warnings = load_file(Path(args.target), overrides)
-    else:
-        spec, warnings = load(_entry_from(args, script_args), Path.cwd(), overrides)
+    torchrun, notes = torchrun_flags.spec_overrides(args)
+    overrides = deep_merge(overrides_from(args), torchrun)
+    if script_args and is_spec:
+        overrides["args"] = script_args
+
+    def load_with(extra: dict[str, Any]) -> tuple[JobSpec, list[Problem]]:
+        merged = deep_merge(overrides, extra)
+        if is_spec:
+            return load_file(Path(args.target), merged)
+        return load(_entry_from(args, script_args), Path.cwd(), merged)
+
+    spec, warnings = load_with({})
+    # torchrun's console and `auto` flags count processes per host: known once loaded.
+    console, more_notes = torchrun_flags.console_overrides(args, spec)
+    if console:
+        spec, warnings = load_with(console)
+    for note in notes + more_notes:
+        _note(note)
     for w in warnings:
         stderr.print(f"[yellow]warning:[/] {escape(str(w))}")
     return spec

@@ -11,6 +11,20 @@ from __future__ import annotations
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 """torchrun's default ``--signals-to-handle``, which its agent exports to every worker."""
 
+ERROR_FILE_SUFFIX = ".error.json"
+FINISHED_SUFFIX = ".finished"
+
+
+def finished_marker(error_file: str) -> str:
+    """The file tenter's bootstrap writes next to a rank's error file once the user's script
+    has returned (or called ``sys.exit(0)``): ``logs/rank-N.error.json`` ->
+    ``logs/rank-N.finished``.
+
+    A rank with this marker did all its work. A signal after it (native code crashing in
+    interpreter teardown: gloo threads, a crash handler dumping threads at shutdown) is a
+    crash at exit of a finished rank, never the job's root cause."""
+    return error_file.removesuffix(ERROR_FILE_SUFFIX) + FINISHED_SUFFIX
+
 
 def torchrun_env(
     *,

@@ -9,16 +9,29 @@ The error file is written the moment the failure happens, before the process's s
 teardown (interpreter finalisation with torch loaded can take a second): the launcher
 watches for it to stop the job at once and to name the root cause with its traceback.
 Scripts need no ``@record`` decorator of their own.
+
+When the script returns (or exits with status 0) the bootstrap marks the rank finished
+(:func:`tenter.contract.torchrun.finished_marker`) and tears down what the script left: a
+default process group it never destroyed is destroyed, and the fault handler is switched
+off. On torch 2.13 a script that skips ``destroy_process_group`` aborts in about half of
+its gloo runs at exit ("terminate called without an active exception", SIGABRT: gloo's
+threads are still joinable when the interpreter ends) under torchrun too; and the fault
+handler, dumping every thread while they are being torn down, can itself crash (SIGSEGV).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import runpy
 import sys
+import time
 import traceback
 
+import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+from tenter.contract.torchrun import finished_marker
 
 
 def run(argv: list[str]) -> None:
@@ -33,6 +46,23 @@ def run(argv: list[str]) -> None:
         raise SystemExit("usage: python -m tenter.runtime.bootstrap SCRIPT|-m MODULE [ARGS...]")
 
 
+def _finish() -> None:
+    """The script returned: say so, then release what it left for interpreter teardown."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        try:
+            with open(finished_marker(error_file), "w") as marker:
+                marker.write(f"{time.time()}\n")
+        except OSError as e:  # the marker informs the report; the script's success stands
+            print(f"tenter: cannot mark the rank finished: {e}", file=sys.stderr)
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception as e:  # the script succeeded; tenter's own cleanup must not fail it
+            print(f"tenter: cannot destroy the process group: {e}", file=sys.stderr)
+    faulthandler.disable()
+
+
 def main(argv: list[str]) -> int:
     handler = get_error_handler()
     handler.initialize()  # a fatal signal (SIGSEGV...) also leaves a Python stack in the file
@@ -45,6 +75,7 @@ def main(argv: list[str]) -> int:
         run(argv)
     except SystemExit as e:
         if e.code in (None, 0):
+            _finish()
             return 0
         if not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
@@ -56,6 +87,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         handler.record_exception(e)
         return 1
+    _finish()
     return 0
 
 

@@ -399,7 +399,8 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
             warnings.append(
                 Problem(
                     "processes_per_host",
-                    f"{world} processes on {itype.cpus} CPU cores: they will share cores, "
+                    f"{procs} per host x {spec.instance_count} hosts = {world} processes on "
+                    f"{itype.cpus} CPU cores: they will share cores, "
                     "and run slower than on separate hosts",
                 )
             )
