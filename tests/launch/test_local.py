@@ -139,3 +139,11 @@ def test_digits_example_reaches_the_accuracy_target_on_2x2() -> None:
     assert "[algo-2," not in done.stdout  # logs.ranks: [0]
     assert (done.job_dir / "logs/rank-3.stdout").exists()
     assert_nothing_left(done.job_dir)
+
+
+def test_a_job_whose_ranks_crashed_after_finishing_their_script_succeeds() -> None:
+    done = tenter("run", "--hosts", "1", "--procs-per-host", "2", str(SCRIPTS / "crash_at_exit.py"))
+    assert done.returncode == 0, done.stderr
+    assert "succeeded in" in done.stderr
+    assert "finished its script, then ended with signal 6 (SIGABRT" in done.stderr
+    assert_nothing_left(done.job_dir)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import HostPlan, Plan
+from tenter.contract.torchrun import finished_marker
 from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult, write_result
 from tenter.launch.console import read_index
@@ -175,8 +176,11 @@ def _exit_code_of(message: str) -> int:
     return int(match.group(1)) if match else 1
 
 
-def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure], list[str]]:
-    """Every rank's failure in each host's last attempt, and agent-level errors.
+def collect_failures(
+    plan: Plan, stopped_at: float | None
+) -> tuple[list[Failure], list[str], list[str]]:
+    """Every rank's failure in each host's last attempt, agent-level errors, and the ranks that
+    finished their script and then crashed at exit (which are not failures).
 
     A rank failed if its error file exists (it recorded an exception or a non-zero exit;
     the file's mtime is when) or if its agent saw it exit badly (a signal, or a failure the
@@ -198,6 +202,7 @@ def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure
     for entry in entries:
         last_attempt[entry["host"]] = entry["attempt"]
     failures: list[Failure] = []
+    finished_then_crashed: list[str] = []
     for entry in entries:
         if entry["attempt"] != last_attempt[entry["host"]]:
             continue
@@ -206,6 +211,15 @@ def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure
         seen = reported.get(error_file)
         recorded = Path(error_file).exists()
         if seen is None and not recorded:
+            continue
+        if not recorded and Path(finished_marker(error_file)).exists():
+            # The script returned; the process died after, in native teardown (gloo's threads,
+            # a crash handler at shutdown): the rank's work is done, the job did not fail.
+            assert seen is not None
+            finished_then_crashed.append(
+                f"rank {entry['rank']} on {entry['host']} finished its script, then ended with "
+                f"{exit_meaning(seen['exit_code'])} during interpreter exit (not counted)"
+            )
             continue
         message, traceback = _read_error_file(error_file) if recorded else ("", "")
         if recorded:
@@ -237,7 +251,7 @@ def collect_failures(plan: Plan, stopped_at: float | None) -> tuple[list[Failure
                 secondary=killed_by_us or bool(_PEER_ERROR.search(message + traceback)),
             )
         )
-    return failures, agent_errors
+    return failures, agent_errors, finished_then_crashed
 
 
 def _who(f: Failure) -> str:
@@ -269,6 +283,8 @@ class Outcome:
     """Hosts an elastic job went on without, and why."""
     oom_kills: int | None = None
     """The kernel's OOM kills during the job; None where it does not say."""
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """Lines for every summary, succeeded or not (ranks that crashed after finishing)."""
 
 
 def _root_cause_lines(root: Failure, oom_kills: int | None) -> list[str]:
@@ -302,13 +318,18 @@ def render_summary(result: JobResult, plan: Plan, outcome: Outcome) -> str:
             [
                 head + f"succeeded in {result.duration_s:.1f} s ({size})",
                 *[f"  host {name} lost: {why}" for name, why in outcome.lost_hosts.items()],
+                *[f"  note: {note}" for note in outcome.notes],
                 f"  model:   {Path(survivor.dir) / 'model'}",
                 f"  outputs: {job_dir / 'hosts'}/*/output/data",
                 f"  logs:    {job_dir / 'logs'}",
             ]
         )
     state = "was interrupted" if result.interrupted else "FAILED"
-    lines = [head + f"{state} after {result.duration_s:.1f} s ({size})", *outcome.extra]
+    lines = [
+        head + f"{state} after {result.duration_s:.1f} s ({size})",
+        *outcome.extra,
+        *[f"note: {note}" for note in outcome.notes],
+    ]
     root = result.root_cause
     if root is not None:
         lines += _root_cause_lines(root, outcome.oom_kills)

@@ -257,7 +257,10 @@ class Supervisor:
 
     def _result(self, reason: str | None, stopped_at: float | None) -> JobResult:
         self.collect_extra_failures()
-        failures, agent_errors = report.collect_failures(self.plan, stopped_at)
+        failures, agent_errors, crashed_at_exit = report.collect_failures(self.plan, stopped_at)
+        if reason == "failed" and crashed_at_exit and not (failures or agent_errors):
+            # Every rank that "failed" had finished its script: the job did its work.
+            reason = None if not self.host_failures else reason
         extra = [*agent_errors, *self.extra]
         if reason == "max_run":
             extra.insert(0, f"stopped: max_run of {self.plan.max_run} s exceeded")
@@ -268,6 +271,7 @@ class Supervisor:
             interrupted=reason == "interrupted",
             rdzv_endpoint=f"{self.listen_addr}:{self.rdzv_port}",
             extra=extra,
+            notes=crashed_at_exit,
             lost_hosts=self.lost_hosts,
             oom_kills=None
             if oom_kills_after is None or self._oom_kills_before is None

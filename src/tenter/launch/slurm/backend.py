@@ -217,14 +217,17 @@ def slurm_state(slurm_id: str) -> SlurmState:
 def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     """The job's result from its files (the agents' reports and error files) and Slurm's
     final state; writes summary.json and each host's output/success|failure."""
-    failures, agent_errors = report.collect_failures(plan, None)
+    failures, agent_errors, crashed_at_exit = report.collect_failures(plan, None)
     port_file = Path(plan.job_dir) / PORT_FILE
     code = 0 if state.name == "COMPLETED" else EXIT_BY_STATE.get(state.name, ExitCode.JOB_FAILED)
+    if code == ExitCode.JOB_FAILED and crashed_at_exit and not (failures or agent_errors):
+        code = 0  # every rank that "failed" had finished its script
     outcome = report.Outcome(
         exit_code=code,
         duration_s=duration,
         interrupted=state.name == "CANCELLED",
         rdzv_endpoint=port_file.read_text().strip() if port_file.exists() else "",
         extra=[f"Slurm job state: {state.name}{state.detail}", *agent_errors],
+        notes=crashed_at_exit,
     )
     return report.record_result(plan, failures, outcome)
