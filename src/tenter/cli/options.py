@@ -120,17 +120,24 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _pairs(values: list[str], flag: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for value in values:
         key, sep, val = value.partition("=")
         if not sep or not key:
             raise SpecError([Problem(flag, f"'{value}' is not KEY=VALUE")])
+        if key in out:  # as duplicate keys in a spec file: the last must not silently win
+            raise SpecError(
+                [Problem(flag, f"{key} is given twice ({key}={out[key]}, {value}); give it once")]
+            )
         out[key] = val
     return out
 
 
-def _absolute(path: str) -> str:
-    return str(Path(path).expanduser().resolve())
+def _absolute(path: str, flag: str) -> str:
+    try:
+        return str(Path(path).expanduser().resolve())
+    except RuntimeError as e:  # expanduser: "~nobody-such" names no user
+        raise SpecError([Problem(flag, f"'{path}': {e}; give an existing path")]) from None
 
 
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -149,13 +156,14 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
             out[field] = getattr(args, flag)
     for flag, field in (("source_dir", "source_dir"), ("output_dir", "output_dir")):
         if getattr(args, flag):
-            out[field] = _absolute(getattr(args, flag))
+            out[field] = _absolute(getattr(args, flag), f"--{flag.replace('_', '-')}")
     if args.env:
         out["environment"] = _pairs(args.env, "--env")
     if args.hp:
         out["hyperparameters"] = _pairs(args.hp, "--hp")
     if args.channel:
-        out["channels"] = {k: _absolute(v) for k, v in _pairs(args.channel, "--channel").items()}
+        channels = _pairs(args.channel, "--channel")
+        out["channels"] = {k: _absolute(v, "--channel") for k, v in channels.items()}
     logs: dict[str, Any] = {}
     if args.ranks:
         try:
@@ -190,7 +198,7 @@ def _entry_from(args: argparse.Namespace, script_args: list[str]) -> dict[str, A
     # As under torchrun, the processes start in the caller's working directory (relative
     # paths in the script's arguments mean what they mean here); the script is found
     # from there, or by its absolute path when it lies outside.
-    script = Path(_absolute(args.target))
+    script = Path(_absolute(args.target, "SCRIPT"))
     here = Path.cwd().resolve()
     return {
         "entry_point": str(script.relative_to(here) if script.is_relative_to(here) else script),
