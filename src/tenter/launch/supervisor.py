@@ -28,7 +28,7 @@ from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult
 from tenter.launch import hang, report
 from tenter.launch.console import EventFeed, say
-from tenter.launch.processes import STOP_GRACE_S, job_processes, kill_all
+from tenter.launch.processes import STOP_GRACE_S, dies_with_parent, job_processes, kill_all
 from tenter.launch.store import serve_store
 
 POLL_S = 0.05
@@ -137,6 +137,26 @@ class Supervisor:
 
     def collect_extra_failures(self) -> None:
         """Before the result is read: record failures only the launcher saw."""
+
+    def spawn(self, argv: list[str], env: dict[str, str], log_name: str) -> None:
+        """Start one of the job's processes, its output in ``logs/<log_name>``.
+
+        In a session of its own (Ctrl-C in a terminal reaches the launcher only, which stops
+        the job in order), and told by the kernel when the launcher dies, even by SIGKILL: it
+        then stops its part of the job as on a cancel."""
+        with open(Path(self.plan.job_dir) / "logs" / log_name, "wb") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    argv,
+                    env={**os.environ, **env},
+                    cwd=self.plan.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=dies_with_parent(signal.SIGTERM),
+                )
+            )
 
     # ---- the loop ----
 

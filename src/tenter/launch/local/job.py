@@ -8,9 +8,7 @@ plan's spare hosts, which enters at the next rendezvous round.
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
-import subprocess
 from pathlib import Path
 
 from tenter.contract.plan import HostPlan, Plan
@@ -18,7 +16,7 @@ from tenter.jobdir import layout
 from tenter.launch import report
 from tenter.launch.api import python_executable
 from tenter.launch.console import say
-from tenter.launch.processes import dies_with_parent, env_of, job_processes, kill_all
+from tenter.launch.processes import env_of, job_processes, kill_all
 from tenter.launch.supervisor import Supervisor
 
 
@@ -44,30 +42,20 @@ class LocalJob(Supervisor):
         plan_file = str(Path(self.plan.job_dir) / layout.PLAN_FILE)
         log_path = Path(self.plan.job_dir) / "logs" / f"agent-{host.name}.log"
         self._agent_logs[host.index] = str(log_path)
-        with open(log_path, "wb") as log:
-            self.procs.append(
-                subprocess.Popen(
-                    [
-                        python_executable(),
-                        "-m",
-                        "tenter.launch.agent",
-                        plan_file,
-                        str(host.index),
-                        str(self.rdzv_port),
-                    ],
-                    env={**os.environ, **host.env},
-                    cwd=self.plan.cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    # Ctrl-C in a terminal reaches the launcher only, which stops the
-                    # hosts in order rather than all processes at once.
-                    start_new_session=True,
-                    # If the launcher dies, even by SIGKILL, each agent stops its workers
-                    # as on a cancel (SIGTERM, SIGKILL after the grace period).
-                    preexec_fn=dies_with_parent(signal.SIGTERM),
-                )
-            )
+        # If the launcher dies, even by SIGKILL, each agent stops its workers as on a cancel
+        # (SIGTERM, SIGKILL after the grace period).
+        self.spawn(
+            [
+                python_executable(),
+                "-m",
+                "tenter.launch.agent",
+                plan_file,
+                str(host.index),
+                str(self.rdzv_port),
+            ],
+            host.env,
+            log_path.name,
+        )
 
     def check_processes(self) -> str:
         """running, succeeded, or failed."""

@@ -22,8 +22,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -34,7 +32,6 @@ from tenter.errors import MissingToolError
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
 from tenter.launch.mpirun import MPIRUN, mpirun_argv
-from tenter.launch.processes import dies_with_parent
 from tenter.launch.report import AGENT_RESULT
 from tenter.launch.supervised import SupervisedBackend
 from tenter.launch.supervisor import Supervisor
@@ -102,21 +99,9 @@ class MpiJob(Supervisor):
     def start_processes(self) -> None:
         argv = [arg.replace(MASTER_PORT, str(self.rdzv_port)) for arg in self.plan.launcher]
         argv[0] = shutil.which(argv[0]) or argv[0]
-        with open(Path(self.plan.job_dir) / "logs" / MPIRUN_LOG, "wb") as log:
-            self.procs.append(
-                subprocess.Popen(
-                    argv,
-                    # mpirun itself carries the job id, so the final sweep finds it too.
-                    env={**os.environ, "TENTER_JOB_ID": self.plan.job_id},
-                    cwd=self.plan.cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    # A launcher killed even by SIGKILL still stops mpirun, which stops the ranks.
-                    preexec_fn=dies_with_parent(signal.SIGTERM),
-                )
-            )
+        # mpirun itself carries the job id, so the final sweep finds it too; a launcher killed
+        # even by SIGKILL still stops mpirun, which stops the ranks.
+        self.spawn(argv, {"TENTER_JOB_ID": self.plan.job_id}, MPIRUN_LOG)
 
     def collect_extra_failures(self) -> None:
         """Ranks mpirun saw die by a signal, as agent results (what an agent would report)."""
