@@ -1,0 +1,295 @@
+"""A private network of hosts on this machine, held by processes.
+
+::
+
+    with HostNetwork(["algo-1", "algo-2"]) as net:
+        subprocess.run([*net.enter("algo-2"), "hostname"])     # -> algo-2
+        net.partition("algo-2"); net.heal("algo-2")
+
+Every namespace is held by one small process (``sleep infinity``) started with
+``PR_SET_PDEATHSIG``: when the thread that created the network dies, however it dies, the
+holders die, the kernel frees their namespaces, and with them every link and the bridge.
+Nothing is created in the caller's own network namespace and nothing is named in the file
+system (no ``ip netns add``), so there is nothing to leak and no name to clash with another
+job: two jobs can use the same addresses at the same time.
+
+Layout: a *switch* namespace holds the bridge (``br0``, :data:`SWITCH_ADDR`, where the
+launcher's servers listen: :meth:`HostNetwork.listen`); each host namespace has its own
+hostname, its own ``/dev/shm`` (a tmpfs in its own mount namespace) and one interface,
+:data:`HOST_NIC`, a veth whose other end is a port of the bridge. A partition takes that port
+down: the host's packets go nowhere, as when a cable or a top-of-rack switch fails.
+
+Written on ``unshare``/``nsenter``/``ip`` (util-linux, iproute2) rather than on a library:
+pyroute2 would add a dependency for the dozen commands this needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from tenter.launch.processes import dies_with_parent
+
+SUBNET = ipaddress.IPv4Network("198.18.0.0/15")
+"""RFC 2544's range for benchmarking networks: neither private nor public, never routed."""
+SWITCH_ADDR = "198.18.0.1"
+HOST_NIC = "eth0"
+BRIDGE = "br0"
+MAX_HOSTS = 156
+"""Host ``i`` is 198.18.(100 + i).1: string order is host order (torch elastic's rendezvous
+ranks hosts by sorting addresses) while the third octet stays below 256."""
+
+
+def host_addr(index: int) -> str:
+    """The address of host ``index`` (0-based)."""
+    if not 0 <= index < MAX_HOSTS:
+        raise ValueError(f"host index {index} outside 0..{MAX_HOSTS - 1}")
+    return f"198.18.{100 + index}.1"
+
+
+def _port_name(index: int) -> str:
+    return f"port{index}"
+
+
+@dataclass
+class Namespaces:
+    """New namespaces and the process that holds them."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+@dataclass
+class HostNetwork:
+    """Hosts named ``hostnames`` (in order: host ``i`` gets :func:`host_addr` ``(i)``) on one
+    bridge. ``user_namespace``: create the namespaces inside a user namespace of their own,
+    for a caller without root (needs unprivileged user namespaces)."""
+
+    hostnames: list[str]
+    user_namespace: bool = False
+    switch: Namespaces | None = None
+    hosts: dict[str, Namespaces] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.hostnames) > MAX_HOSTS:
+            raise ValueError(f"{len(self.hostnames)} hosts: at most {MAX_HOSTS} fit")
+
+    # ---- life cycle ----
+
+    def __enter__(self) -> HostNetwork:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        try:
+            self.switch = self._hold("switch", unshare=self._unshare_flags(switch=True))
+            self._in_switch("ip", "link", "add", BRIDGE, "type", "bridge")
+            self._in_switch("ip", "addr", "add", f"{SWITCH_ADDR}/{SUBNET.prefixlen}", "dev", BRIDGE)
+            self._in_switch("ip", "link", "set", BRIDGE, "up")
+            self._in_switch("ip", "link", "set", "lo", "up")
+            for index, name in enumerate(self.hostnames):
+                self.add_host(index, name)
+        except BaseException:
+            self.close()
+            raise
+
+    def add_host(self, index: int, name: str) -> None:
+        """Start host ``name`` at address ``host_addr(index)`` and plug it into the bridge."""
+        assert self.switch is not None
+        # Created from inside the switch's user namespace (if any), so that the switch and
+        # every host share one owner and the veth can join them.
+        host = self._hold(name, unshare=self._unshare_flags(switch=False), hostname=name)
+        self.hosts[name] = host
+        port = _port_name(index)
+        self._in_switch(
+            "ip",
+            "link",
+            "add",
+            port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            HOST_NIC,
+            "netns",
+            str(host.pid),
+        )
+        self._in_switch("ip", "link", "set", port, "master", BRIDGE, "up")
+        self._in_host(
+            name, "ip", "addr", "add", f"{host_addr(index)}/{SUBNET.prefixlen}", "dev", HOST_NIC
+        )
+        self._in_host(name, "ip", "link", "set", HOST_NIC, "up")
+        self._in_host(name, "ip", "link", "set", "lo", "up")
+
+    def close(self) -> None:
+        """Stop the holders; the kernel frees the namespaces once their last process is gone."""
+        holders = [*self.hosts.values(), *([self.switch] if self.switch else [])]
+        for ns in holders:
+            if ns.proc.poll() is None:
+                ns.proc.kill()
+            ns.proc.wait()
+        self.hosts.clear()
+        self.switch = None
+
+    # ---- using it ----
+
+    def enter(self, host: str, cwd: str | None = None) -> list[str]:
+        """The argv prefix that runs a command on ``host``: its network, hostname and
+        ``/dev/shm``, in ``cwd`` (joining a mount namespace resets the working directory)."""
+        return self._nsenter(self.hosts[host], mount=True, cwd=cwd)
+
+    def enter_switch(self, cwd: str | None = None) -> list[str]:
+        """The argv prefix that runs a command on the switch's network (a login node)."""
+        assert self.switch is not None
+        return self._nsenter(self.switch, mount=False, cwd=cwd)
+
+    def partition(self, host: str) -> None:
+        """Cut ``host`` off the network (its bridge port down)."""
+        self._in_switch("ip", "link", "set", self._port_of(host), "down")
+
+    def heal(self, host: str) -> None:
+        self._in_switch("ip", "link", "set", self._port_of(host), "up")
+
+    def is_partitioned(self, host: str) -> bool:
+        out = self._in_switch("ip", "-o", "link", "show", self._port_of(host))
+        flags = out.partition("<")[2].partition(">")[0].split(",")
+        return "UP" not in flags
+
+    def listen(self, port: int = 0, backlog: int = 1024) -> socket.socket:
+        """A listening TCP socket on :data:`SWITCH_ADDR`, in the switch's network: every host
+        reaches it over the bridge."""
+        assert self.switch is not None
+        return socket_in(self.enter_switch(), (SWITCH_ADDR, port), backlog)
+
+    # ---- internals ----
+
+    def _port_of(self, host: str) -> str:
+        return _port_name(self.hostnames.index(host))
+
+    def _unshare_flags(self, switch: bool) -> list[str]:
+        flags = ["--net", "--uts"]
+        if not switch:
+            flags += ["--mount", "--propagation", "private"]
+        if self.user_namespace and switch:
+            flags = ["--user", "--map-root-user", *flags]
+        return flags
+
+    def _hold(self, name: str, unshare: list[str], hostname: str | None = None) -> Namespaces:
+        """A process in new namespaces that sets them up, says ``ready`` and sleeps until
+        its creator dies."""
+        setup = 'hostname "$1"'
+        if "--mount" in unshare:
+            setup += " && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm"
+        script = f"{setup} && echo ready && exec sleep infinity"
+        prefix = []
+        if self.user_namespace and self.switch is not None:
+            # Hosts live in the switch's user namespace, where this user is root.
+            prefix = [
+                "nsenter",
+                f"--target={self.switch.pid}",
+                "--user",
+                "--preserve-credentials",
+                "--",
+            ]
+        argv = [
+            *prefix,
+            "unshare",
+            *unshare,
+            "--",
+            "sh",
+            "-c",
+            script,
+            "tenter-ns",
+            hostname or name,
+        ]
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=dies_with_parent(signal.SIGKILL),
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        if proc.stdout.readline().strip() != b"ready":
+            proc.kill()
+            proc.wait()
+            err = proc.stderr.read().decode(errors="replace").strip()
+            raise OSError(f"cannot create the namespaces of {name}: {err or 'no reason given'}")
+        proc.stdout.close()
+        proc.stderr.close()
+        return Namespaces(name, proc)
+
+    def _nsenter(self, ns: Namespaces, mount: bool, cwd: str | None) -> list[str]:
+        argv = ["nsenter", f"--target={ns.pid}"]
+        if self.user_namespace:
+            argv += ["--user", "--preserve-credentials"]
+        argv += ["--net", "--uts"]
+        if mount:
+            argv.append("--mount")
+        if cwd is not None:
+            argv.append(f"--wd={cwd}")
+        return [*argv, "--"]
+
+    def _in_switch(self, *argv: str) -> str:
+        return _run([*self.enter_switch(), *argv])
+
+    def _in_host(self, host: str, *argv: str) -> str:
+        return _run([*self.enter(host), *argv])
+
+
+def _run(argv: list[str]) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise OSError(f"{' '.join(argv)}: {done.stderr.strip() or f'exit {done.returncode}'}")
+    return done.stdout
+
+
+_MAKE_LISTENER = """
+import socket, sys
+channel = socket.socket(fileno=int(sys.argv[1]))
+listener = socket.create_server((sys.argv[2], int(sys.argv[3])), backlog=int(sys.argv[4]))
+socket.send_fds(channel, [b"fd"], [listener.fileno()])
+"""
+
+
+def socket_in(enter: list[str], addr: tuple[str, int], backlog: int) -> socket.socket:
+    """A listening socket created in another network namespace (``enter``: the argv prefix
+    that runs a command there).
+
+    A socket stays in the namespace it was created in. A child in that namespace creates it
+    and hands it over a Unix socket (SCM_RIGHTS): unlike ``setns`` in a thread of this
+    process, this also works where the namespace belongs to a user namespace of its own."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        argv = [*enter, sys.executable, "-c", _MAKE_LISTENER, str(theirs.fileno())]
+        argv += [addr[0], str(addr[1]), str(backlog)]
+        done = subprocess.run(argv, pass_fds=[theirs.fileno()], capture_output=True, text=True)
+        if done.returncode:
+            raise OSError(f"cannot listen on {addr[0]}:{addr[1]}: {done.stderr.strip()}")
+        _, fds, _, _ = socket.recv_fds(ours, 16, 1)
+    return socket.socket(fileno=fds[0])
+
+
+def interfaces_in(subnet: ipaddress.IPv4Network = SUBNET) -> list[str]:
+    """Interfaces of this network namespace with an address in ``subnet``."""
+    out = _run(["ip", "-o", "-4", "addr", "show"])
+    found = []
+    for line in out.splitlines():
+        parts = line.split()
+        with contextlib.suppress(ValueError, IndexError):
+            if ipaddress.ip_interface(parts[3]).network.overlaps(subnet):
+                found.append(parts[1])
+    return found
