@@ -174,7 +174,7 @@ def run_host(plan: Plan, host: HostPlan, rdzv_port: int) -> AgentResult:
     params = RendezvousParameters(
         backend=plan.rdzv_backend,
         endpoint=plan.rdzv_endpoint.replace(RDZV_PORT, str(rdzv_port)),
-        run_id=plan.job_id,
+        run_id=plan.run_id(host),
         min_nodes=plan.min_hosts,
         max_nodes=plan.max_hosts,
         local_addr=host.addr,
