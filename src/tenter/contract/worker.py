@@ -69,6 +69,10 @@ PLACEMENT_PREFIXES = ("SM_CHANNEL_",)
 """Families of placement variables: ``SM_CHANNEL_<NAME>`` is a path."""
 
 
+QUORUM_RETRIES = "59"
+"""``TORCHFT_QUORUM_RETRIES`` of a ``fault_tolerance`` job unless its ``environment`` sets it."""
+
+
 def is_placement(name: str) -> bool:
     return name in PLACEMENT or name.startswith(PLACEMENT_PREFIXES)
 
@@ -152,6 +156,11 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
             "NUM_REPLICA_GROUPS": str(spec.fault_tolerance.replica_groups),
             "TENTER_MIN_REPLICAS": str(spec.fault_tolerance.min_replicas),
         }
+        # A manager whose quorum request fails (the lighthouse died) retries it, against the
+        # lighthouse the launcher restarted, instead of hanging until its quorum timeout
+        # (torchft's default: no retry). Each retry waits quorum_timeout / (retries + 1):
+        # a second, with torchft's 60 s timeout.
+        env.setdefault("TORCHFT_QUORUM_RETRIES", QUORUM_RETRIES)
     if spec.elastic.max_restarts > 0:
         # torch reuses rank 0's shared store across rendezvous rounds without a per-round
         # prefix, so a restarted group would read the previous attempt's gloo addresses.

@@ -90,7 +90,8 @@ class _HealWatch(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         match = _HEALING.search(record.getMessage())
-        if match is None:
+        # At step 0 it is torchft's first weight sync (init_sync), not a recovery.
+        if match is None or match.group(2) == "0":
             return
         append_line(
             self._job_dir / EVENTS_FILE,
