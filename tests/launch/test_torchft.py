@@ -1,0 +1,110 @@
+"""Per-step fault tolerance with torchft (``fault_tolerance``) on the local backend: two replica
+groups of one host and one process each, training examples/torchft/train.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from tests.conftest import REPO, Background, assert_nothing_left, port_is_free
+from tests.launch.specs import write_spec
+
+pytestmark = pytest.mark.slow
+
+TRAIN = str(REPO / "examples" / "torchft" / "train.py")
+
+
+def ft_spec(tmp_path: Path, steps: int, **environment: str) -> Path:
+    """Two groups that both must train every step (min_replicas 2): a group that stops
+    stops the step, so a fault at step N is met at step N whatever the machine's load."""
+    return write_spec(
+        tmp_path,
+        "ft_faults.py",
+        args=[TRAIN, "--steps", str(steps)],
+        instance_count=2,
+        processes_per_host=1,
+        environment={"RUST_LOG": "warn", **environment},
+        elastic={"max_restarts": 1},
+        fault_tolerance={"replica_groups": 2, "min_replicas": 2},
+    )
+
+
+def events(job_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()]
+
+
+def assert_same_model(job_dir: Path) -> None:
+    """Every group ends with the same parameters: the healed one took its peer's state."""
+    first = torch.load(job_dir / "hosts/algo-1/model/model.pt")
+    second = torch.load(job_dir / "hosts/algo-2/model/model.pt")
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def assert_lighthouse_gone(out: str) -> None:
+    (port,) = set(re.findall(r"torchft lighthouse at http://127\.0\.0\.1:(\d+)", out))
+    assert port_is_free("127.0.0.1", int(port))
+
+
+def test_a_killed_group_restarts_alone_and_heals_from_its_peer_at_the_current_step(
+    tmp_path: Path,
+) -> None:
+    spec = ft_spec(tmp_path, steps=30, FT_KILL_GROUP="1", FT_KILL_AT="12")
+    run = Background("run", str(spec))
+    out = run.finish()
+    assert run.proc.returncode == 0, out
+    assert "tenter: replica group 1 lost at step 12 (algo-2: a worker failed" in out
+    healed = re.search(r"tenter: replica group 1 healed at step (\d+) from group 0", out)
+    assert healed, out
+    assert int(healed.group(1)) >= 12  # no step lost: it resumed where its peer was
+    seen = events(run.job_dir)
+    assert [e["host"] for e in seen if e["event"] == "restart"] == ["algo-2"]
+    assert [e["host"] for e in seen if e["event"] == "rendezvous"].count("algo-1") == 1
+    lost = [e for e in seen if e["event"] == "replica_lost"]
+    assert [(e["group"], e["step"]) for e in lost] == [(1, 12)]
+    assert [(e["group"], e["source"]) for e in seen if e["event"] == "replica_healed"] == [(1, 0)]
+    assert "done after 30 steps" in (run.job_dir / "logs/rank-0.stdout").read_text()
+    assert_same_model(run.job_dir)
+    assert (run.job_dir / "logs/lighthouse.log").exists()
+    assert_lighthouse_gone(out)
+    assert_nothing_left(run.job_dir)
+
+
+def lighthouse_of(job_id: str) -> psutil.Process:
+    (proc,) = [
+        p
+        for p in psutil.process_iter(["cmdline", "environ"])
+        if (p.info["environ"] or {}).get("TENTER_JOB_ID") == job_id
+        and "tenter.launch.lighthouse" in (p.info["cmdline"] or [])
+    ]
+    return proc
+
+
+def test_a_killed_lighthouse_is_restarted_and_the_groups_train_on(tmp_path: Path) -> None:
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    spec = ft_spec(
+        tmp_path, steps=30, FT_PAUSE_GROUP="0", FT_PAUSE_AT="10", FT_PAUSE_DIR=str(pause)
+    )
+    run = Background("run", str(spec))
+    run.wait_for("torchft lighthouse at")
+    # Group 0 waits after its step 10: the next quorum is asked of the restarted lighthouse.
+    run.wait_for("paused after step 10")
+    os.kill(lighthouse_of(run.job_dir.name).pid, signal.SIGKILL)
+    run.wait_for("torchft lighthouse exited (killed by signal 9); restarting it")
+    (pause / "go").write_text("")
+    out = run.finish()
+    assert run.proc.returncode == 0, out
+    seen = events(run.job_dir)
+    assert [e for e in seen if e["event"] in ("restart", "replica_lost")] == []
+    for rank in (0, 1):
+        assert "done after 30 steps" in (run.job_dir / f"logs/rank-{rank}.stdout").read_text()
+    assert_same_model(run.job_dir)
+    assert_lighthouse_gone(out)
+    assert_nothing_left(run.job_dir)
