@@ -7,13 +7,16 @@ import json
 import os
 import re
 import signal
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
 
-from tests.conftest import REPO, Background, assert_nothing_left, port_is_free
+from tests.conftest import REPO, Background, assert_nothing_left, port_is_free, tenter
+from tests.launch.slurm_cluster import queue, slurm_cluster
 from tests.launch.specs import write_spec
 
 pytestmark = pytest.mark.slow
@@ -108,3 +111,33 @@ def test_a_killed_lighthouse_is_restarted_and_the_groups_train_on(tmp_path: Path
     assert_same_model(run.job_dir)
     assert_lighthouse_gone(out)
     assert_nothing_left(run.job_dir)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[dict[str, str]]:
+    with slurm_cluster() as env, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", env["SLURM_CONF"])
+        yield env
+
+
+def test_a_replica_group_trains_under_torchfts_lighthouse_on_slurm(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    # The test cluster has one node: one replica group, with the lighthouse on that node.
+    spec = write_spec(
+        tmp_path,
+        "ft_faults.py",
+        args=[TRAIN, "--steps", "20"],
+        backend="slurm",
+        processes_per_host=1,
+        environment={"RUST_LOG": "warn"},
+        fault_tolerance={"replica_groups": 1, "min_replicas": 1},
+    )
+    done = tenter("run", str(spec))
+    assert done.returncode == 0, done.stderr
+    assert "done after 20 steps" in (done.job_dir / "logs/rank-0.stdout").read_text()
+    host, port = (done.job_dir / "lighthouse-port").read_text().split(":")
+    assert "torchft lighthouse listening on" in (done.job_dir / "logs/lighthouse.log").read_text()
+    assert port_is_free(socket.gethostbyname(host), int(port))
+    assert queue(slurm) == []
+    assert_nothing_left(done.job_dir)
