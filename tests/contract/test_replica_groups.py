@@ -59,12 +59,12 @@ def test_torchs_variables_count_within_the_group_and_torchfts_name_it() -> None:
     assert env["TORCHFT_QUORUM_RETRIES"] == "59"
 
 
-def test_each_groups_ranks_have_their_own_log_files() -> None:
+def test_each_groups_ranks_have_their_own_job_wide_rank_and_log_files() -> None:
     plan = plan_4_hosts_in_2_groups()
-    # torch's agent names a rank by its RANK within the group; the file is the job-wide rank's.
-    stems = [
-        plan.log_stem(h.name, int(plan.rank_env(h, r)["RANK"]), 0)
-        for h in plan.hosts
-        for r in h.ranks
+    # torch's agent knows a rank by its RANK within the group: the job-wide rank names it.
+    ranks = [
+        plan.job_rank(h, int(plan.rank_env(h, r)["RANK"])) for h in plan.hosts for r in h.ranks
     ]
+    assert ranks == [r.rank for h in plan.hosts for r in h.ranks] == list(range(8))
+    stems = [plan.log_stem(h.name, r.rank, 0) for h in plan.hosts for r in h.ranks]
     assert stems == [f"{plan.job_dir}/logs/rank-{rank}" for rank in range(8)]

@@ -15,6 +15,7 @@ import psutil
 import pytest
 import torch
 
+from tenter.errors import ExitCode
 from tests.conftest import REPO, Background, assert_nothing_left, port_is_free, tenter
 from tests.launch.slurm_cluster import queue, slurm_cluster
 from tests.launch.specs import write_spec
@@ -24,8 +25,10 @@ pytestmark = pytest.mark.slow
 TRAIN = str(REPO / "examples" / "torchft" / "train.py")
 
 
-def ft_spec(tmp_path: Path, steps: int, **environment: str) -> Path:
-    """Two groups that both must train every step (min_replicas 2): a group that stops
+def ft_spec(
+    tmp_path: Path, steps: int, *, min_replicas: int = 2, max_restarts: int = 1, **environment: str
+) -> Path:
+    """Two groups; by default both must train every step (min_replicas 2): a group that stops
     stops the step, so a fault at step N is met at step N whatever the machine's load."""
     return write_spec(
         tmp_path,
@@ -34,8 +37,8 @@ def ft_spec(tmp_path: Path, steps: int, **environment: str) -> Path:
         instance_count=2,
         processes_per_host=1,
         environment={"RUST_LOG": "warn", **environment},
-        elastic={"max_restarts": 1},
-        fault_tolerance={"replica_groups": 2, "min_replicas": 2},
+        elastic={"max_restarts": max_restarts},
+        fault_tolerance={"replica_groups": 2, "min_replicas": min_replicas},
     )
 
 
@@ -76,6 +79,33 @@ def test_a_killed_group_restarts_alone_and_heals_from_its_peer_at_the_current_st
     assert_same_model(run.job_dir)
     assert (run.job_dir / "logs/lighthouse.log").exists()
     assert_lighthouse_gone(out)
+    assert_nothing_left(run.job_dir)
+
+
+def test_a_group_without_restarts_is_lost_and_the_job_goes_on_with_min_replicas(
+    tmp_path: Path,
+) -> None:
+    spec = ft_spec(
+        tmp_path, steps=30, min_replicas=1, max_restarts=0, FT_KILL_GROUP="1", FT_KILL_AT="12"
+    )
+    run = Background("run", str(spec))
+    out = run.finish()
+    assert run.proc.returncode == 0, out
+    assert "tenter: replica group 1 lost at step 12 (its restarts are spent)" in out
+    assert "host algo-2 lost: replica group 1 stopped: its restarts are spent" in out
+    assert "done after 30 steps" in (run.job_dir / "logs/rank-0.stdout").read_text()
+    assert [e["event"] for e in events(run.job_dir)].count("restart") == 0
+    assert_nothing_left(run.job_dir)
+
+
+def test_the_job_fails_when_fewer_than_min_replicas_groups_can_go_on(tmp_path: Path) -> None:
+    spec = ft_spec(tmp_path, steps=30, max_restarts=0, FT_KILL_GROUP="1", FT_KILL_AT="12")
+    run = Background("run", str(spec))
+    out = run.finish()
+    assert run.proc.returncode == ExitCode.JOB_FAILED, out
+    assert "tenter: replica group 1 lost at step 12 (its restarts are spent)" in out
+    assert "1 replica groups left, fewer than min_replicas 2" in out
+    assert "root cause: rank 1 on host algo-2" in out
     assert_nothing_left(run.job_dir)
 
 

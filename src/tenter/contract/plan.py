@@ -119,16 +119,16 @@ class Plan:
         """The rendezvous the host joins: its replica group's, or the job's."""
         return f"{self.job_id}-group-{host.replica_group}" if self.replica_groups else self.job_id
 
+    def job_rank(self, host: HostPlan, rank: int) -> int:
+        """The job-wide rank of torch's ``RANK`` on ``host``: in a replica group torch counts
+        within the group, and the job-wide rank (the group's first rank plus it) names the
+        rank's files, console lines and failures, so that groups never share one."""
+        return host.replica_group * self.hosts_per_group * self.procs_per_host + rank
+
     def log_stem(self, host: str, rank: int, attempt: int) -> str:
         """Where a worker's logs go: ``logs/rank-N`` for the planned first attempt, and a
         name with host and attempt for any other (a restart must not overwrite the output of
-        earlier attempts; after a membership change a rank number may move to another host).
-
-        In a replica group, torch's ``RANK`` counts within the group; N is the job-wide rank
-        (the group's first rank plus it), so that groups never share a file."""
-        if self.replica_groups:
-            group = next(h.replica_group for h in self.hosts if h.name == host)
-            rank += group * self.hosts_per_group * self.procs_per_host
+        earlier attempts; after a membership change a rank number may move to another host)."""
         planned = any(r.rank == rank for h in self.hosts if h.name == host for r in h.ranks)
         name = f"rank-{rank}"
         if attempt or not planned:
