@@ -26,7 +26,7 @@ from typing import Any
 from tenter.contract.plan import LIGHTHOUSE_PORT, Plan
 from tenter.contract.worker import REPLICA_HEALED, REPLICA_STEP_FILE
 from tenter.errors import TenterError
-from tenter.jobdir.records import EVENTS_FILE, append_line
+from tenter.jobdir.records import append_line
 from tenter.jobdir.results import JobResult
 from tenter.launch.console import EventFeed, say
 from tenter.launch.lighthouse import Lighthouse
@@ -41,8 +41,13 @@ def last_step(job_dir: str, group: int) -> int | None:
         return None
 
 
-def _at(step: int | None) -> str:
-    return f" at step {step}" if step is not None else " before its first step"
+REPLICA_LOST = "replica_lost"
+
+
+def _lost(event: dict[str, object]) -> str:
+    step = event.get("step")
+    at = f"at step {step}" if step is not None else "before its first step"
+    return f"replica group {event['group']} lost {at} ({event['why']})"
 
 
 class ReplicaEventFeed(EventFeed):
@@ -51,38 +56,30 @@ class ReplicaEventFeed(EventFeed):
     def __init__(self, plan: Plan) -> None:
         super().__init__(plan.job_dir)
         self._plan = plan
-        self._events = Path(plan.job_dir) / EVENTS_FILE
 
     def record(self, event: str, **fields: Any) -> None:
-        append_line(self._events, {"event": event, "time": time.time(), **fields})
+        """Add an event of the launcher's (printed when the feed reads it back)."""
+        append_line(self._path, {"event": event, "time": time.time(), **fields})
 
     def _show(self, event: dict[str, object]) -> None:
         kind = event["event"]
-        if kind == "replica_lost":
-            say(f"replica group {event['group']} lost{_at_field(event)} ({event['why']})")
+        if kind == REPLICA_LOST:
+            say(_lost(event))
         elif kind == REPLICA_HEALED:
             source = event.get("source")
             peer = f" from group {source}" if source is not None else ""
             say(f"replica group {event['group']} healed at step {event['step']}{peer}")
         else:
             if kind == "restart":
-                group = self._group_of(str(event["host"]))
-                step = last_step(self._plan.job_dir, group)
+                host = str(event["host"])
+                group = next(h.replica_group for h in self._plan.hosts if h.name == host)
                 self.record(
-                    "replica_lost",
+                    REPLICA_LOST,
                     group=group,
-                    step=step,
-                    why=f"{event['host']}: a worker failed; restarting the group",
+                    step=last_step(self._plan.job_dir, group),
+                    why=f"{host}: a worker failed; restarting the group",
                 )
             super()._show(event)
-
-    def _group_of(self, host: str) -> int:
-        return next(h.replica_group for h in self._plan.hosts if h.name == host)
-
-
-def _at_field(event: dict[str, object]) -> str:
-    step = event.get("step")
-    return _at(int(str(step)) if step is not None else None)
 
 
 class ReplicaGroupsJob(LocalJob):
@@ -173,7 +170,7 @@ class ReplicaGroupsJob(LocalJob):
         for name in names:
             self.lost_hosts[name] = f"replica group {group} stopped: {why}"
         self.feed.record(
-            "replica_lost", group=group, step=last_step(self.plan.job_dir, group), why=why
+            REPLICA_LOST, group=group, step=last_step(self.plan.job_dir, group), why=why
         )
 
     def on_tick(self) -> None:
