@@ -91,7 +91,10 @@ def test_a_group_without_restarts_is_lost_and_the_job_goes_on_with_min_replicas(
     run = Background("run", str(spec))
     out = run.finish()
     assert run.proc.returncode == 0, out
-    assert "tenter: replica group 1 lost at step 12 (its restarts are spent)" in out
+    # With min_replicas 1, group 0 may train ahead while group 1 starts: group 1 then joins
+    # (heals) past step 12, and dies at its first step from 12 on.
+    lost = re.search(r"tenter: replica group 1 lost at step (\d+) \(its restarts are spent\)", out)
+    assert lost and int(lost.group(1)) >= 12, out
     assert "host algo-2 lost: replica group 1 stopped: its restarts are spent" in out
     assert "done after 30 steps" in (run.job_dir / "logs/rank-0.stdout").read_text()
     assert [e["event"] for e in events(run.job_dir)].count("restart") == 0

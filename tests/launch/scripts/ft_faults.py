@@ -1,9 +1,10 @@
-"""Runs a torchft training script (argv[1:]) unchanged, except at one step of one replica
-group, right after that group committed it (``tenter.runtime.ft.Progress.step``):
+"""Runs a torchft training script (argv[1:]) unchanged, except right after one replica group
+committed a set step, or the first step past it (a group that joins late heals to its peers'
+step), in ``tenter.runtime.ft.Progress.step``:
 
 - FT_KILL_GROUP, FT_KILL_AT: the group's worker SIGKILLs itself (first attempt only);
 - FT_PAUSE_GROUP, FT_PAUSE_AT, FT_PAUSE_DIR: the group's worker prints "paused after step N"
-  and waits for DIR/go (a test does something to the job meanwhile, at a known step).
+  and waits for DIR/go (a test does something to the job meanwhile, at a known step), once.
 """
 
 import os
@@ -17,12 +18,14 @@ from tenter.runtime import ft
 
 first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
 original = ft.Progress.step
+paused: list[int] = []
 
 
 def at(prefix: str, step: int) -> bool:
-    return os.environ.get(f"{prefix}_GROUP") == str(ft.replica_group()) and os.environ.get(
-        f"{prefix}_AT"
-    ) == str(step)
+    """This is the group, and the step is the one set for the fault, or past it."""
+    return os.environ.get(f"{prefix}_GROUP") == str(ft.replica_group()) and step >= int(
+        os.environ[f"{prefix}_AT"]
+    )
 
 
 def step(self: ft.Progress) -> None:
@@ -30,7 +33,8 @@ def step(self: ft.Progress) -> None:
     done = self._manager.current_step()
     if first_attempt and at("FT_KILL", done):
         os.kill(os.getpid(), signal.SIGKILL)
-    if at("FT_PAUSE", done):
+    if at("FT_PAUSE", done) and not paused:
+        paused.append(done)
         print(f"paused after step {done}", flush=True)
         go = Path(os.environ["FT_PAUSE_DIR"]) / "go"
         while not go.exists():  # the test's signal, after what it did
