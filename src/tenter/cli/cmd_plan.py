@@ -104,6 +104,12 @@ def render(plan: Plan) -> str:
         f"rendezvous  c10d store at {plan.rdzv_endpoint} ({RDZV_PORT}: a free port chosen "
         "at launch)",
     ]
+    if plan.replica_groups:
+        lines.append(
+            f"replicas    {plan.replica_groups} groups of {plan.hosts_per_group} hosts, each its "
+            f"own rendezvous and restarts; min_replicas {plan.min_replicas}; torchft lighthouse "
+            f"at {plan.lighthouse}"
+        )
     if plan.max_run:
         lines.append(f"max run     {plan.max_run} s")
     if plan.launcher:
@@ -112,7 +118,8 @@ def render(plan: Plan) -> str:
         lines += ["", f"file {name}:", text.rstrip("\n")]
     lines += ["", "environment of every process:", *_env_lines(common, "  ")]
     for host in plan.hosts:
-        lines += ["", f"host {host.name} ({host.addr})  {host.dir}"]
+        group = f"  replica group {host.replica_group}" if plan.replica_groups else ""
+        lines += ["", f"host {host.name} ({host.addr})  {host.dir}{group}"]
         lines += _env_lines({k: v for k, v in host.env.items() if k not in common}, "  ")
         for rank in host.ranks:
             own = {k: v for k, v in rank.env.items() if k not in common}

@@ -26,6 +26,8 @@ from tenter.spec.limits import MAX_SIMULATED_HOSTS
 
 RDZV_PORT = "${rdzv_port}"
 MASTER_PORT = "${master_port}"
+LIGHTHOUSE_PORT = "${lighthouse_port}"
+"""The port of torchft's lighthouse (``fault_tolerance``), which the launcher binds at start."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class HostPlan:
     links: dict[str, str]
     """Symlinks to create under ``dir``: relative path -> target (input channels)."""
     ranks: list[RankPlan]
+    replica_group: int = 0
+    """The torchft replica group of the host (``fault_tolerance``; else 0)."""
 
 
 @dataclass(frozen=True)
@@ -92,10 +96,34 @@ class Plan:
     spare_hosts: list[HostPlan] = field(default_factory=list)
     """Hosts an elastic job may add up to ``max_hosts`` (``tenter join``), planned now so that
     what joins is what ``tenter plan`` showed."""
+    replica_groups: int = 0
+    """torchft replica groups (``fault_tolerance``): the hosts, in order, split into this many
+    equal groups, each its own rendezvous with its own restarts; 0: one world, no torchft."""
+    min_replicas: int = 0
+    lighthouse: str = ""
+    """Where torchft's lighthouse listens (``http://ADDR:${lighthouse_port}``): the launcher
+    binds ADDR, the job's address, never all interfaces."""
+    lighthouse_heartbeat_ms: int = 5000
+    """A replica group silent this long is out of the next quorum (torchft's default)."""
 
     @property
     def world_size(self) -> int:
         return self.procs_per_host * len(self.hosts)
+
+    @property
+    def hosts_per_group(self) -> int:
+        """Hosts in one rendezvous: a replica group's, or the whole job's."""
+        return len(self.hosts) // self.replica_groups if self.replica_groups else len(self.hosts)
+
+    def run_id(self, host: HostPlan) -> str:
+        """The rendezvous the host joins: its replica group's, or the job's."""
+        return f"{self.job_id}-group-{host.replica_group}" if self.replica_groups else self.job_id
+
+    def job_rank(self, host: HostPlan, rank: int) -> int:
+        """The job-wide rank of torch's ``RANK`` on ``host``: in a replica group torch counts
+        within the group, and the job-wide rank (the group's first rank plus it) names the
+        rank's files, console lines and failures, so that groups never share one."""
+        return host.replica_group * self.hosts_per_group * self.procs_per_host + rank
 
     def log_stem(self, host: str, rank: int, attempt: int) -> str:
         """Where a worker's logs go: ``logs/rank-N`` for the planned first attempt, and a
@@ -171,8 +199,15 @@ def make_plan(
         addrs = [simulated_host_addr(i) for i in range(spec.instance_count)]
     checkpoint_dir = spec.checkpoint.dir or str(job_dir / "checkpoints")
     restartable = elastic.max_restarts > 0
+    ft = spec.fault_tolerance
+    groups = ft.replica_groups if ft else 0
+    per_group = spec.instance_count // groups if groups else spec.instance_count
+    # The lighthouse listens where the launcher is: this machine's loopback for simulated
+    # hosts, the first host on a cluster.
+    lighthouse = f"http://{'127.0.0.1' if simulated else addrs[0]}:{LIGHTHOUSE_PORT}" if ft else ""
     hosts = []
     for index, (name, addr) in enumerate(zip(names, addrs, strict=True)):
+        group, group_index = divmod(index, per_group)
         host_dir = job_dir / "hosts" / name
         where = worker.Placement(
             job_id=job_id,
@@ -188,6 +223,8 @@ def make_plan(
             channels={ch: str(host_dir / "input" / "data" / ch) for ch in spec.channels},
             simulated=simulated,
             cache_dir=tenter_home / "cache",
+            replica_group=group if ft else None,
+            lighthouse=lighthouse,
         )
         config = {
             "resourceconfig.json": sagemaker.resource_config(
@@ -204,16 +241,17 @@ def make_plan(
                 RankPlan(
                     rank=rank,
                     local_rank=local_rank,
+                    # In a replica group, torch's variables count within the group.
                     env={
                         **torchrun.torchrun_env(
-                            rank=rank,
+                            rank=group_index * procs + local_rank,
                             local_rank=local_rank,
-                            group_rank=index,
+                            group_rank=group_index,
                             local_world_size=procs,
-                            num_hosts=len(names),
-                            master_addr=addrs[0],
+                            num_hosts=per_group,
+                            master_addr=addrs[group * per_group],
                             master_port=MASTER_PORT,
-                            run_id=job_id,
+                            run_id=f"{job_id}-group-{group}" if ft else job_id,
                             max_restarts=elastic.max_restarts,
                             use_agent_store=not restartable,
                         ),
@@ -241,6 +279,7 @@ def make_plan(
                     "checkpoints": checkpoint_dir,
                 },
                 ranks=ranks,
+                replica_group=group,
             )
         )
     return Plan(
@@ -258,8 +297,8 @@ def make_plan(
         # torch's name for the etcd backend of its dynamic rendezvous (the one that orders
         # hosts by address, as c10d does).
         rdzv_backend="etcd-v2" if elastic.rendezvous.backend == "etcd" else "c10d",
-        min_hosts=elastic.min_hosts or spec.instance_count,
-        max_hosts=elastic.max_hosts or spec.instance_count,
+        min_hosts=elastic.min_hosts or per_group,
+        max_hosts=elastic.max_hosts or per_group,
         join_timeout=elastic.rendezvous.join_timeout,
         last_call_timeout=elastic.rendezvous.last_call_timeout,
         max_restarts=elastic.max_restarts,
@@ -268,6 +307,9 @@ def make_plan(
         max_run=spec.max_run,
         console_ranks=spec.logs.ranks,
         tag_output=spec.logs.tag,
+        replica_groups=groups,
+        min_replicas=ft.min_replicas if ft else 0,
+        lighthouse=lighthouse,
     )
 
 

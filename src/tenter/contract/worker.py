@@ -41,6 +41,7 @@ PLACEMENT = frozenset(
         "NCCL_SOCKET_IFNAME",
         "MASTER_ADDR",
         "MASTER_PORT",
+        "TORCHFT_LIGHTHOUSE",
         # threads per rank: simulated hosts share one machine's cores
         "OMP_NUM_THREADS",
         # paths on the host
@@ -66,6 +67,10 @@ PLACEMENT = frozenset(
 them): the only ones that may differ between backends for the same spec."""
 PLACEMENT_PREFIXES = ("SM_CHANNEL_",)
 """Families of placement variables: ``SM_CHANNEL_<NAME>`` is a path."""
+
+
+QUORUM_RETRIES = "59"
+"""``TORCHFT_QUORUM_RETRIES`` of a ``fault_tolerance`` job unless its ``environment`` sets it."""
 
 
 def is_placement(name: str) -> bool:
@@ -95,6 +100,10 @@ class Placement:
     """The hosts are simulated on one machine (they share its cores)."""
     cache_dir: PurePath | None = None
     """tenter's cache (torch's compile cache) where the hosts share one; None: torch's default."""
+    replica_group: int | None = None
+    """The host's torchft replica group (``fault_tolerance``)."""
+    lighthouse: str = ""
+    """torchft's lighthouse address (``fault_tolerance``)."""
 
 
 def entry_name(spec: JobSpec) -> str:
@@ -138,6 +147,20 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
         "TENTER_DISTRIBUTION": json.dumps(distribution, separators=(",", ":")),
         **checkpoints,
     }
+    if spec.fault_tolerance is not None:
+        # What torchft's Manager and its examples read; RANK, WORLD_SIZE, MASTER_ADDR and
+        # MASTER_PORT (torch's, per rank) count within the replica group.
+        env |= {
+            "TORCHFT_LIGHTHOUSE": where.lighthouse,
+            "REPLICA_GROUP_ID": str(where.replica_group),
+            "NUM_REPLICA_GROUPS": str(spec.fault_tolerance.replica_groups),
+            "TENTER_MIN_REPLICAS": str(spec.fault_tolerance.min_replicas),
+        }
+        # A manager whose quorum request fails (the lighthouse died) retries it, against the
+        # lighthouse the launcher restarted, instead of hanging until its quorum timeout
+        # (torchft's default: no retry). Each retry waits quorum_timeout / (retries + 1):
+        # a second, with torchft's 60 s timeout.
+        env.setdefault("TORCHFT_QUORUM_RETRIES", QUORUM_RETRIES)
     if spec.elastic.max_restarts > 0:
         # torch reuses rank 0's shared store across rendezvous rounds without a per-round
         # prefix, so a restarted group would read the previous attempt's gloo addresses.
@@ -163,6 +186,12 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
         ),
     }
 
+
+REPLICA_STEP_FILE = "replica-{group}.step"
+"""In the job's ``logs/``: the last step replica group ``group`` committed, written by its
+rank 0 (:mod:`tenter.runtime.ft`), read by the launcher when the group is lost."""
+REPLICA_HEALED = "replica_healed"
+"""The event (``events.jsonl``) a replica group's rank 0 records when it healed from a peer."""
 
 BOOTSTRAP = "tenter.runtime.bootstrap"
 

@@ -78,7 +78,7 @@ class HostLogsSpecs(LogsSpecs):
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         stems = {}
         for local, env in envs.items():
-            rank = int(env["RANK"])
+            rank = self._plan.job_rank(self._host, int(env["RANK"]))
             stem = self._plan.log_stem(self._host.name, rank, self.attempt)
             stems[local] = stem
             # torch's `record` (and tenter's bootstrap) write the worker's failure there.
@@ -161,7 +161,8 @@ def _worker_handler(*args: Any, **kwargs: Any) -> SubprocessHandler:
 
 def _failures(result: RunResult, plan: Plan, host: HostPlan, attempt: int) -> list[WorkerFailure]:
     out = []
-    for rank, f in result.failures.items():
+    for group_rank, f in result.failures.items():
+        rank = plan.job_rank(host, group_rank)
         error_file = f"{plan.log_stem(host.name, rank, attempt)}.error.json"
         # The error file's mtime is when the exception was recorded, to the nanosecond;
         # torch's own timestamp is whole seconds, too coarse to find the first failure.
@@ -174,7 +175,7 @@ def run_host(plan: Plan, host: HostPlan, rdzv_port: int) -> AgentResult:
     params = RendezvousParameters(
         backend=plan.rdzv_backend,
         endpoint=plan.rdzv_endpoint.replace(RDZV_PORT, str(rdzv_port)),
-        run_id=plan.job_id,
+        run_id=plan.run_id(host),
         min_nodes=plan.min_hosts,
         max_nodes=plan.max_hosts,
         local_addr=host.addr,

@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tenter.contract.plan import Plan
 from tenter.errors import ExitCode, TenterError
@@ -96,6 +96,23 @@ def create_job_dir(plan: Plan) -> None:
         ) from e
 
 
+def start_process(
+    argv: list[str], env: dict[str, str], cwd: str, log: BinaryIO
+) -> subprocess.Popen[bytes]:
+    """A process of the launcher's: in a session of its own, its output in ``log``, sent
+    SIGTERM by the kernel when the launcher dies (see :meth:`Supervisor.spawn`)."""
+    return subprocess.Popen(
+        argv,
+        env={**os.environ, **env},
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=dies_with_parent(signal.SIGTERM),
+    )
+
+
 class Supervisor:
     listen_addr = "127.0.0.1"
     """Where the job's store listens (loopback: the simulated hosts are all here)."""
@@ -145,18 +162,7 @@ class Supervisor:
         the job in order), and told by the kernel when the launcher dies, even by SIGKILL: it
         then stops its part of the job as on a cancel."""
         with open(Path(self.plan.job_dir) / "logs" / log_name, "wb") as log:
-            self.procs.append(
-                subprocess.Popen(
-                    argv,
-                    env={**os.environ, **env},
-                    cwd=self.plan.cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=dies_with_parent(signal.SIGTERM),
-                )
-            )
+            self.procs.append(start_process(argv, env, self.plan.cwd, log))
 
     # ---- the loop ----
 

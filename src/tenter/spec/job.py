@@ -14,6 +14,7 @@ from pydantic import AliasChoices, BeforeValidator, Field, JsonValue, NonNegativ
 from tenter.spec.base import Seconds, StrictModel
 from tenter.spec.distribution import Distribution
 from tenter.spec.elastic import Checkpoint, Elastic
+from tenter.spec.fault_tolerance import FaultTolerance
 from tenter.spec.kubernetes import KubernetesOptions
 
 
@@ -82,6 +83,8 @@ class JobSpec(StrictModel):
     with NCCL for CUDA ones."""
     elastic: Elastic = Elastic()
     checkpoint: Checkpoint = Checkpoint()
+    fault_tolerance: FaultTolerance | None = None
+    """Replica groups under torchft (docs/fault_tolerance.md); None: one group, no torchft."""
     backend: str = "local"
     """Where the job runs: ``local`` (this machine, hosts simulated), ``mpi`` (mpirun) or
     ``slurm`` (sbatch); see docs/backends.md."""

@@ -406,6 +406,14 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
             )
         errors += spec.distribution.problems(world)
         errors += spec.elastic.problems(spec.instance_count)
+        if spec.fault_tolerance is not None:
+            errors += spec.fault_tolerance.problems(
+                spec.instance_count,
+                spec.backend,
+                model_parallel=spec.distribution.model_parallel is not None,
+                elastic_hosts=spec.elastic.min_hosts is not None
+                or spec.elastic.max_hosts is not None,
+            )
         for rank in spec.logs.ranks or []:
             if rank >= world:
                 errors.append(

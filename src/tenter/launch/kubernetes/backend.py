@@ -87,6 +87,15 @@ class KubernetesBackend:
     """Ranks write their progress inside the pods: no live view or metrics from here."""
 
     def dryrun(self, spec: JobSpec, job_id: str) -> KubernetesRequest:
+        if spec.fault_tolerance is not None:
+            # A replica group must restart alone while the others run: one PyTorchJob per
+            # group, plus the lighthouse as a Deployment and Service. Not rendered yet.
+            raise BackendRefusedError(
+                "fault_tolerance",
+                "kubernetes: replica groups (one job per group, and torchft's lighthouse as a "
+                "service) are not rendered yet",
+                "run the job with backend local or slurm, or without fault_tolerance",
+            )
         obj = manifests.render(spec, job_id)
         problems = rules.problems(obj)
         if problems:

@@ -10,6 +10,7 @@ from tenter.contract.plan import Plan, make_plan
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
 from tenter.launch.local.job import LocalJob
+from tenter.launch.local.replica_groups import ReplicaGroupsJob
 from tenter.launch.supervised import SupervisedBackend
 from tenter.spec import JobSpec
 
@@ -17,6 +18,9 @@ KEEP_ALIVE_S = 1
 """Simulated hosts share a loopback: heartbeats are free, and a lost host is then dropped in
 3 s instead of torch's default 15 s. (A choice for this machine only: cluster backends keep
 torch's interval.)"""
+LIGHTHOUSE_HEARTBEAT_MS = 1000
+"""For the same reason, a replica group that died leaves torchft's quorum after 1 s instead of
+torchft's default 5 s: the other groups' next step waits that long for it."""
 
 
 class LocalBackend(SupervisedBackend):
@@ -24,7 +28,9 @@ class LocalBackend(SupervisedBackend):
 
     def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
         plan = make_plan(spec, job_id, tenter_home(), python_executable())
-        return dataclasses.replace(plan, keep_alive_s=KEEP_ALIVE_S)
+        return dataclasses.replace(
+            plan, keep_alive_s=KEEP_ALIVE_S, lighthouse_heartbeat_ms=LIGHTHOUSE_HEARTBEAT_MS
+        )
 
     def supervisor(self, plan: Plan) -> LocalJob:
-        return LocalJob(plan)
+        return ReplicaGroupsJob(plan) if plan.replica_groups else LocalJob(plan)

@@ -6,6 +6,11 @@ agent (:mod:`tenter.launch.agent`: torch elastic, the same worker contract, erro
 logs as the local backend). The agents rendezvous (c10d) on the first node, whose entry serves
 the store on a port the kernel picks and publishes it in ``rdzv-port`` in the job directory,
 which Slurm jobs have on a shared file system anyway (their output paths).
+
+A ``fault_tolerance`` job: the first node also runs torchft's lighthouse (published in
+``lighthouse-port``), and each node's agent joins its replica group's own rendezvous. A group
+restarts on its own (``elastic.max_restarts``); one whose restarts are spent ends the srun
+step, and with it the job (``--kill-on-bad-exit``).
 """
 
 from __future__ import annotations
@@ -15,16 +20,22 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from tenter.contract.plan import RDZV_PORT, Plan
+from tenter.contract.plan import LIGHTHOUSE_PORT, RDZV_PORT, Plan
+from tenter.errors import TenterError
 from tenter.launch import agent
+from tenter.launch.lighthouse import Lighthouse
 from tenter.launch.report import AGENT_RESULT
 from tenter.launch.slurm.script import node_placeholder
 from tenter.launch.store import serve_store
 
 PORT_FILE = "rdzv-port"
+LIGHTHOUSE_PORT_FILE = "lighthouse-port"
+KEEP_ALIVE_S = 0.1
+"""How often the first node checks that torchft's lighthouse runs."""
 
 
 def _node_names(nodelist: str) -> list[str]:
@@ -58,6 +69,7 @@ def node_main(plan_path: str) -> int:
     resolved = Path(host.dir) / "plan.json"
     resolved.write_text(plan.to_json())
     os.environ.update(host.env)
+    lighthouse = _lighthouse(plan, nodes, node_id) if plan.replica_groups else None
     port_file = Path(plan.job_dir) / PORT_FILE
     store = None
     if node_id == 0:
@@ -65,19 +77,58 @@ def node_main(plan_path: str) -> int:
         listener = socket.create_server(("", 0), backlog=1024)
         port = listener.getsockname()[1]
         store = serve_store(nodes[0], listener)
-        tmp = port_file.with_suffix(".tmp")
-        tmp.write_text(f"{nodes[0]}:{port}\n")
-        tmp.replace(port_file)
+        _publish(port_file, f"{nodes[0]}:{port}\n")
     else:
         port = _wait_for_port(port_file, plan.join_timeout)
     code = agent.main([str(resolved), str(node_id), str(port)])
     if store is not None:
-        # Serve the store until every agent is done with it.
+        # Serve the store (and the lighthouse) until every agent is done with it.
         results = [Path(h.dir) / AGENT_RESULT for h in plan.hosts]
         deadline = time.monotonic() + 60
         while not all(r.exists() for r in results) and time.monotonic() < deadline:
             time.sleep(0.1)
+    if lighthouse is not None:
+        lighthouse.stop()
     return code
+
+
+def _publish(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _lighthouse(plan: Plan, nodes: list[str], node_id: int) -> Lighthouse | None:
+    """``fault_tolerance``: the first node runs torchft's lighthouse, bound to its address, and
+    restarts it if it dies; every node tells its workers where it listens."""
+    port_file = Path(plan.job_dir) / LIGHTHOUSE_PORT_FILE
+    lighthouse = None
+    if node_id == 0:
+        lighthouse = Lighthouse(
+            plan.job_dir,
+            socket.gethostbyname(nodes[0]),
+            plan.min_replicas,
+            plan.lighthouse_heartbeat_ms,
+            env={"TENTER_JOB_ID": plan.job_id},
+        )
+        lighthouse.start()
+        _publish(port_file, f"{nodes[0]}:{lighthouse.port}\n")
+        threading.Thread(target=_keep_alive, args=(lighthouse,), daemon=True).start()
+    port = _wait_for_port(port_file, plan.join_timeout)
+    address = os.environ["TORCHFT_LIGHTHOUSE"].replace(LIGHTHOUSE_PORT, str(port))
+    os.environ["TORCHFT_LIGHTHOUSE"] = address
+    return lighthouse
+
+
+def _keep_alive(lighthouse: Lighthouse) -> None:
+    """Restart the lighthouse when it dies, for as long as this node's entry runs."""
+    while True:
+        time.sleep(KEEP_ALIVE_S)
+        try:
+            lighthouse.keep_alive()
+        except TenterError as e:  # its port was taken meanwhile: say so in the node's log
+            print(f"tenter: {e}", flush=True)
+            return
 
 
 if __name__ == "__main__":

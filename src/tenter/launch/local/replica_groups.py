@@ -1,0 +1,181 @@
+"""A local job in torchft replica groups (``fault_tolerance``; docs/fault_tolerance.md).
+
+Each group is its own elastic job: its hosts' agents join the group's own rendezvous (run id
+``JOB-group-G`` on the launcher's store) and restart the group's workers on their own
+(``elastic.max_restarts``), while the other groups train on; torchft's lighthouse, started
+here, forms the quorum of the groups at every step, and a restarted group heals from a peer.
+The job fails only when fewer than ``min_replicas`` groups can go on.
+
+The workers report their progress (:mod:`tenter.runtime.ft`): the last step each group
+committed, and a heal; this launcher turns a group's restart into a ``replica_lost`` event,
+and both into console lines::
+
+    tenter: replica group 1 lost at step 812 (algo-2: a worker failed; restarting it)
+    tenter: replica group 1 healed at step 815 from group 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tenter.contract.plan import LIGHTHOUSE_PORT, Plan
+from tenter.contract.worker import REPLICA_HEALED, REPLICA_STEP_FILE
+from tenter.errors import TenterError
+from tenter.jobdir.records import append_line
+from tenter.jobdir.results import JobResult
+from tenter.launch.console import EventFeed, say
+from tenter.launch.lighthouse import Lighthouse
+from tenter.launch.local.job import LocalJob
+from tenter.launch.processes import env_of, job_processes, kill_all
+
+
+def last_step(job_dir: str, group: int) -> int | None:
+    try:
+        return int((Path(job_dir) / "logs" / REPLICA_STEP_FILE.format(group=group)).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+REPLICA_LOST = "replica_lost"
+
+
+def _lost(event: dict[str, object]) -> str:
+    step = event.get("step")
+    at = f"at step {step}" if step is not None else "before its first step"
+    return f"replica group {event['group']} lost {at} ({event['why']})"
+
+
+class ReplicaEventFeed(EventFeed):
+    """The agents' events, plus the replica groups': a group's restart is a lost replica."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan.job_dir)
+        self._plan = plan
+
+    def record(self, event: str, **fields: Any) -> None:
+        """Add an event of the launcher's (printed when the feed reads it back)."""
+        append_line(self._path, {"event": event, "time": time.time(), **fields})
+
+    def _show(self, event: dict[str, object]) -> None:
+        kind = event["event"]
+        if kind == REPLICA_LOST:
+            say(_lost(event))
+        elif kind == REPLICA_HEALED:
+            source = event.get("source")
+            peer = f" from group {source}" if source is not None else ""
+            say(f"replica group {event['group']} healed at step {event['step']}{peer}")
+        else:
+            if kind == "restart":
+                host = str(event["host"])
+                group = next(h.replica_group for h in self._plan.hosts if h.name == host)
+                self.record(
+                    REPLICA_LOST,
+                    group=group,
+                    step=last_step(self._plan.job_dir, group),
+                    why=f"{host}: a worker failed; restarting the group",
+                )
+            super()._show(event)
+
+
+class ReplicaGroupsJob(LocalJob):
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan)
+        self.feed = ReplicaEventFeed(plan)
+        self.events = self.feed
+        self.lighthouse = Lighthouse(
+            plan.job_dir,
+            plan.lighthouse.removeprefix("http://").rsplit(":", 1)[0],
+            plan.min_replicas,
+            plan.lighthouse_heartbeat_ms,
+            env={"TENTER_JOB_ID": plan.job_id},
+        )
+        self.down: set[int] = set()
+        """Groups that cannot go on (their restarts are spent, or an agent was killed)."""
+        self._lighthouse_lost = False
+
+    def start_processes(self) -> None:
+        self.lighthouse.start()
+        address = self.lighthouse.address
+        say(f"torchft lighthouse at {address}; {self.plan.replica_groups} replica groups")
+        # The agents hand their environment on to the workers: the real address replaces the
+        # plan's placeholder there.
+        self.plan = dataclasses.replace(
+            self.plan,
+            hosts=[
+                dataclasses.replace(h, env={k: self._resolve(v) for k, v in h.env.items()})
+                for h in self.plan.hosts
+            ],
+        )
+        super().start_processes()
+
+    def _resolve(self, value: str) -> str:
+        return value.replace(LIGHTHOUSE_PORT, str(self.lighthouse.port))
+
+    def wait(self, stop: threading.Event) -> JobResult:
+        try:
+            return super().wait(stop)
+        finally:
+            self.lighthouse.stop()
+
+    def _a_rank_failed(self) -> bool:
+        """A rank's failure fails its group, not the job: :meth:`check_processes` decides."""
+        return False
+
+    def group_hosts(self, group: int) -> list[int]:
+        return [h.index for h in self.plan.hosts if h.replica_group == group]
+
+    def check_processes(self) -> str:
+        """running, succeeded or failed: per group, and the job fails only when fewer than
+        ``min_replicas`` groups can go on."""
+        if self._lighthouse_lost:
+            return "failed"
+        finished = 0
+        for group in range(self.plan.replica_groups):
+            if group in self.down:
+                continue
+            codes = [self.procs[i].poll() for i in self.group_hosts(group)]
+            failed = next((c for c in codes if c not in (None, 0)), None)
+            if failed is not None:
+                self._lose_group(group, failed)
+            elif all(c == 0 for c in codes):
+                finished += 1
+        going_on = self.plan.replica_groups - len(self.down)
+        if going_on < self.plan.min_replicas:
+            self.extra.append(
+                f"{going_on} replica groups left, fewer than min_replicas {self.plan.min_replicas}"
+            )
+            return "failed"
+        return "succeeded" if finished == going_on else "running"
+
+    def _lose_group(self, group: int, code: int) -> None:
+        self.down.add(group)
+        why = (
+            f"an agent was killed by {signal.Signals(-code).name}"
+            if code < 0
+            else "its restarts are spent"
+        )
+        names = [self.plan.hosts[i].name for i in self.group_hosts(group)]
+        # Its other agents and its workers (in sessions of their own) go with it.
+        for i in self.group_hosts(group):
+            if self.procs[i].poll() is None:
+                self.procs[i].kill()
+                self.procs[i].wait()
+        kill_all([p for p in job_processes(self.plan.job_id) if env_of(p, "TENTER_HOST") in names])
+        self.lost.update(self.group_hosts(group))
+        for name in names:
+            self.lost_hosts[name] = f"replica group {group} stopped: {why}"
+        self.feed.record(
+            REPLICA_LOST, group=group, step=last_step(self.plan.job_dir, group), why=why
+        )
+
+    def on_tick(self) -> None:
+        try:
+            self.lighthouse.keep_alive()
+        except TenterError as e:  # its port was taken meanwhile: the groups cannot reach it
+            self.extra.append(f"{e.what}; {e.fix}")
+            self._lighthouse_lost = True

@@ -1,0 +1,130 @@
+"""The worker side of ``fault_tolerance``: the few things a torchft script tells tenter.
+
+    from tenter.runtime import ft
+
+    store = ft.group_store()                         # the store torchft's Manager expects
+    manager = Manager(pg=ProcessGroupGloo(), ..., **ft.manager_options())
+    progress = ft.Progress(manager)
+    while manager.current_step() < steps:
+        ...; optimizer.step()                        # torchft's Optimizer wrapper
+        progress.step()
+
+:class:`Progress` writes the last step the replica group committed (the launcher names it
+when the group is lost) and records a heal from a peer in ``events.jsonl`` (the launcher
+prints ``replica group 1 healed at step 815 from group 0``). See docs/fault_tolerance.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from tenter.contract.worker import REPLICA_HEALED, REPLICA_STEP_FILE
+from tenter.jobdir.layout import PLAN_FILE
+from tenter.jobdir.records import EVENTS_FILE, append_line
+
+MANAGER_LOGGER = "torchft.manager"
+# torchft 0.2's Manager logs where a healing replica group fetches its state from; its public
+# API says only that it healed (the step jumps), not from whom.
+_HEALING = re.compile(r"healing required.*recover_src_manager_address='([^']*)'.*max_step=(\d+)")
+
+
+def group_store() -> Any:
+    """The replica group's store at ``MASTER_ADDR:MASTER_PORT``, which torchft's ``Manager``
+    connects to. torch's agent serves it unless the job restarts workers (tenter then gives
+    each attempt a fresh store: ``TORCHELASTIC_USE_AGENT_STORE=False``); in that case the
+    group's rank 0 serves it here, as ``init_process_group`` would. Keep the returned object
+    for the whole run (None: the agent serves it)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    import torch.distributed as dist
+
+    return dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        is_master=os.environ["RANK"] == "0",
+        wait_for_workers=False,
+    )
+
+
+def replica_group() -> int:
+    return int(os.environ.get("REPLICA_GROUP_ID", "0"))
+
+
+def manager_options() -> dict[str, Any]:
+    """``Manager`` arguments from the job: the group's replica id (torchft wants it to end in
+    the group's number), the spec's ``min_replicas``, and this host's address to advertise
+    (the machine's hostname can name any interface, or all simulated hosts at once)."""
+    return {
+        "replica_id": f"tenter_group_{replica_group()}",
+        "min_replica_size": int(os.environ.get("TENTER_MIN_REPLICAS", "1")),
+        "hostname": os.environ.get("TENTER_HOST_ADDR") or socket.gethostname(),
+    }
+
+
+def _group_of_address(job_dir: Path, url: str) -> int | None:
+    """The replica group of the host at ``url`` (``http://ADDR:PORT``), from the job's plan.
+    Read as JSON rather than through :class:`tenter.contract.plan.Plan`: a heal is rare, and
+    only two of the plan's fields are needed."""
+    host = url.removeprefix("http://").rsplit(":", 1)[0].strip("[]")
+    try:
+        plan = json.loads((job_dir / PLAN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return next((h["replica_group"] for h in plan["hosts"] if h["addr"] == host), None)
+
+
+class _HealWatch(logging.Handler):
+    """Records the heal torchft's Manager logs, with its step and source group."""
+
+    def __init__(self, job_dir: Path) -> None:
+        super().__init__(logging.INFO)
+        self._job_dir = job_dir
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = _HEALING.search(record.getMessage())
+        # At step 0 it is torchft's first weight sync (init_sync), not a recovery.
+        if match is None or match.group(2) == "0":
+            return
+        append_line(
+            self._job_dir / EVENTS_FILE,
+            {
+                "event": REPLICA_HEALED,
+                "group": replica_group(),
+                "step": int(match.group(2)),
+                "source": _group_of_address(self._job_dir, match.group(1)),
+                "time": time.time(),
+            },
+        )
+
+
+class Progress:
+    """Tells the launcher how the replica group is doing. Only the group's rank 0 writes."""
+
+    def __init__(self, manager: Any) -> None:
+        self._manager = manager
+        job_dir = os.environ.get("TENTER_JOB_DIR")
+        self._reports = os.environ.get("RANK") == "0" and job_dir is not None
+        if not self._reports or job_dir is None:
+            return
+        logs = Path(job_dir) / "logs"
+        self._file = logs / REPLICA_STEP_FILE.format(group=replica_group())
+        self._tmp = logs / f".{self._file.name}.tmp"
+        logger = logging.getLogger(MANAGER_LOGGER)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        logger.addHandler(_HealWatch(Path(job_dir)))
+
+    def step(self) -> None:
+        """After each optimizer step: the group's committed step, replaced whole (a reader
+        never sees half a number)."""
+        if self._reports:
+            self._tmp.write_text(str(self._manager.current_step()))
+            self._tmp.replace(self._file)
