@@ -26,7 +26,9 @@ from tests.conftest import (
     job_processes,
     tenter,
 )
-from tests.launch.specs import write_spec
+from tests.launch.specs import joinable_spec, write_spec
+
+pytestmark = pytest.mark.slow
 
 GOLDEN = Path(__file__).parent / "golden"
 GRACE_S = 2
@@ -162,20 +164,7 @@ def test_a_killed_launcher_leaves_no_namespace() -> None:
 
 
 def test_a_host_joins_a_running_job_on_its_own_namespaces(tmp_path: Path) -> None:
-    spec = write_spec(
-        tmp_path,
-        "elastic.py",
-        instance_count=1,
-        processes_per_host=1,
-        isolation="network",
-        environment={"TARGET_WORLD": "2"},
-        elastic={
-            "min_hosts": 1,
-            "max_hosts": 2,
-            "max_restarts": 1,
-            "rendezvous": {"last_call_timeout": 1},
-        },
-    )
+    spec = joinable_spec(tmp_path, isolation="network")
     job = Background("run", str(spec))
     job.wait_for("ready world 1 rank 0")
     assert list(json.loads((job.job_dir / "network.json").read_text())["hosts"]) == ["algo-1"]
