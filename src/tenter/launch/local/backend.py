@@ -9,6 +9,7 @@ import dataclasses
 from tenter.contract.plan import Plan, make_plan
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
+from tenter.launch.isolation import preflight
 from tenter.launch.local.job import LocalJob
 from tenter.launch.local.replica_groups import ReplicaGroupsJob
 from tenter.launch.supervised import SupervisedBackend
@@ -31,6 +32,10 @@ class LocalBackend(SupervisedBackend):
         return dataclasses.replace(
             plan, keep_alive_s=KEEP_ALIVE_S, lighthouse_heartbeat_ms=LIGHTHOUSE_HEARTBEAT_MS
         )
+
+    def check_ready(self, plan: Plan) -> None:
+        if plan.isolation == "network":
+            preflight.check_machine()
 
     def supervisor(self, plan: Plan) -> LocalJob:
         return ReplicaGroupsJob(plan) if plan.replica_groups else LocalJob(plan)
