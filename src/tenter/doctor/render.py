@@ -1,16 +1,22 @@
-"""Showing reports: one host's table, the host x check matrix of a job, and JSON."""
+"""Showing reports: one host's table, the host x check matrix of a job, the per-host values
+and reachability of an isolated job's hosts, and JSON."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from tenter.doctor.result import CheckResult, HostReport, Status
+
+if TYPE_CHECKING:
+    from tenter.doctor.across import HostFacts
+    from tenter.doctor.reach import Reachability
 
 STYLES = {
     Status.PASS: "green",
@@ -112,3 +118,38 @@ def to_json(reports: list[HostReport]) -> str:
         {"ok": failed == 0, "failed": failed, "hosts": [r.to_dict() for r in reports]},
         indent=2,
     )
+
+
+def facts_table(facts: list[HostFacts]) -> Table:
+    """Per-host values, hosts across: what each isolated host looks like from inside."""
+    table = Table(title="tenter doctor: the hosts as their processes see them")
+    table.add_column("")
+    for f in facts:
+        table.add_column(f.host)
+    table.add_row("hostname", *[escape(f.hostname) for f in facts])
+    table.add_row("interfaces", *[escape(", ".join(f.interfaces)) for f in facts])
+    addresses = [
+        ", ".join(f"{name} {'/'.join(addrs)}" for name, addrs in f.interfaces.items() if addrs)
+        for f in facts
+    ]
+    table.add_row("addresses", *[escape(a) for a in addresses])
+    table.add_row("gloo interface", *[escape(f.chosen or "none") for f in facts])
+    return table
+
+
+def reach_table(reach: Reachability) -> Table:
+    """Who reaches whom: sources down, targets across."""
+    table = Table(title="tenter doctor: reachability (row connects to column)")
+    table.add_column("from \\ to")
+    for host in reach.hosts:
+        table.add_column(host, justify="center")
+    for source in reach.hosts:
+        cells: list[Text | str] = [source]
+        for target in reach.hosts:
+            if source == target:
+                cells.append(Text("-", style="dim"))
+                continue
+            ok = reach.pair(source, target).ok
+            cells.append(Text("ok" if ok else "unreachable", style="green" if ok else "bold red"))
+        table.add_row(*cells)
+    return table
