@@ -114,7 +114,7 @@ def test_doctor_job_runs_inside_every_host_of_a_running_job(tmp_path: Path) -> N
     out = job.finish()
     assert job.proc.returncode == 0, out
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    for text in ("hostname", "algo-1", "algo-2", "eth0 198.18.100.1", "eth0 198.18.101.1"):
+    for text in ("hostname", "gloo interface", "eth0", "198.18.100.1", "198.18.101.1"):
         assert text in shown.stdout
     assert "reachability" in shown.stdout
     reports = json.loads(as_json.stdout)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tenter.cli.options import stderr
+from tenter.errors import TenterError
 from tenter.spec import Problem, SpecError, load_file, lookup
 from tenter.spec.catalog import known_types
 
@@ -116,21 +117,26 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def _doctor_running_job(job: str, checks: tuple[Check, ...], as_json: bool) -> int:
-    from tenter.doctor.across import doctor_job
+    from tenter.doctor.across import PER_HOST_VALUES, doctor_job
     from tenter.doctor.render import facts_table, reach_table
     from tenter.launch.isolation.record import attach
     from tenter.launch.isolation.running import running_local_job
 
     _, plan = running_local_job(job, "check the hosts of", isolated=True)
-    found = doctor_job(attach(plan.job_dir), plan, checks)
+    try:
+        found = doctor_job(attach(plan.job_dir), plan, checks)
+    except OSError as e:  # a host's namespaces went with the job meanwhile
+        raise TenterError(
+            "JOB", f"cannot check the hosts of job {plan.job_id}: {e}", "check `tenter status JOB`"
+        ) from e
     if not as_json:
         console = Console(highlight=False)
         console.print(facts_table(found.facts))
         console.print(reach_table(found.reachability))
-    return _show(found.reports, as_json)
+    return _show(found.reports, as_json, PER_HOST_VALUES)
 
 
-def _show(reports: list[HostReport], as_json: bool) -> int:
+def _show(reports: list[HostReport], as_json: bool, by_status: frozenset[str] = frozenset()) -> int:
     """Print the reports (a table for one host, the host x check matrix for more); the exit
     code."""
     from tenter.doctor.render import differences, host_table, matrix, problems_table, to_json
@@ -144,11 +150,11 @@ def _show(reports: list[HostReport], as_json: bool) -> int:
     if len(reports) == 1:
         console.print(host_table(reports[0]))
     else:
-        console.print(matrix(reports))
+        console.print(matrix(reports, by_status))
         console.print(
             problems_table(reports, (Status.FAIL, Status.WARN), "what is not a pass, per host")
         )
-        for d in differences(reports):
+        for d in differences(reports, by_status):
             console.print(
                 f"[bold]{escape(d.host)}[/] differs on [bold]{d.check}[/]: "
                 f"{d.result.status.value} ({escape(d.result.found)}) where most hosts have "

@@ -25,11 +25,15 @@ from tenter.doctor.checks.network import gloo_interfaces
 from tenter.doctor.result import Check, HostReport, JobContext, Outcome
 from tenter.doctor.runner import run_checks
 from tenter.doctor.system import System
+from tenter.errors import TenterError
 from tenter.launch.isolation.network import HostNetwork
 from tenter.spec import lookup
 
 PROBE_TIMEOUT_S = 120.0
 """A host's checks import torch and run a few tools: seconds on a loaded machine."""
+PER_HOST_VALUES = frozenset({"interfaces", "host-resolution", reach.NAME})
+"""Checks whose finding names the host's own name or address: isolated hosts differ there
+by design, so the matrix compares them by status alone."""
 
 
 @dataclass(frozen=True)
@@ -96,11 +100,14 @@ def doctor_job(
     probes = []
     for host in plan.hosts:
         argv = [sys.executable, "-m", "tenter.doctor.across", plan_file, str(host.index), *names]
+        # The host's environment, as its processes have it, but not the job's id: the probe
+        # is not one of the job's processes (which the launcher kills when it fences a host).
+        env = {k: v for k, v in {**os.environ, **host.env}.items() if k != "TENTER_JOB_ID"}
         # All hosts at once: each probe imports torch, the slow part.
         probes.append(
             subprocess.Popen(
                 [*net.enter(host.name, cwd=plan.cwd), *argv],
-                env={**os.environ, **host.env},
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -111,7 +118,12 @@ def doctor_job(
     for host, proc in zip(plan.hosts, probes, strict=True):
         out, err = proc.communicate(timeout=PROBE_TIMEOUT_S)
         if proc.returncode:
-            raise OSError(f"the doctor failed on host {host.name}: {err.strip()[-2000:]}")
+            raise TenterError(
+                "JOB",
+                f"the doctor failed on host {host.name} (exit {proc.returncode}): "
+                f"{err.strip()[-2000:] or 'no message'}",
+                "check that the job still runs (`tenter status JOB`)",
+            )
         data = json.loads(out)
         reports.append(HostReport.from_dict(data["report"]))
         facts.append(HostFacts(**data["facts"]))

@@ -9,11 +9,13 @@ socket without an ``accept``, so a connection that opens proves the path both wa
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +30,7 @@ NAME = "reachability"
 DESCRIPTION = "every host of the job reaches every other on the interface gloo uses"
 CONNECT_TIMEOUT_S = 2.0
 """On a healthy bridge a handshake takes microseconds; a cut-off host answers nothing."""
+RETRY_S = 0.1
 PROBE_TIMEOUT_S = 60.0
 
 
@@ -126,19 +129,29 @@ def _start_probe(
 
 
 def connect(source_addr: str, endpoint: str) -> str:
-    """Open a TCP connection to ``endpoint`` from ``source_addr``; "" or why it failed."""
+    """Open a TCP connection to ``endpoint`` from ``source_addr``; "" or why it failed.
+
+    "No route to host" is asked again until the timeout: it is what the kernel answers for a
+    while after a link came back (the neighbour entry of an ARP that failed during the cut),
+    not a verdict on the path."""
     addr, port = endpoint.rsplit(":", 1)
-    try:
-        socket.create_connection(
-            (addr, int(port)),
-            timeout=CONNECT_TIMEOUT_S,
-            source_address=(source_addr, 0) if source_addr else None,
-        ).close()
-    except TimeoutError:
-        return f"no answer in {CONNECT_TIMEOUT_S:g} s"
-    except OSError as e:
-        return e.strerror or str(e)
-    return ""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            socket.create_connection(
+                (addr, int(port)),
+                timeout=max(left, 0.01),
+                source_address=(source_addr, 0) if source_addr else None,
+            ).close()
+        except TimeoutError:
+            return f"no answer in {CONNECT_TIMEOUT_S:g} s"
+        except OSError as e:
+            if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH) and left > RETRY_S:
+                time.sleep(RETRY_S)
+                continue
+            return e.strerror or str(e)
+        return ""
 
 
 def main(argv: list[str]) -> int:

@@ -70,28 +70,37 @@ class Difference:
     usual: CheckResult
 
 
-def differences(reports: list[HostReport]) -> list[Difference]:
-    """Hosts that differ from the others, check by check (the node with another driver)."""
+def differences(
+    reports: list[HostReport], by_status: frozenset[str] = frozenset()
+) -> list[Difference]:
+    """Hosts that differ from the others, check by check (the node with another driver).
+    The checks in ``by_status`` differ only by status: what they find names the host's own
+    name or address, different on every host by design."""
     out = []
     checks = list(dict.fromkeys(o.check for r in reports for o in r.outcomes))
     for check in checks:
         results = {r.host: r.result(check) for r in reports}
-        present = [res for res in results.values() if res is not None]
+        present = {host: res for host, res in results.items() if res is not None}
         if len(present) < 2:
             continue
+
+        def key(res: CheckResult, check: str = check) -> object:
+            return res.status if check in by_status else res
+
         # On a tie the first host's result counts as the usual one.
-        usual = Counter(present).most_common(1)[0][0]
+        usual_key = Counter(key(res) for res in present.values()).most_common(1)[0][0]
+        usual = next(res for res in present.values() if key(res) == usual_key)
         out += [
             Difference(check, host, res, usual)
-            for host, res in results.items()
-            if res is not None and res != usual
+            for host, res in present.items()
+            if key(res) != usual_key
         ]
     return out
 
 
-def matrix(reports: list[HostReport]) -> Table:
+def matrix(reports: list[HostReport], by_status: frozenset[str] = frozenset()) -> Table:
     """Checks down, hosts across; a cell that differs from most hosts is marked ``≠``."""
-    odd = {(d.check, d.host) for d in differences(reports)}
+    odd = {(d.check, d.host) for d in differences(reports, by_status)}
     table = Table(title="tenter doctor: host x check (≠: differs from most hosts)")
     table.add_column("check")
     for r in reports:
@@ -139,7 +148,7 @@ def facts_table(facts: list[HostFacts]) -> Table:
 
 def reach_table(reach: Reachability) -> Table:
     """Who reaches whom: sources down, targets across."""
-    table = Table(title="tenter doctor: reachability (row connects to column)")
+    table = Table(title="tenter doctor: reachability (row -> column)")
     table.add_column("from \\ to")
     for host in reach.hosts:
         table.add_column(host, justify="center")
