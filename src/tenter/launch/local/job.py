@@ -9,6 +9,7 @@ it back in, or kills it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 from pathlib import Path
@@ -142,9 +143,10 @@ class LocalJob(Supervisor):
         self.kill_host(index)
         self.procs[index].wait()
         for other in range(len(self.procs)):
-            if other not in self.lost:
+            if other not in self.lost and self.procs[other].poll() is None:
                 # Their agents see the workers fail and restart them (one restart each).
-                kill_all(psutil.Process(self.procs[other].pid).children())
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    kill_all(psutil.Process(self.procs[other].pid).children())
 
     def restart_agent(self, index: int) -> None:
         """A fresh agent for a fenced host: it enters at the next rendezvous round."""
