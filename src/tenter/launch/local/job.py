@@ -53,6 +53,7 @@ class LocalJob(Supervisor):
         # (SIGTERM, SIGKILL after the grace period).
         self.spawn(
             [
+                *self.on_host(host),
                 python_executable(),
                 "-m",
                 "tenter.launch.agent",
