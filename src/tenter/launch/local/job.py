@@ -128,12 +128,12 @@ class LocalJob(Supervisor):
             if env_of(p, "TENTER_HOST") == name and p.pid != agent
         ]
 
-    def kill_host(self, index: int) -> None:
-        """SIGKILL the host's agent and its workers: :meth:`check_processes` then sees a lost
-        host, as if the machine had died."""
+    def kill_host(self, index: int, also: tuple[psutil.Process, ...] = ()) -> None:
+        """SIGKILL the host's agent and its workers (and ``also``, at the same time):
+        :meth:`check_processes` then sees a lost host, as if the machine had died."""
         workers = self._workers_of(index)
         self.procs[index].kill()  # not reaped here: check_processes reads its status
-        kill_all(workers)
+        kill_all([*workers, *also])
 
     def fence_host(self, index: int, why: str) -> None:
         """Go on without a host that is cut off: kill its agent and workers (so that none
@@ -141,13 +141,14 @@ class LocalJob(Supervisor):
         workers, blocked in a collective with it, into a rendezvous round without it."""
         self.lost.add(index)
         self.lost_hosts[self.plan.hosts[index].name] = why
-        self.kill_host(index)
-        self.procs[index].wait()
+        blocked: list[psutil.Process] = []
         for other in range(len(self.procs)):
             if other not in self.lost and self.procs[other].poll() is None:
                 # Their agents see the workers fail and restart them (one restart each).
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    kill_all(psutil.Process(self.procs[other].pid).children())
+                    blocked += psutil.Process(self.procs[other].pid).children()
+        self.kill_host(index, also=tuple(blocked))
+        self.procs[index].wait()
 
     def restart_agent(self, index: int) -> None:
         """A fresh agent for a fenced host: it enters at the next rendezvous round."""
