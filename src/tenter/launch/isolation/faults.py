@@ -157,6 +157,8 @@ class NetworkFaults:
         """Partitioned hosts -> since when."""
         self.declared: set[str] = set()
         """Partitioned hosts the job has noticed (their heartbeats ran out)."""
+        self.fenced: set[str] = set()
+        """Hosts an elastic job went on without after a partition (not those killed)."""
         self.stop_job = False
         """A static job lost a host to a partition: the launcher must stop it."""
 
@@ -208,9 +210,9 @@ class NetworkFaults:
         network.heal(host)
         since = self.cut.pop(host)
         self._event("heal", host, since=since)
-        fenced = host in self.declared and index in self.job.lost
         self.declared.discard(host)
-        if fenced:
+        if host in self.fenced:
+            self.fenced.discard(host)
             self.job.restart_agent(index)
             say(f"host {host} reachable again; it rejoins at the next rendezvous")
         else:
@@ -232,6 +234,7 @@ class NetworkFaults:
             why = f"unreachable since {clock(since)} (network partition)"
             if active - 1 >= self.plan.min_hosts and self.plan.max_restarts:
                 self.job.fence_host(index, why)
+                self.fenced.add(host)
                 say(
                     f"host {host} {why}; going on with {active - 1} hosts "
                     f"(`tenter fault {self.plan.job_id} heal {host}` brings it back)"
