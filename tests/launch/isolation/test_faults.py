@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tenter.errors import ExitCode
+from tenter.errors import ExitCode, TenterError
 from tenter.launch import report
 from tenter.launch.isolation import faults
 from tests.conftest import SCRIPTS, Background, assert_nothing_left, tenter
@@ -62,6 +62,8 @@ def test_an_elastic_job_goes_on_without_a_partitioned_host_and_takes_it_back(
     assert faults.partition(job.job_dir, "algo-2") == "partitioned host algo-2"
     job.wait_for("host algo-2 unreachable since")
     job.wait_for("ready world 1 rank 0")
+    with pytest.raises(TenterError, match="heal algo-1 failed: host algo-1 is not partitioned"):
+        faults.heal(job.job_dir, "algo-1")  # the launcher refuses it, the job goes on
     assert faults.heal(job.job_dir, "algo-2") == "healed host algo-2"
     job.wait_for("ready world 2 rank 0", "ready world 2 rank 1")
     finish.touch()
