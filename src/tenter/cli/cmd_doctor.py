@@ -4,6 +4,8 @@
     tenter doctor --instance-type ml.p4d.24xlarge   # this host, as a p4d host of a job
     tenter doctor job.yaml                          # every host of the job: host x check matrix
     tenter doctor job.yaml --json
+    tenter doctor --job JOB                         # inside every isolated host of a running
+                                                    # job, and whether each reaches the others
 
 Exit code: 0 when no check fails (warnings allowed), 1 when one fails, 2 for bad input.
 """
@@ -12,14 +14,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from tenter.cli.options import stderr
+from tenter.errors import TenterError
 from tenter.spec import Problem, SpecError, load_file, lookup
 from tenter.spec.catalog import known_types
+
+if TYPE_CHECKING:
+    from tenter.doctor import Check, HostReport
 
 EXIT_FAILED = 1
 
@@ -45,6 +51,12 @@ def add_parser(sub: Any) -> None:
         metavar="NAME",
         help="run only this check (repeatable)",
     )
+    parser.add_argument(
+        "--job",
+        metavar="JOB",
+        help="check every host of a running job with isolated hosts (--isolation network) "
+        "from inside it, and that every host reaches every other on the interface gloo uses",
+    )
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     parser.set_defaults(func=doctor)
 
@@ -52,8 +64,6 @@ def add_parser(sub: Any) -> None:
 def doctor(args: argparse.Namespace) -> int:
     from tenter.doctor import CHECKS, JobContext, System, check_job, run_checks
     from tenter.doctor.checks import by_name
-    from tenter.doctor.render import differences, host_table, matrix, problems_table, to_json
-    from tenter.doctor.result import Status
 
     try:
         checks = by_name(args.check) if args.check else CHECKS
@@ -72,6 +82,13 @@ def doctor(args: argparse.Namespace) -> int:
                     )
                 ]
             )
+    if args.job is not None:
+        if args.spec is not None or args.instance_type is not None:
+            flag = "SPEC" if args.spec is not None else "--instance-type"
+            raise SpecError(
+                [Problem("--job", f"checks a running job's hosts as they are: drop {flag}")]
+            )
+        return _doctor_running_job(args.job, checks, args.json)
     if args.spec is None:
         job = JobContext(itype, procs_per_host=max(1, itype.gpus)) if itype else None
         reports = [run_checks(System(), job, checks)]
@@ -96,19 +113,48 @@ def doctor(args: argparse.Namespace) -> int:
             )
         reports = check_job(spec, plan, checks)
 
+    return _show(reports, args.json)
+
+
+def _doctor_running_job(job: str, checks: tuple[Check, ...], as_json: bool) -> int:
+    from tenter.doctor.across import PER_HOST_VALUES, doctor_job
+    from tenter.doctor.render import facts_table, reach_table
+    from tenter.launch.isolation import attach
+    from tenter.launch.isolation.running import running_local_job
+
+    _, plan = running_local_job(job, "check the hosts of", isolated=True)
+    try:
+        found = doctor_job(attach(plan.job_dir), plan, checks)
+    except OSError as e:  # a host's namespaces went with the job meanwhile
+        raise TenterError(
+            "JOB", f"cannot check the hosts of job {plan.job_id}: {e}", "check `tenter status JOB`"
+        ) from e
+    if not as_json:
+        console = Console(highlight=False)
+        console.print(facts_table(found.facts))
+        console.print(reach_table(found.reachability))
+    return _show(found.reports, as_json, PER_HOST_VALUES)
+
+
+def _show(reports: list[HostReport], as_json: bool, by_status: frozenset[str] = frozenset()) -> int:
+    """Print the reports (a table for one host, the host x check matrix for more); the exit
+    code."""
+    from tenter.doctor.render import differences, host_table, matrix, problems_table, to_json
+    from tenter.doctor.result import Status
+
     failed = any(r.failed for r in reports)
-    if args.json:
+    if as_json:
         print(to_json(reports))
         return EXIT_FAILED if failed else 0
     console = Console(highlight=False)
     if len(reports) == 1:
         console.print(host_table(reports[0]))
     else:
-        console.print(matrix(reports))
+        console.print(matrix(reports, by_status))
         console.print(
             problems_table(reports, (Status.FAIL, Status.WARN), "what is not a pass, per host")
         )
-        for d in differences(reports):
+        for d in differences(reports, by_status):
             console.print(
                 f"[bold]{escape(d.host)}[/] differs on [bold]{d.check}[/]: "
                 f"{d.result.status.value} ({escape(d.result.found)}) where most hosts have "

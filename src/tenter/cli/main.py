@@ -29,6 +29,7 @@ COMMANDS = (
     "doctor",
     "container",
     "join",
+    "fault",
     "k8s",
     "status",
     "logs",

@@ -1,16 +1,22 @@
-"""Showing reports: one host's table, the host x check matrix of a job, and JSON."""
+"""Showing reports: one host's table, the host x check matrix of a job, the per-host values
+and reachability of an isolated job's hosts, and JSON."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from tenter.doctor.result import CheckResult, HostReport, Status
+
+if TYPE_CHECKING:
+    from tenter.doctor.across import HostFacts
+    from tenter.doctor.reach import Reachability
 
 STYLES = {
     Status.PASS: "green",
@@ -64,28 +70,37 @@ class Difference:
     usual: CheckResult
 
 
-def differences(reports: list[HostReport]) -> list[Difference]:
-    """Hosts that differ from the others, check by check (the node with another driver)."""
+def differences(
+    reports: list[HostReport], by_status: frozenset[str] = frozenset()
+) -> list[Difference]:
+    """Hosts that differ from the others, check by check (the node with another driver).
+    The checks in ``by_status`` differ only by status: what they find names the host's own
+    name or address, different on every host by design."""
     out = []
     checks = list(dict.fromkeys(o.check for r in reports for o in r.outcomes))
     for check in checks:
         results = {r.host: r.result(check) for r in reports}
-        present = [res for res in results.values() if res is not None]
+        present = {host: res for host, res in results.items() if res is not None}
         if len(present) < 2:
             continue
+
+        def key(res: CheckResult, check: str = check) -> object:
+            return res.status if check in by_status else res
+
         # On a tie the first host's result counts as the usual one.
-        usual = Counter(present).most_common(1)[0][0]
+        usual_key = Counter(key(res) for res in present.values()).most_common(1)[0][0]
+        usual = next(res for res in present.values() if key(res) == usual_key)
         out += [
             Difference(check, host, res, usual)
-            for host, res in results.items()
-            if res is not None and res != usual
+            for host, res in present.items()
+            if key(res) != usual_key
         ]
     return out
 
 
-def matrix(reports: list[HostReport]) -> Table:
+def matrix(reports: list[HostReport], by_status: frozenset[str] = frozenset()) -> Table:
     """Checks down, hosts across; a cell that differs from most hosts is marked ``≠``."""
-    odd = {(d.check, d.host) for d in differences(reports)}
+    odd = {(d.check, d.host) for d in differences(reports, by_status)}
     table = Table(title="tenter doctor: host x check (≠: differs from most hosts)")
     table.add_column("check")
     for r in reports:
@@ -112,3 +127,38 @@ def to_json(reports: list[HostReport]) -> str:
         {"ok": failed == 0, "failed": failed, "hosts": [r.to_dict() for r in reports]},
         indent=2,
     )
+
+
+def facts_table(facts: list[HostFacts]) -> Table:
+    """Per-host values, hosts across: what each isolated host looks like from inside."""
+    table = Table(title="tenter doctor: the hosts as their processes see them")
+    table.add_column("")
+    for f in facts:
+        table.add_column(f.host)
+    table.add_row("hostname", *[escape(f.hostname) for f in facts])
+    table.add_row("interfaces", *[escape(", ".join(f.interfaces)) for f in facts])
+    addresses = [
+        ", ".join(f"{name} {'/'.join(addrs)}" for name, addrs in f.interfaces.items() if addrs)
+        for f in facts
+    ]
+    table.add_row("addresses", *[escape(a) for a in addresses])
+    table.add_row("gloo interface", *[escape(f.chosen or "none") for f in facts])
+    return table
+
+
+def reach_table(reach: Reachability) -> Table:
+    """Who reaches whom: sources down, targets across."""
+    table = Table(title="tenter doctor: reachability (row -> column)")
+    table.add_column("from \\ to")
+    for host in reach.hosts:
+        table.add_column(host, justify="center")
+    for source in reach.hosts:
+        cells: list[Text | str] = [source]
+        for target in reach.hosts:
+            if source == target:
+                cells.append(Text("-", style="dim"))
+                continue
+            ok = reach.pair(source, target).ok
+            cells.append(Text("ok" if ok else "unreachable", style="green" if ok else "bold red"))
+        table.add_row(*cells)
+    return table

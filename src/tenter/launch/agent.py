@@ -36,6 +36,7 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
 from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
 from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
+from tenter.launch.console import read_index
 from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
 from tenter.launch.report import AGENT_RESULT
 from tenter.launch.signals import STOP_SIGNALS
@@ -66,7 +67,12 @@ class HostLogsSpecs(LogsSpecs):
     def __init__(self, plan: Plan, host: HostPlan) -> None:
         super().__init__(log_dir=str(Path(plan.job_dir) / "logs"))
         self._plan, self._host = plan, host
-        self.attempt = -1
+        # An agent restarted on a host (after a partition) goes on from its predecessor's
+        # rounds: its files must not overwrite theirs.
+        self.attempt = max(
+            (int(str(e["attempt"])) for e in read_index(plan.job_dir) if e["host"] == host.name),
+            default=-1,
+        )
         """Rendezvous rounds this host joined, minus one. torch's TORCHELASTIC_RESTART_COUNT
         cannot name files: it counts this host's failures only, and a restart caused by a
         membership change leaves it unchanged."""

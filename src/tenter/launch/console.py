@@ -127,6 +127,8 @@ class EventFeed:
         if event["event"] == "restart":
             say(f"{host}: restarting its workers ({event['remaining']} restarts left)")
             return
+        if event["event"] != "rendezvous":
+            return  # the launcher's own events (faults): it said them when they happened
         self._round[host] = event
         hosts = int(str(event["hosts"]))
         same = [e for e in self._round.values() if e["hosts"] == hosts]

@@ -123,6 +123,22 @@ def host_lost(host: HostPlan, agent_pid: int, exit_code: int, log: str) -> Failu
     )
 
 
+def host_unreachable(host: HostPlan, since: float, log: str) -> Failure:
+    """A host cut off by a network partition, which a static job cannot go on without: the
+    one root cause, rather than its peers' timeouts and broken connections that follow."""
+    at = time.strftime("%H:%M:%S", time.localtime(since))
+    return Failure(
+        host=host.name,
+        rank=HOST_RANK,
+        local_rank=HOST_RANK,
+        pid=None,
+        exit_code=None,
+        timestamp=since,
+        message=f"host {host.name} became unreachable at {at} (network partition)",
+        log=log,
+    )
+
+
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]: ", re.MULTILINE)
 # Frames of the machinery between the launcher and the user's code.
 _LAUNCH_FRAMES = ("<frozen runpy>", "tenter/runtime/bootstrap.py", "elastic/multiprocessing/errors")
@@ -288,6 +304,8 @@ class Outcome:
 
 
 def _root_cause_lines(root: Failure, oom_kills: int | None) -> list[str]:
+    if root.rank == HOST_RANK and root.exit_code is None:  # alive, but cut off
+        return [f"root cause: {root.message}", f"  log: {root.log}"]
     pid = f"pid {root.pid}" if root.pid else ""
     if root.rank == HOST_RANK:
         where = f"host {root.host} lost (its agent{', ' + pid if pid else ''})"

@@ -2,20 +2,26 @@
 
 An agent killed by a signal is a lost host: an elastic job goes on while ``min_hosts``
 remain (torch elastic re-forms the world without it). ``tenter join JOB`` adds one of the
-plan's spare hosts, which enters at the next rendezvous round.
+plan's spare hosts, which enters at the next rendezvous round. ``tenter fault JOB
+partition|heal|kill HOST`` (:mod:`tenter.launch.isolation.faults`) cuts a host off, plugs
+it back in, or kills it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 from pathlib import Path
+
+import psutil
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir import layout
 from tenter.launch import report
 from tenter.launch.api import python_executable
 from tenter.launch.console import say
+from tenter.launch.isolation.faults import NetworkFaults
 from tenter.launch.processes import env_of, job_processes, kill_all
 from tenter.launch.supervisor import Supervisor
 
@@ -33,14 +39,15 @@ class LocalJob(Supervisor):
         self.lost: set[int] = set()
         """Indexes of hosts whose agent was killed while the job went on without them."""
         self._agent_logs: dict[int, str] = {}
+        self.faults = NetworkFaults(self)
 
     def start_processes(self) -> None:
         for host in self.plan.hosts:
             self._start_agent(host)
 
-    def _start_agent(self, host: HostPlan) -> None:
+    def _start_agent(self, host: HostPlan, log_name: str = "") -> None:
         plan_file = str(Path(self.plan.job_dir) / layout.PLAN_FILE)
-        log_path = Path(self.plan.job_dir) / "logs" / f"agent-{host.name}.log"
+        log_path = Path(self.plan.job_dir) / "logs" / (log_name or f"agent-{host.name}.log")
         self._agent_logs[host.index] = str(log_path)
         # If the launcher dies, even by SIGKILL, each agent stops its workers as on a cancel
         # (SIGTERM, SIGKILL after the grace period).
@@ -60,6 +67,8 @@ class LocalJob(Supervisor):
 
     def check_processes(self) -> str:
         """running, succeeded, or failed."""
+        if self.faults.stop_job:
+            return "failed"
         active = [i for i in range(len(self.procs)) if i not in self.lost]
         for i in active:
             code = self.procs[i].poll()
@@ -103,6 +112,52 @@ class LocalJob(Supervisor):
 
     def on_tick(self) -> None:
         self._admit_joining_hosts()
+        self.faults.on_tick()
+
+    # ---- what faults do to a host (tenter.launch.isolation.faults decides when) ----
+
+    def agent_log(self, index: int) -> str:
+        return self._agent_logs[index]
+
+    def _workers_of(self, index: int) -> list[psutil.Process]:
+        name = self.plan.hosts[index].name
+        agent = self.procs[index].pid
+        return [
+            p
+            for p in job_processes(self.plan.job_id)
+            if env_of(p, "TENTER_HOST") == name and p.pid != agent
+        ]
+
+    def kill_host(self, index: int, also: tuple[psutil.Process, ...] = ()) -> None:
+        """SIGKILL the host's agent and its workers (and ``also``, at the same time):
+        :meth:`check_processes` then sees a lost host, as if the machine had died."""
+        workers = self._workers_of(index)
+        self.procs[index].kill()  # not reaped here: check_processes reads its status
+        kill_all([*workers, *also])
+
+    def fence_host(self, index: int, why: str) -> None:
+        """Go on without a host that is cut off: kill its agent and workers (so that none
+        comes back with stale state when the network does), and restart the other hosts'
+        workers, blocked in a collective with it, into a rendezvous round without it."""
+        self.lost.add(index)
+        self.lost_hosts[self.plan.hosts[index].name] = why
+        blocked: list[psutil.Process] = []
+        for other in range(len(self.procs)):
+            if other not in self.lost and self.procs[other].poll() is None:
+                # Their agents see the workers fail and restart them (one restart each).
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    blocked += psutil.Process(self.procs[other].pid).children()
+        self.kill_host(index, also=tuple(blocked))
+        self.procs[index].wait()
+
+    def restart_agent(self, index: int) -> None:
+        """A fresh agent for a fenced host: it enters at the next rendezvous round."""
+        host = self.plan.hosts[index]
+        restarts = sum(1 for p in (Path(self.plan.job_dir) / "logs").glob(f"agent-{host.name}*"))
+        self._start_agent(host, f"agent-{host.name}.{restarts}.log")
+        self.procs[index] = self.procs.pop()  # spawn appends; the host keeps its place
+        self.lost.discard(index)
+        self.lost_hosts.pop(host.name, None)
 
     def _admit_joining_hosts(self) -> None:
         """``tenter join JOB`` leaves a request file; start one spare host per request."""
