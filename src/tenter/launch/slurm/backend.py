@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from tenter.contract.fabric import CLUSTER_NIC, LOOPBACK_NIC
+from tenter.contract.fabric import CLUSTER_NIC
 from tenter.contract.plan import Plan, make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
 from tenter.jobdir.handle import JobHandle
@@ -31,7 +31,7 @@ from tenter.launch import report
 from tenter.launch.api import JobStatus, python_executable
 from tenter.launch.console import ConsoleTail, say
 from tenter.launch.slurm.node import PORT_FILE
-from tenter.launch.slurm.script import SCRIPT, node_placeholder, sbatch_script
+from tenter.launch.slurm.script import NIC_PLACEHOLDER, SCRIPT, node_placeholder, sbatch_script
 from tenter.launch.supervised import job_dir_logs, read_plan
 from tenter.launch.supervisor import create_job_dir
 from tenter.spec import JobSpec, lookup
@@ -66,7 +66,7 @@ class SlurmBackend:
             tenter_home(),
             python_executable(),
             addrs=[node_placeholder(i) for i in range(spec.instance_count)],
-            network_interface=LOOPBACK_NIC if itype.is_local else CLUSTER_NIC,
+            network_interface=NIC_PLACEHOLDER if itype.is_local else CLUSTER_NIC,
         )
         script = Path(plan.job_dir) / SCRIPT
         return dataclasses.replace(

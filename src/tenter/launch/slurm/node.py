@@ -1,7 +1,8 @@
 """``python -m tenter.launch.slurm.node PLAN``: one per node, started by the job's srun step.
 
-It resolves the node's part of the plan from ``SLURM_NODEID`` and ``SLURM_JOB_NODELIST`` (the
-plan names nodes ``${slurm_node_<i>}`` until Slurm allocates them) and runs tenter's per-host
+It resolves the node's part of the plan from ``SLURMD_NODENAME`` and ``SLURM_JOB_NODELIST`` (the
+plan names the nodes' addresses ``${slurm_node_<i>}`` until Slurm allocates them, and the
+interface of a job of simulated-host instance type ``${slurm_nic}``) and runs tenter's per-host
 agent (:mod:`tenter.launch.agent`: torch elastic, the same worker contract, error files and
 logs as the local backend). The agents rendezvous (c10d) on the first node, whose entry serves
 the store on a port the kernel picks and publishes it in ``rdzv-port`` in the job directory,
@@ -18,20 +19,49 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from tenter.contract.plan import RDZV_PORT, Plan
 from tenter.launch import agent
 from tenter.launch.report import AGENT_RESULT
-from tenter.launch.slurm.script import node_placeholder
+from tenter.launch.slurm.script import NIC_PLACEHOLDER, node_placeholder
 from tenter.launch.store import serve_store
 
 PORT_FILE = "rdzv-port"
 
 
-def _node_names(nodelist: str) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    addr: str
+    """Its NodeAddr: where Slurm reaches it (its NodeName where none is configured)."""
+
+
+def allocation(nodelist: str) -> list[SlurmNode]:
+    """The job's nodes in the order of torch's rendezvous, which ranks hosts by sorting their
+    addresses: host ``i`` of the plan runs on node ``i`` of this list, so that its group rank
+    (and so every rank number) is the plan's, whatever the nodes' names or Slurm's order.
+
+    Addresses, not names: a node's name need not resolve where its peers look it up (Slurm
+    itself reaches nodes by NodeAddr)."""
     out = subprocess.run(
-        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+        ["scontrol", "-o", "show", "node", nodelist], capture_output=True, text=True, check=True
     )
-    return out.stdout.split()
+    nodes = []
+    for line in out.stdout.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        nodes.append(SlurmNode(fields["NodeName"], fields.get("NodeAddr") or fields["NodeName"]))
+    return sorted(nodes, key=lambda n: n.addr)
+
+
+def interface_of(addr: str) -> str:
+    """The network interface that carries ``addr`` on this node (the NIC the node's peers
+    reach it through); loopback for a node reached at a loopback address."""
+    ip = socket.gethostbyname(addr)
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == ip for a in addrs):
+            return name
+    raise OSError(f"no interface of this node has its NodeAddr {addr} ({ip})")
 
 
 def _wait_for_port(path: Path, timeout_s: float) -> int:
@@ -44,13 +74,15 @@ def _wait_for_port(path: Path, timeout_s: float) -> int:
 
 
 def node_main(plan_path: str) -> int:
-    nodes = _node_names(os.environ["SLURM_JOB_NODELIST"])
-    node_id = int(os.environ["SLURM_NODEID"])
+    nodes = allocation(os.environ["SLURM_JOB_NODELIST"])
+    node_id = [n.name for n in nodes].index(os.environ["SLURMD_NODENAME"])
     text = Path(plan_path).read_text()
     for index, node in enumerate(nodes):
-        text = text.replace(node_placeholder(index), node)
+        text = text.replace(node_placeholder(index), node.addr)
+    text = text.replace(NIC_PLACEHOLDER, interface_of(nodes[node_id].addr))
     plan = Plan.from_json(text)
-    plan = dataclasses.replace(plan, rdzv_endpoint=f"{nodes[0]}:{RDZV_PORT}")
+    first = nodes[0].addr
+    plan = dataclasses.replace(plan, rdzv_endpoint=f"{first}:{RDZV_PORT}")
     host = plan.hosts[node_id]
     with open(Path(plan.job_dir) / "logs" / f"agent-{host.name}.log", "ab") as log:
         os.dup2(log.fileno(), 1)
@@ -64,9 +96,9 @@ def node_main(plan_path: str) -> int:
         # The kernel picks the port and the store keeps the socket: no window for a clash.
         listener = socket.create_server(("", 0), backlog=1024)
         port = listener.getsockname()[1]
-        store = serve_store(nodes[0], listener)
+        store = serve_store(first, listener)
         tmp = port_file.with_suffix(".tmp")
-        tmp.write_text(f"{nodes[0]}:{port}\n")
+        tmp.write_text(f"{first}:{port}\n")
         tmp.replace(port_file)
     else:
         port = _wait_for_port(port_file, plan.join_timeout)

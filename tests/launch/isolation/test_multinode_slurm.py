@@ -1,0 +1,114 @@
+"""Real multi-node Slurm on one machine: slurmctld on the switch (the login node), one slurmd
+per host namespace (tests/launch/slurm_cluster.py), and tenter run from the login node puts
+each host of the plan on its own node, across a real network."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tenter.launch.isolation.network import host_addr
+from tests.conftest import REPO, SCRIPTS, job_processes
+from tests.launch.slurm_cluster import SlurmNodes, slurm_nodes
+
+pytestmark = pytest.mark.slow
+
+DIGITS = REPO / "examples" / "digits"
+NODES = 4
+DEADLINE_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmNodes]:
+    with slurm_nodes(NODES) as nodes:
+        yield nodes
+
+
+def _wait_for(what: str, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _assert_job_gone(cluster: SlurmNodes, job_dir: Path) -> None:
+    """Nothing of the job anywhere: not in Slurm's queue, no process on any node."""
+    assert cluster.queue() == []
+    _wait_for("the job's processes to end", lambda: job_processes(job_dir.name) == [])
+
+    def only_slurmd() -> bool:
+        left = [p.name() for node in cluster.nodes for p in cluster.processes_on(node.name)]
+        return left == ["slurmd"] * len(cluster.nodes)
+
+    _wait_for("only slurmd on every node (its job steps ended)", only_slurmd)
+
+
+def test_each_host_of_the_plan_runs_on_its_own_node(cluster: SlurmNodes) -> None:
+    done = cluster.tenter(
+        "run", "--backend", "slurm", "--hosts", str(NODES), "--procs-per-host", "1",
+        str(SCRIPTS / "whereami.py"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    logs = cluster.tenter("logs", done.job_dir.name)
+    for rank in range(NODES):
+        # Rank r on the r-th node: its own hostname, address and interface (eth0, not lo).
+        line = (
+            f"[algo-{rank + 1},{rank}]<stdout>: rank {rank} of {NODES} on node-{rank + 1} "
+            f"as algo-{rank + 1} at {host_addr(rank)} nic eth0: all_reduce ok"
+        )
+        assert line in logs.stdout, logs.stdout
+        assert (done.job_dir / f"logs/agent-algo-{rank + 1}.log").stat().st_size > 0
+    summary = json.loads((done.job_dir / "summary.json").read_text())
+    assert summary["rdzv_endpoint"].startswith(f"{host_addr(0)}:")
+    _assert_job_gone(cluster, done.job_dir)
+
+
+def test_digits_trains_across_two_nodes(cluster: SlurmNodes) -> None:
+    done = cluster.tenter(
+        "run", "--backend", "slurm", str(DIGITS / "job.yaml"), "--hosts", "2",
+        "--procs-per-host", "2", "--hp", "epochs=8",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((done.job_dir / "hosts/algo-1/model/metrics.json").read_text())
+    assert metrics["test_accuracy"] >= 0.94
+    assert "training on 4 ranks" in done.stdout
+    _assert_job_gone(cluster, done.job_dir)
+
+
+def test_a_rank_failing_on_the_last_node_is_the_root_cause(cluster: SlurmNodes) -> None:
+    done = cluster.tenter(
+        "run", "--backend", "slurm", "--hosts", "3", "--procs-per-host", "1",
+        str(SCRIPTS / "fail_last.py"),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    summary = done.stderr[done.stderr.index("FAILED after") :]
+    assert "Slurm job state: FAILED" in summary
+    assert "root cause: rank 2 on host algo-3 (local rank 0" in summary
+    assert "ValueError: boom at step 3" in summary
+    _assert_job_gone(cluster, done.job_dir)
+
+
+def test_cancel_stops_the_job_on_every_node(cluster: SlurmNodes, tenter_home: Path) -> None:
+    started = cluster.tenter(
+        "run", "--backend", "slurm", "--detach", "--hosts", "2", "--procs-per-host", "1",
+        str(SCRIPTS / "block.py"),
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    job = started.stdout.strip()
+    rank_out = [tenter_home / "jobs" / job / "logs" / f"rank-{r}.stdout" for r in (0, 1)]
+    _wait_for("both ranks ready", lambda: all(
+        p.exists() and "ready" in p.read_text() for p in rank_out
+    ))  # fmt: skip
+    assert "RUNNING (Slurm job" in cluster.tenter("status", job).stdout
+    cancelled = cluster.tenter("cancel", job)
+    assert cancelled.returncode == 0 and "cancelled Slurm job" in cancelled.stdout
+    _wait_for("the job to leave the queue", lambda: cluster.queue() == [])
+    assert "CANCELLED" in cluster.tenter("status", job).stdout
+    logs = cluster.tenter("logs", job)
+    assert "[algo-1,0]<stdout>: ready 0" in logs.stdout
+    assert "[algo-2,1]<stdout>: ready 1" in logs.stdout
+    _assert_job_gone(cluster, tenter_home / "jobs" / job)
