@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,28 +301,33 @@ def _daemon(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 @contextmanager
-def slurm_nodes(count: int) -> Iterator[SlurmNodes]:
+def slurm_nodes(count: int, others: Sequence[str] = ()) -> Iterator[SlurmNodes]:
     """``count`` Slurm nodes ``node-1`` ... on a HostNetwork: slurmctld on the switch, one
     slurmd per host (its own NodeName, NodeAddr, spool, pid and log files), one munged on
-    this machine (its socket is a file: every namespace reaches it). Everything stops and
-    goes on exit; a process left in a node's network is an error."""
+    this machine (its socket is a file: every namespace reaches it). ``others``: hosts of
+    the same network that are no Slurm nodes (an etcd server's). Everything stops and goes
+    on exit; a process left in a host's network is an error."""
     root = _state_dirs()
-    nodes = [Node(f"node-{i + 1}", host_addr(i)) for i in range(count)]
+    hostnames = [*(f"node-{i + 1}" for i in range(count)), *others]
+    machines = [Node(name, host_addr(i)) for i, name in enumerate(hostnames)]
+    nodes = machines[:count]
     conf = root / "slurm.conf"
     # Each node offers this machine's cores (slurmd checks the configuration against them).
     cpus = os.cpu_count() or 1
     conf.write_text(slurm_conf(root, CONTROLLER, nodes, cpus, 1024, (SLURMCTLD_PORT, SLURMD_PORT)))
     env = {"SLURM_CONF": str(conf), "PATH": os.environ["PATH"]}
-    hosts = _hosts_file(root, nodes)
+    hosts = _hosts_file(root, machines)
     munged = _start_munged(root)
     daemons: list[subprocess.Popen[bytes]] = []
-    net = HostNetwork([n.name for n in nodes])
+    net = HostNetwork(hostnames)
     cluster = SlurmNodes(net, nodes, env, root)
     try:
         net.start()
         daemons.append(_daemon([*net.enter_switch(), "/usr/sbin/slurmctld", "-D", "-i"], env))
+        for name in hostnames:
+            bind = ["mount", "--bind", str(hosts), "/etc/hosts"]
+            subprocess.run([*net.enter(name), *bind], check=True)
         for node in nodes:
-            subprocess.run([*net.enter(node.name), "mount", "--bind", str(hosts), "/etc/hosts"])
             slurmd = ["/usr/sbin/slurmd", "-D", "-N", node.name]
             daemons.append(_daemon([*net.enter(node.name), *slurmd], env))
         idle = _nodes_idle([*cluster.login(), "sinfo"], env, count)
@@ -335,7 +340,7 @@ def slurm_nodes(count: int) -> Iterator[SlurmNodes]:
         _stop([psutil.Process(d.pid) for d in reversed(daemons) if d.poll() is None])
         for d in daemons:
             d.wait()
-        left = {n.name: cluster.processes_on(n.name) for n in nodes} if net.hosts else {}
+        left = {name: cluster.processes_on(name) for name in net.hosts}
         _stop([p for procs in left.values() for p in procs])
         net.close()
         _stop([p for p in [_pid_of(munged)] if p is not None])

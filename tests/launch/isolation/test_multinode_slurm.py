@@ -13,18 +13,22 @@ import pytest
 
 from tenter.launch.isolation.network import host_addr
 from tests.conftest import REPO, SCRIPTS, job_processes
+from tests.launch.etcd_server import etcd_server
 from tests.launch.slurm_cluster import SlurmNodes, slurm_nodes
+from tests.launch.specs import write_spec
 
 pytestmark = pytest.mark.slow
 
 DIGITS = REPO / "examples" / "digits"
 NODES = 4
+ETCD_HOST = "etcd"
+"""A host of the same network that is no Slurm node: where the etcd server runs."""
 DEADLINE_S = 120.0
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmNodes]:
-    with slurm_nodes(NODES) as nodes:
+    with slurm_nodes(NODES, others=[ETCD_HOST]) as nodes:
         yield nodes
 
 
@@ -112,3 +116,26 @@ def test_cancel_stops_the_job_on_every_node(cluster: SlurmNodes, tenter_home: Pa
     assert "[algo-1,0]<stdout>: ready 0" in logs.stdout
     assert "[algo-2,1]<stdout>: ready 1" in logs.stdout
     _assert_job_gone(cluster, tenter_home / "jobs" / job)
+
+
+def test_an_elastic_job_meets_at_an_etcd_on_a_host_of_its_own(
+    cluster: SlurmNodes, tmp_path: Path
+) -> None:
+    etcd_addr = host_addr(NODES)  # the host after the nodes
+    enter = cluster.net.enter(ETCD_HOST)
+    with etcd_server(tmp_path / "etcd", etcd_addr, (2379, 2380), enter) as endpoint:
+        spec = write_spec(
+            tmp_path,
+            "whereami.py",
+            backend="slurm",
+            instance_count=2,
+            processes_per_host=1,
+            elastic={"rendezvous": {"backend": "etcd", "endpoint": endpoint}},
+        )
+        done = cluster.tenter("run", str(spec))
+    assert done.returncode == 0, done.stderr
+    logs = cluster.tenter("logs", done.job_dir.name).stdout
+    assert "[algo-2,1]<stdout>: rank 1 of 2 on node-2 as algo-2" in logs
+    summary = json.loads((done.job_dir / "summary.json").read_text())
+    assert summary["rdzv_endpoint"] == f"{etcd_addr}:2379"
+    _assert_job_gone(cluster, done.job_dir)

@@ -73,16 +73,21 @@ def _wait_for_port(path: Path, timeout_s: float) -> int:
     return int(path.read_text().rsplit(":", 1)[1])
 
 
+def resolve_plan(text: str, nodes: list[SlurmNode], node_id: int) -> Plan:
+    """The plan with Slurm's nodes in place of the placeholders; a c10d rendezvous on the
+    first node (an etcd one stays where the spec puts it)."""
+    for index, node in enumerate(nodes):
+        text = text.replace(node_placeholder(index), node.addr)
+    plan = Plan.from_json(text.replace(NIC_PLACEHOLDER, interface_of(nodes[node_id].addr)))
+    if plan.rdzv_backend != "c10d":
+        return plan
+    return dataclasses.replace(plan, rdzv_endpoint=f"{nodes[0].addr}:{RDZV_PORT}")
+
+
 def node_main(plan_path: str) -> int:
     nodes = allocation(os.environ["SLURM_JOB_NODELIST"])
     node_id = [n.name for n in nodes].index(os.environ["SLURMD_NODENAME"])
-    text = Path(plan_path).read_text()
-    for index, node in enumerate(nodes):
-        text = text.replace(node_placeholder(index), node.addr)
-    text = text.replace(NIC_PLACEHOLDER, interface_of(nodes[node_id].addr))
-    plan = Plan.from_json(text)
-    first = nodes[0].addr
-    plan = dataclasses.replace(plan, rdzv_endpoint=f"{first}:{RDZV_PORT}")
+    plan = resolve_plan(Path(plan_path).read_text(), nodes, node_id)
     host = plan.hosts[node_id]
     with open(Path(plan.job_dir) / "logs" / f"agent-{host.name}.log", "ab") as log:
         os.dup2(log.fileno(), 1)
@@ -90,15 +95,17 @@ def node_main(plan_path: str) -> int:
     resolved = Path(host.dir) / "plan.json"
     resolved.write_text(plan.to_json())
     os.environ.update(host.env)
+    if plan.rdzv_backend != "c10d":
+        return agent.main([str(resolved), str(node_id), "0"])  # the endpoint has its port
     port_file = Path(plan.job_dir) / PORT_FILE
     store = None
     if node_id == 0:
         # The kernel picks the port and the store keeps the socket: no window for a clash.
         listener = socket.create_server(("", 0), backlog=1024)
         port = listener.getsockname()[1]
-        store = serve_store(first, listener)
+        store = serve_store(nodes[0].addr, listener)
         tmp = port_file.with_suffix(".tmp")
-        tmp.write_text(f"{first}:{port}\n")
+        tmp.write_text(f"{nodes[0].addr}:{port}\n")
         tmp.replace(port_file)
     else:
         port = _wait_for_port(port_file, plan.join_timeout)
