@@ -28,7 +28,7 @@ import psutil
 
 from tenter.launch.isolation.network import SWITCH_ADDR, HostNetwork, host_addr
 from tenter.launch.processes import dies_with_parent
-from tests.conftest import REPO, Finished
+from tests.conftest import REPO, SCRIPTS, Finished, job_processes
 
 MUNGE_KEY = Path("/etc/munge/munge.key")
 START_TIMEOUT_S = 60.0
@@ -43,12 +43,16 @@ def _free_port() -> int:
     return port
 
 
-def _wait_until(what: str, condition: Callable[[], bool], log: Path | None = None) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def wait_until(
+    what: str, condition: Callable[[], bool], log: Path | None = None, timeout: float = 120
+) -> None:
+    """Poll ``condition`` until it holds; a TimeoutError naming ``what`` (and the tail of
+    ``log``) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-            raise TimeoutError(f"{what} within {START_TIMEOUT_S} s\n{tail}")
+            raise TimeoutError(f"{what} within {timeout} s\n{tail}")
         time.sleep(0.1)
 
 
@@ -142,7 +146,7 @@ def start_controller(env: dict[str, str]) -> None:
     """Start slurmctld again from its saved state and wait until it answers."""
     subprocess.run(["/usr/sbin/slurmctld"], env=env, check=True)
     log = Path(env["SLURM_CONF"]).parent / "slurmctld.log"
-    _wait_until("slurmctld did not answer after its restart", lambda: _controller_answers(env), log)
+    wait_until("slurmctld did not answer after its restart", lambda: _controller_answers(env), log)
 
 
 def _state_dirs() -> Path:
@@ -210,7 +214,7 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
         subprocess.run(["/usr/sbin/slurmctld", "-i"], env=env, check=True)
         subprocess.run(["/usr/sbin/slurmd", "-N", node.name], env=env, check=True)
         log = root / f"slurmd-{node.name}.log"
-        _wait_until("the Slurm node did not become idle", _nodes_idle(["sinfo"], env, 1), log)
+        wait_until("the Slurm node did not become idle", _nodes_idle(["sinfo"], env, 1), log)
         yield env
     finally:
         subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
@@ -331,12 +335,12 @@ def slurm_nodes(count: int, others: Sequence[str] = ()) -> Iterator[SlurmNodes]:
             slurmd = ["/usr/sbin/slurmd", "-D", "-N", node.name]
             daemons.append(_daemon([*net.enter(node.name), *slurmd], env))
         idle = _nodes_idle([*cluster.login(), "sinfo"], env, count)
-        _wait_until(f"{count} Slurm nodes did not become idle", idle, root / "slurmctld.log")
+        wait_until(f"{count} Slurm nodes did not become idle", idle, root / "slurmctld.log")
         yield cluster
     finally:
         subprocess.run([*cluster.login(), "scancel", "--full", "-u", "root"], env=env)
         with contextlib.suppress(TimeoutError):
-            _wait_until("the jobs did not leave the queue", lambda: cluster.queue() == [])
+            wait_until("the jobs did not leave the queue", lambda: cluster.queue() == [])
         _stop([psutil.Process(d.pid) for d in reversed(daemons) if d.poll() is None])
         for d in daemons:
             d.wait()
@@ -346,3 +350,29 @@ def slurm_nodes(count: int, others: Sequence[str] = ()) -> Iterator[SlurmNodes]:
         _stop([p for p in [_pid_of(munged)] if p is not None])
         shutil.rmtree(root, ignore_errors=True)
     assert not any(left.values()), f"processes left on the nodes: {left}"
+
+
+def cancel_when_ready(
+    tenter: Callable[..., Finished], queue: Callable[[], list[str]], hosts: int, procs: int
+) -> str:
+    """Submit block.py on ``hosts`` x ``procs`` detached; once every rank says it is ready,
+    ``tenter cancel`` it and wait until it left the queue as CANCELLED. Its logs."""
+    started = tenter(
+        "run", "--backend", "slurm", "--detach", "--hosts", str(hosts),
+        "--procs-per-host", str(procs), str(SCRIPTS / "block.py"),
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    job = started.stdout.strip()
+    logs = Path(os.environ["TENTER_HOME"]) / "jobs" / job / "logs"
+    ranks = [logs / f"rank-{r}.stdout" for r in range(hosts * procs)]
+    wait_until(
+        "every rank ready", lambda: all(p.exists() and "ready" in p.read_text() for p in ranks)
+    )
+    assert "RUNNING (Slurm job" in tenter("status", job).stdout
+    cancelled = tenter("cancel", job)
+    assert cancelled.returncode == 0 and "cancelled Slurm job" in cancelled.stdout
+    wait_until("the job to leave the queue", lambda: queue() == [])
+    assert "CANCELLED" in tenter("status", job).stdout
+    wait_until("its processes to end", lambda: job_processes(job) == [])
+    shown: str = tenter("logs", job).stdout
+    return shown

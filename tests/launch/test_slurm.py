@@ -7,8 +7,7 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,13 +21,17 @@ from tests.conftest import (
     Background,
     assert_golden,
     assert_nothing_left,
-    job_processes,
     tenter,
 )
-from tests.launch.slurm_cluster import queue, slurm_cluster, start_controller, stop_controller
+from tests.launch.slurm_cluster import (
+    cancel_when_ready,
+    queue,
+    slurm_cluster,
+    start_controller,
+    stop_controller,
+)
 
 DIGITS = REPO / "examples" / "digits"
-DEADLINE_S = 120.0
 GOLDEN = Path(__file__).parent / "golden"
 
 
@@ -101,13 +104,6 @@ def cluster() -> Iterator[dict[str, str]]:
         yield env
 
 
-def _wait_for(what: str, condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 @pytest.mark.slow
 def test_digits_trains_as_a_one_node_two_task_slurm_job(cluster: dict[str, str]) -> None:
     done = tenter(
@@ -144,26 +140,10 @@ def test_a_failing_slurm_job_reports_its_root_cause_and_exit_code(cluster: dict[
 
 
 @pytest.mark.slow
-def test_cancel_stops_a_running_slurm_job(cluster: dict[str, str], tenter_home: Path) -> None:
-    started = tenter(
-        "run", "--backend", "slurm", "--detach", "--hosts", "1", "--procs-per-host", "2",
-        str(SCRIPTS / "block.py"),
-    )  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    job = started.stdout.strip()
-    rank_out = [tenter_home / "jobs" / job / "logs" / f"rank-{r}.stdout" for r in (0, 1)]
-    _wait_for("both ranks ready", lambda: all(
-        p.exists() and "ready" in p.read_text() for p in rank_out
-    ))  # fmt: skip
-    assert "RUNNING (Slurm job" in tenter("status", job).stdout
-    cancelled = tenter("cancel", job)
-    assert cancelled.returncode == 0 and "cancelled Slurm job" in cancelled.stdout
-    _wait_for("the job to leave the queue", lambda: queue(cluster) == [])
-    assert "CANCELLED" in tenter("status", job).stdout
-    _wait_for("its processes to end", lambda: job_processes(job) == [])
-    logs = tenter("logs", job)
-    assert "[algo-1,0]<stdout>: ready 0" in logs.stdout
-    assert "[algo-1,1]<stdout>: ready 1" in logs.stdout
+def test_cancel_stops_a_running_slurm_job(cluster: dict[str, str]) -> None:
+    logs = cancel_when_ready(tenter, lambda: queue(cluster), hosts=1, procs=2)
+    assert "[algo-1,0]<stdout>: ready 0" in logs
+    assert "[algo-1,1]<stdout>: ready 1" in logs
 
 
 @pytest.mark.slow

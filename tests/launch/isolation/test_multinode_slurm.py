@@ -5,8 +5,7 @@ each host of the plan on its own node, across a real network."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from tenter.launch.isolation.network import host_addr
 from tests.conftest import REPO, SCRIPTS, job_processes
 from tests.launch.etcd_server import etcd_server
-from tests.launch.slurm_cluster import SlurmNodes, slurm_nodes
+from tests.launch.slurm_cluster import SlurmNodes, cancel_when_ready, slurm_nodes, wait_until
 from tests.launch.specs import write_spec
 
 pytestmark = pytest.mark.slow
@@ -23,7 +22,6 @@ DIGITS = REPO / "examples" / "digits"
 NODES = 4
 ETCD_HOST = "etcd"
 """A host of the same network that is no Slurm node: where the etcd server runs."""
-DEADLINE_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -32,23 +30,16 @@ def cluster() -> Iterator[SlurmNodes]:
         yield nodes
 
 
-def _wait_for(what: str, condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def _assert_job_gone(cluster: SlurmNodes, job_dir: Path) -> None:
     """Nothing of the job anywhere: not in Slurm's queue, no process on any node."""
     assert cluster.queue() == []
-    _wait_for("the job's processes to end", lambda: job_processes(job_dir.name) == [])
+    wait_until("the job's processes to end", lambda: job_processes(job_dir.name) == [])
 
     def only_slurmd() -> bool:
         left = [p.name() for node in cluster.nodes for p in cluster.processes_on(node.name)]
         return left == ["slurmd"] * len(cluster.nodes)
 
-    _wait_for("only slurmd on every node (its job steps ended)", only_slurmd)
+    wait_until("only slurmd on every node (its job steps ended)", only_slurmd)
 
 
 def test_each_host_of_the_plan_runs_on_its_own_node(cluster: SlurmNodes) -> None:
@@ -97,25 +88,11 @@ def test_a_rank_failing_on_the_last_node_is_the_root_cause(cluster: SlurmNodes) 
 
 
 def test_cancel_stops_the_job_on_every_node(cluster: SlurmNodes, tenter_home: Path) -> None:
-    started = cluster.tenter(
-        "run", "--backend", "slurm", "--detach", "--hosts", "2", "--procs-per-host", "1",
-        str(SCRIPTS / "block.py"),
-    )  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    job = started.stdout.strip()
-    rank_out = [tenter_home / "jobs" / job / "logs" / f"rank-{r}.stdout" for r in (0, 1)]
-    _wait_for("both ranks ready", lambda: all(
-        p.exists() and "ready" in p.read_text() for p in rank_out
-    ))  # fmt: skip
-    assert "RUNNING (Slurm job" in cluster.tenter("status", job).stdout
-    cancelled = cluster.tenter("cancel", job)
-    assert cancelled.returncode == 0 and "cancelled Slurm job" in cancelled.stdout
-    _wait_for("the job to leave the queue", lambda: cluster.queue() == [])
-    assert "CANCELLED" in cluster.tenter("status", job).stdout
-    logs = cluster.tenter("logs", job)
-    assert "[algo-1,0]<stdout>: ready 0" in logs.stdout
-    assert "[algo-2,1]<stdout>: ready 1" in logs.stdout
-    _assert_job_gone(cluster, tenter_home / "jobs" / job)
+    logs = cancel_when_ready(cluster.tenter, cluster.queue, hosts=2, procs=1)
+    assert "[algo-1,0]<stdout>: ready 0" in logs
+    assert "[algo-2,1]<stdout>: ready 1" in logs
+    (job_dir,) = (tenter_home / "jobs").iterdir()
+    _assert_job_gone(cluster, job_dir)
 
 
 def test_an_elastic_job_meets_at_an_etcd_on_a_host_of_its_own(
