@@ -3,7 +3,9 @@ check that a job leaves no process, port or temp file behind."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import ipaddress
 import json
 import os
 import resource
@@ -125,21 +127,60 @@ def port_is_free(addr: str, port: int) -> bool:
     return True
 
 
+ISOLATED_HOSTS = ipaddress.IPv4Network("198.18.0.0/15")
+
+
+def processes_in_network_namespaces(inodes: set[int]) -> list[psutil.Process]:
+    """The processes in the network namespaces of these inodes."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(OSError):
+            if os.stat(f"/proc/{proc.pid}/ns/net").st_ino in inodes:
+                found.append(proc)
+    return found
+
+
+def assert_network_gone(job_dir: Path) -> None:
+    """The job's isolated hosts (network.json) left nothing: no namespace holder and no
+    process of the job in their namespaces, so the kernel freed them (and their links, the
+    bridge and the ports bound there); nothing of theirs in this machine's own network.
+
+    A namespace lives while a process is in it, and every process tenter puts there is a
+    holder or carries the job's id. The namespaces' inodes alone cannot tell: the kernel
+    reuses a freed one's inode, perhaps for another job's namespace by then."""
+    record = json.loads((job_dir / "network.json").read_text())
+    holders = [record["switch"], *record["hosts"].values()]
+    for holder in holders:
+        pid, _, started = holder["identity"].partition("@")
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert str(psutil.Process(int(pid)).create_time()) != started
+    inside = {p.pid for p in processes_in_network_namespaces({h["netns"] for h in holders})}
+    assert [p.cmdline() for p in job_processes(job_dir.name) if p.pid in inside] == []
+    addresses = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True)
+    assert "198.18." not in addresses.stdout
+
+
 def assert_nothing_left(job_dir: Path) -> None:
-    """No process of the job, no port it bound, no temp file or shared memory it made."""
+    """No process of the job, no port it bound, no temp file or shared memory it made; on
+    isolated hosts, no namespace or link."""
     job_id = job_dir.name
     assert job_processes(job_id) == []
     assert own_children() == []
     # tenter's shm backend names its segments after the job (tenter.comm.shm.segment_name).
     assert list(Path("/dev/shm").glob(f"*{job_id}*")) == []
+    isolated = (job_dir / "network.json").exists()
+    if isolated:
+        assert_network_gone(job_dir)
     summary = json.loads((job_dir / "summary.json").read_text())
     host, port = summary["rdzv_endpoint"].rsplit(":", 1)
-    assert port_is_free(host, int(port))
+    # An isolated host's ports were in its network namespace, gone as checked above.
+    assert isolated or port_is_free(host, int(port))
     for log in (job_dir / "logs").glob("rank-*.stdout"):
         for line in log.read_text().splitlines():
             if line.startswith("MASTER="):
                 addr, master_port = line.removeprefix("MASTER=").rsplit(":", 1)
-                assert port_is_free(addr, int(master_port))
+                in_namespace = ipaddress.ip_address(addr) in ISOLATED_HOSTS
+                assert in_namespace or port_is_free(addr, int(master_port))
     assert list(Path(os.environ["TMPDIR"]).iterdir()) == []
 
 

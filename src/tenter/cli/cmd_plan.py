@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.cli.options import add_job_arguments, load_job
+from tenter.contract.isolation import HOST_NIC, SWITCH_ADDR
 from tenter.contract.plan import RDZV_PORT, Plan
 from tenter.spec import JobSpec, Problem, SpecError
 
@@ -104,6 +105,11 @@ def render(plan: Plan) -> str:
         f"rendezvous  c10d store at {plan.rdzv_endpoint} ({RDZV_PORT}: a free port chosen "
         "at launch)",
     ]
+    if plan.isolation != "none":
+        lines.append(
+            f"isolation   {plan.isolation}: each host in namespaces of its own (hostname, "
+            f"{HOST_NIC}, /dev/shm) on a private bridge at {SWITCH_ADDR}"
+        )
     if plan.max_run:
         lines.append(f"max run     {plan.max_run} s")
     if plan.launcher:

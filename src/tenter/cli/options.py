@@ -99,6 +99,11 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--procs-per-host", type=int, metavar="M", help="processes per host")
     job.add_argument("--instance-type", metavar="TYPE", help="e.g. local, ml.p4d.24xlarge")
     job.add_argument("--backend", metavar="NAME", help="where to run: local, mpi or slurm")
+    job.add_argument(
+        "--isolation",
+        choices=("none", "network"),
+        help="network: each host in namespaces of its own (own address, hostname, /dev/shm)",
+    )
     job.add_argument("--name", metavar="NAME", help="job name (the job id starts with it)")
     job.add_argument("--source-dir", metavar="DIR", help="working directory of the processes")
     job.add_argument("--output-dir", metavar="DIR", help="where job directories are created")
@@ -148,6 +153,7 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
         "procs_per_host": "processes_per_host",
         "instance_type": "instance_type",
         "backend": "backend",
+        "isolation": "isolation",
         "name": "name",
         "max_run": "max_run",
     }

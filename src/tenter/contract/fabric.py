@@ -36,3 +36,9 @@ def fabric_env(itype: InstanceType, network_interface: str) -> dict[str, str]:
         # NCCL's bootstrap and socket transport on the hosts' interface, not a Docker bridge.
         env["NCCL_SOCKET_IFNAME"] = network_interface
     return env
+
+
+def socket_env(network_interface: str) -> dict[str, str]:
+    """gloo's and NCCL's sockets on ``network_interface``: where a host's name resolves to no
+    address of its own, gloo would pick loopback and its peers on other hosts could not reach it."""
+    return {"GLOO_SOCKET_IFNAME": network_interface, "NCCL_SOCKET_IFNAME": network_interface}

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tenter.contract import sagemaker, torchrun, worker
+from tenter.contract import isolation, sagemaker, torchrun, worker
 from tenter.contract.fabric import LOOPBACK_NIC
 from tenter.spec import JobSpec, lookup, processes_per_host
 from tenter.spec.limits import MAX_SIMULATED_HOSTS
@@ -45,8 +45,9 @@ class HostPlan:
     name: str
     index: int
     addr: str
-    """The host's address. Simulated hosts each get their own loopback address, ordered
-    so that torch elastic's rendezvous gives host i the group rank i."""
+    """The host's address. Simulated hosts each get their own loopback address (isolated
+    hosts: :func:`tenter.contract.isolation.host_addr`), ordered so that torch elastic's
+    rendezvous gives host i the group rank i."""
     dir: str
     """The host's SageMaker ``/opt/ml`` directory."""
     env: dict[str, str]
@@ -92,6 +93,9 @@ class Plan:
     spare_hosts: list[HostPlan] = field(default_factory=list)
     """Hosts an elastic job may add up to ``max_hosts`` (``tenter join``), planned now so that
     what joins is what ``tenter plan`` showed."""
+    isolation: str = "none"
+    """``network``: the launcher runs each host in namespaces of its own
+    (:mod:`tenter.contract.isolation`); ``none``: on this machine's network."""
 
     @property
     def world_size(self) -> int:
@@ -158,7 +162,8 @@ def make_plan(
     """The plan of a validated, path-resolved spec.
 
     Cluster backends (mpirun, Slurm) pass the hosts' real ``addrs`` and ``network_interface``;
-    by default the hosts are simulated on this machine's loopback interface."""
+    by default the hosts are simulated on this machine's loopback interface, or with
+    ``isolation: network`` on a private network (:mod:`tenter.contract.isolation`)."""
     elastic = spec.elastic
     spare = range(spec.instance_count + 1, (elastic.max_hosts or 0) + 1) if addrs is None else ()
     itype = lookup(spec.instance_type)
@@ -167,8 +172,13 @@ def make_plan(
     job_dir = jobs_root(spec, tenter_home) / job_id
     names = sagemaker.host_names(spec.instance_count)
     simulated = addrs is None
-    if addrs is None:
+    isolated = simulated and spec.isolation == "network"
+    if isolated:
+        addrs = [isolation.host_addr(i) for i in range(spec.instance_count)]
+        network_interface = isolation.HOST_NIC
+    elif addrs is None:
         addrs = [simulated_host_addr(i) for i in range(spec.instance_count)]
+    assert addrs is not None
     checkpoint_dir = spec.checkpoint.dir or str(job_dir / "checkpoints")
     restartable = elastic.max_restarts > 0
     hosts = []
@@ -187,6 +197,7 @@ def make_plan(
             checkpoint_dir=checkpoint_dir,
             channels={ch: str(host_dir / "input" / "data" / ch) for ch in spec.channels},
             simulated=simulated,
+            pin_interface=isolated,
             cache_dir=tenter_home / "cache",
         )
         config = {
@@ -251,7 +262,8 @@ def make_plan(
         cwd=spec.source_dir,
         hosts=hosts,
         procs_per_host=procs,
-        rdzv_endpoint=elastic.rendezvous.endpoint or f"127.0.0.1:{RDZV_PORT}",
+        rdzv_endpoint=elastic.rendezvous.endpoint
+        or f"{isolation.SWITCH_ADDR if isolated else '127.0.0.1'}:{RDZV_PORT}",
         instance_type=spec.instance_type,
         spare_hosts=[_spare_host(spec, job_id, tenter_home, python, count) for count in spare],
         checkpoint_dir=checkpoint_dir,
@@ -268,6 +280,7 @@ def make_plan(
         max_run=spec.max_run,
         console_ranks=spec.logs.ranks,
         tag_output=spec.logs.tag,
+        isolation="network" if isolated else "none",
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from tenter.contract import sagemaker
-from tenter.contract.fabric import fabric_env
+from tenter.contract.fabric import fabric_env, socket_env
 from tenter.contract.torchrun import SIGNALS_TO_HANDLE
 from tenter.spec import JobSpec
 from tenter.spec.catalog import InstanceType
@@ -39,6 +39,7 @@ PLACEMENT = frozenset(
         "SM_NETWORK_INTERFACE_NAME",
         "SM_RESOURCE_CONFIG",
         "NCCL_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME",
         "MASTER_ADDR",
         "MASTER_PORT",
         # threads per rank: simulated hosts share one machine's cores
@@ -93,6 +94,9 @@ class Placement:
     """Channel name -> its path on the host."""
     simulated: bool
     """The hosts are simulated on one machine (they share its cores)."""
+    pin_interface: bool = False
+    """Every socket library must use ``network_interface`` (isolated hosts, whose hostname
+    resolves to no address: gloo would otherwise fall back to loopback)."""
     cache_dir: PurePath | None = None
     """tenter's cache (torch's compile cache) where the hosts share one; None: torch's default."""
 
@@ -120,6 +124,7 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
         "OMP_NUM_THREADS": str(max(1, itype.cpus // (world if where.simulated else procs))),
         "TORCHELASTIC_SIGNALS_TO_HANDLE": SIGNALS_TO_HANDLE,
         **fabric_env(itype, where.network_interface),
+        **(socket_env(where.network_interface) if where.pin_interface else {}),
         **({"TENTER_PG_BACKEND": pg_backend} if pg_backend else {}),
         # torch's compile cache, shared by jobs, instead of a directory left in /tmp.
         **(

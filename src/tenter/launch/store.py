@@ -24,3 +24,25 @@ def serve_store(host: str, listener: socket.socket) -> Any:
         timeout=timedelta(seconds=300),
         use_libuv=torch.__version__ >= "2.8",
     )
+
+
+def main(argv: list[str]) -> None:
+    """``python -m tenter.launch.store HOST FD``: serve the store on the listening socket
+    ``FD`` (inherited) until killed.
+
+    For isolated hosts: the store must run in the switch's network namespace, because
+    torch's store also connects to itself as a client, and the launcher's own network does
+    not reach the hosts' bridge."""
+    import signal
+
+    host, fd = argv
+    _store = serve_store(host, socket.socket(fileno=int(fd)))
+    print("serving", flush=True)
+    while True:  # until the launcher kills this process
+        signal.pause()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

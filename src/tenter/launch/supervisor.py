@@ -22,12 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tenter.contract.plan import Plan
+from tenter.contract.isolation import SWITCH_ADDR
+from tenter.contract.plan import HostPlan, Plan
 from tenter.errors import ExitCode, TenterError
 from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult
 from tenter.launch import hang, report
 from tenter.launch.console import EventFeed, say
+from tenter.launch.isolation import hosts as isolated_hosts
+from tenter.launch.isolation.network import HostNetwork
 from tenter.launch.processes import STOP_GRACE_S, dies_with_parent, job_processes, kill_all
 from tenter.launch.store import serve_store
 
@@ -117,6 +120,10 @@ class Supervisor:
         self._next_hang_check = 0.0
         self._listener: socket.socket | None = None
         self._store: Any = None
+        self.network: HostNetwork | None = None
+        """The job's isolated hosts (``isolation: network``) while it runs."""
+        self._store_proc: subprocess.Popen[bytes] | None = None
+        """The store's process on the isolated hosts' switch."""
         self._started = time.monotonic()
 
     # ---- what a subclass provides ----
@@ -158,6 +165,15 @@ class Supervisor:
                 )
             )
 
+    def on_host(self, host: HostPlan) -> list[str]:
+        """The argv prefix that runs a command on ``host``: nothing on this machine's own
+        network; on isolated hosts, entering its namespaces (plugging in a joining host)."""
+        if self.network is None:
+            return []
+        if host.name not in self.network.hosts:
+            isolated_hosts.add_host(self.network, self.plan, host.index, host.name)
+        return self.network.enter(host.name, self.plan.cwd)
+
     # ---- the loop ----
 
     def start(self) -> None:
@@ -165,19 +181,28 @@ class Supervisor:
         the store; returns at once."""
         if not (Path(self.plan.job_dir) / layout.PLAN_FILE).exists():
             create_job_dir(self.plan)
-        # The kernel picks the port and we keep the socket: no window in which another job
-        # could take it (the classic fixed 29500 clash).
-        self._listener = socket.create_server((self.listen_addr, 0), backlog=1024)
-        self.rdzv_port = self._listener.getsockname()[1]
         try:
+            if self.plan.isolation == "network":
+                self.network = isolated_hosts.open_network(self.plan)
+                self.listen_addr = SWITCH_ADDR
+                if self.plan.rdzv_backend == "c10d":
+                    self.rdzv_port, self._store_proc = isolated_hosts.serve_store(
+                        self.network, self.plan
+                    )
+            else:
+                # The kernel picks the port and we keep the socket: no window in which another
+                # job could take it (the classic fixed 29500 clash).
+                self._listener = socket.create_server((self.listen_addr, 0), backlog=1024)
+                self.rdzv_port = self._listener.getsockname()[1]
             self.start_processes()
-            if self.plan.rdzv_backend == "c10d":
+            if self._listener is not None and self.plan.rdzv_backend == "c10d":
                 # Started after the processes, so that their start-up and torch's import here
                 # overlap. The store owns the listening socket from here on (and closes it).
                 self._store = serve_store(self.listen_addr, self._listener)
         except BaseException:
             self._sweep()
-            self._listener.close()
+            if self._listener is not None:
+                self._listener.close()
             raise
 
     def wait(self, stop: threading.Event) -> JobResult:
@@ -269,11 +294,14 @@ class Supervisor:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
 
     def _sweep(self) -> None:
-        for proc in self.procs:
+        for proc in [*self.procs, *([self._store_proc] if self._store_proc else [])]:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
         kill_all(job_processes(self.plan.job_id))
+        if self.network is not None:
+            # Its namespaces, links and bridge go with their holders (and their last process).
+            self.network.close()
 
     def _result(self, reason: str | None, stopped_at: float | None) -> JobResult:
         self.collect_extra_failures()

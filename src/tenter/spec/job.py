@@ -85,6 +85,11 @@ class JobSpec(StrictModel):
     backend: str = "local"
     """Where the job runs: ``local`` (this machine, hosts simulated), ``mpi`` (mpirun) or
     ``slurm`` (sbatch); see docs/backends.md."""
+    isolation: Literal["none", "network"] = "none"
+    """``network``: each simulated host in network, UTS and mount namespaces of its own (its
+    own address, hostname and ``/dev/shm``, on a private bridge), as on a real cluster; needs
+    root or unprivileged user namespaces (docs/isolation.md). ``none``: hosts share this
+    machine's network, each on a loopback address of its own."""
     logs: LogOptions = LogOptions()
     kubernetes: KubernetesOptions = KubernetesOptions()
     """Image, namespace and volumes of the job on ``backend: kubernetes``."""

@@ -44,6 +44,9 @@ which Linux caps at 128 KiB: about 1,700 hosts fit; 1,024 leave room for the res
 MAX_SIMULATED_HOSTS = 156
 """Hosts the local backend simulates, one loopback address each (127.100.0.1 to
 127.255.0.1, so that address order is host order)."""
+MAX_ISOLATED_HOSTS = 156
+"""Hosts with ``isolation: network``, one address each in 198.18.0.0/15 (198.18.100.1 to
+198.18.255.1, so that address order is host order)."""
 MAX_SECONDS = 28 * 24 * 3600
 """Longest duration a spec may give (SageMaker's limit on max_run: 28 days)."""
 WORKER_MEMORY_GIB = 0.25

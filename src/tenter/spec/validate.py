@@ -25,6 +25,8 @@ from tenter.spec.limits import key_path
 
 KNOWN_BACKENDS = ("local", "mpi", "slurm", "kubernetes")
 """Launch backends this version can run."""
+ISOLATING_BACKENDS = ("local",)
+"""Backends that can run a job on isolated hosts (``isolation: network``)."""
 
 # Set per rank by the launcher; a user value would be silently overwritten.
 _RESERVED_ENV = re.compile(
@@ -249,7 +251,15 @@ def _size_problems(spec: JobSpec) -> list[Problem]:
         ("instance_count", spec.instance_count),
         ("elastic.max_hosts", spec.elastic.max_hosts or 0),
     ):
-        if hosts > limits.MAX_HOSTS:
+        if spec.isolation != "none" and hosts > limits.MAX_ISOLATED_HOSTS:
+            out.append(
+                Problem(
+                    path,
+                    f"{hosts:,} hosts exceed the {limits.MAX_ISOLATED_HOSTS} isolated hosts "
+                    "that fit the address range (198.18.100.1 to 198.18.255.1); use fewer",
+                )
+            )
+        elif hosts > limits.MAX_HOSTS:
             out.append(
                 Problem(
                     path,
@@ -353,6 +363,16 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                 "backend",
                 f"'{spec.backend}' is not a launch backend; choose one of: "
                 f"{', '.join(KNOWN_BACKENDS)}.{did_you_mean(spec.backend, KNOWN_BACKENDS)}",
+            )
+        )
+
+    if spec.isolation != "none" and spec.backend not in ISOLATING_BACKENDS:
+        errors.append(
+            Problem(
+                "isolation",
+                f"{spec.isolation} needs hosts simulated on this machine, and the "
+                f"{spec.backend} backend runs on its own hosts; use backend: "
+                f"{' or '.join(ISOLATING_BACKENDS)}, or isolation: none",
             )
         )
 

@@ -33,23 +33,21 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from tenter.launch.processes import dies_with_parent
+from tenter.contract.isolation import HOST_NIC, MAX_HOSTS, SUBNET, SWITCH_ADDR, host_addr
+from tenter.launch.processes import dies_with_parent, process_identity
 
-SUBNET = ipaddress.IPv4Network("198.18.0.0/15")
-"""RFC 2544's range for benchmarking networks: neither private nor public, never routed."""
-SWITCH_ADDR = "198.18.0.1"
-HOST_NIC = "eth0"
 BRIDGE = "br0"
-MAX_HOSTS = 156
-"""Host ``i`` is 198.18.(100 + i).1: string order is host order (torch elastic's rendezvous
-ranks hosts by sorting addresses) while the third octet stays below 256."""
-
-
-def host_addr(index: int) -> str:
-    """The address of host ``index`` (0-based)."""
-    if not 0 <= index < MAX_HOSTS:
-        raise ValueError(f"host index {index} outside 0..{MAX_HOSTS - 1}")
-    return f"198.18.{100 + index}.1"
+__all__ = [
+    "BRIDGE",
+    "HOST_NIC",
+    "MAX_HOSTS",
+    "SUBNET",
+    "SWITCH_ADDR",
+    "HostNetwork",
+    "Namespaces",
+    "host_addr",
+    "interfaces_in",
+]
 
 
 def _port_name(index: int) -> str:
@@ -58,26 +56,31 @@ def _port_name(index: int) -> str:
 
 @dataclass
 class Namespaces:
-    """New namespaces and the process that holds them."""
+    """Namespaces and the process that holds them: ``proc`` where this process started it,
+    else (a network re-opened from its record) only its pid and identity."""
 
     name: str
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+    pid: int
+    identity: str
+    """:func:`~tenter.launch.processes.process_identity` of the holder: a record names the
+    holder for good, even once its pid is reused."""
+    proc: subprocess.Popen[bytes] | None = None
 
 
 @dataclass
 class HostNetwork:
     """Hosts named ``hostnames`` (in order: host ``i`` gets :func:`host_addr` ``(i)``) on one
     bridge. ``user_namespace``: create the namespaces inside a user namespace of their own,
-    for a caller without root (needs unprivileged user namespaces)."""
+    for a caller without root (needs unprivileged user namespaces). ``owner``: this process
+    created the network and :meth:`close` ends it; a network re-opened from its record
+    (:func:`tenter.launch.isolation.record.attach`) can be entered, partitioned and healed,
+    and its :meth:`close` only lets go of it."""
 
     hostnames: list[str]
     user_namespace: bool = False
     switch: Namespaces | None = None
     hosts: dict[str, Namespaces] = field(default_factory=dict)
+    owner: bool = True
 
     def __post_init__(self) -> None:
         if len(self.hostnames) > MAX_HOSTS:
@@ -108,6 +111,8 @@ class HostNetwork:
     def add_host(self, index: int, name: str) -> None:
         """Start host ``name`` at address ``host_addr(index)`` and plug it into the bridge."""
         assert self.switch is not None
+        if name not in self.hostnames:  # a host that joins a running job
+            self.hostnames.append(name)
         # Created from inside the switch's user namespace (if any), so that the switch and
         # every host share one owner and the veth can join them.
         host = self._hold(name, unshare=self._unshare_flags(switch=False), hostname=name)
@@ -137,9 +142,10 @@ class HostNetwork:
         """Stop the holders; the kernel frees the namespaces once their last process is gone."""
         holders = [*self.hosts.values(), *([self.switch] if self.switch else [])]
         for ns in holders:
-            if ns.proc.poll() is None:
-                ns.proc.kill()
-            ns.proc.wait()
+            if self.owner and ns.proc is not None:
+                if ns.proc.poll() is None:
+                    ns.proc.kill()
+                ns.proc.wait()
         self.hosts.clear()
         self.switch = None
 
@@ -189,7 +195,8 @@ class HostNetwork:
     def _hold(self, name: str, unshare: list[str], hostname: str | None = None) -> Namespaces:
         """A process in new namespaces that sets them up, says ``ready`` and sleeps until
         its creator dies."""
-        setup = 'hostname "$1"'
+        # The UTS namespace's name, written where `hostname` would (one tool less to need).
+        setup = 'echo "$1" > /proc/sys/kernel/hostname'
         if "--mount" in unshare:
             setup += " && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm"
         script = f"{setup} && echo ready && exec sleep infinity"
@@ -230,7 +237,7 @@ class HostNetwork:
             raise OSError(f"cannot create the namespaces of {name}: {err or 'no reason given'}")
         proc.stdout.close()
         proc.stderr.close()
-        return Namespaces(name, proc)
+        return Namespaces(name, proc.pid, process_identity(proc.pid), proc)
 
     def _nsenter(self, ns: Namespaces, mount: bool, cwd: str | None) -> list[str]:
         argv = ["nsenter", f"--target={ns.pid}"]

@@ -9,6 +9,7 @@ import dataclasses
 from tenter.contract.plan import Plan, make_plan
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
+from tenter.launch.isolation import preflight
 from tenter.launch.local.job import LocalJob
 from tenter.launch.supervised import SupervisedBackend
 from tenter.spec import JobSpec
@@ -25,6 +26,10 @@ class LocalBackend(SupervisedBackend):
     def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
         plan = make_plan(spec, job_id, tenter_home(), python_executable())
         return dataclasses.replace(plan, keep_alive_s=KEEP_ALIVE_S)
+
+    def check_ready(self, plan: Plan) -> None:
+        if plan.isolation == "network":
+            preflight.check_machine()
 
     def supervisor(self, plan: Plan) -> LocalJob:
         return LocalJob(plan)

@@ -46,6 +46,7 @@ class LocalJob(Supervisor):
         # (SIGTERM, SIGKILL after the grace period).
         self.spawn(
             [
+                *self.on_host(host),
                 python_executable(),
                 "-m",
                 "tenter.launch.agent",
