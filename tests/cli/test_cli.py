@@ -44,6 +44,7 @@ def test_the_run_flags_are_frozen() -> None:
             "--procs-per-host",
             "--instance-type",
             "--backend",
+            "--isolation",
             "--name",
             "--source-dir",
             "--output-dir",

@@ -3,6 +3,7 @@
     tenter perf all_reduce -b 8 -e 128M -f 2 -n 20 -w 5 -c 1 --hosts 2 --procs-per-host 2
     tenter perf alltoall -b 1K -e 1M -f 4 -d all -J a2a.json   # nccl-tests' JSON file
     tenter perf all_reduce -b 8 -e 1M --launcher mpi   # ranks started by mpirun
+    tenter perf all_reduce -b 8 -e 1M --hosts 2 --isolation network   # hosts apart
     tenter perf compare a.log b.json --labels "4 EFA,socket" --plot busbw.png
 
 A collective runs as a tenter job (module ``tenter.perf``, console showing rank 0 untagged,
@@ -42,6 +43,13 @@ def add_parser(sub: Any) -> None:
         )
         job.add_argument(
             "--procs-per-host", type=int, default=2, metavar="N", help="ranks per host (default 2)"
+        )
+        job.add_argument(
+            "--isolation",
+            choices=("none", "network"),
+            default="none",
+            help="network: each host in namespaces of its own, so that the traffic between "
+            "hosts crosses a network (default none)",
         )
         # --backend already names the torch.distributed backend (gloo, nccl, mpi).
         job.add_argument(
@@ -110,6 +118,7 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
             "instance_count": args.hosts,
             "processes_per_host": args.procs_per_host,
             "backend": args.launcher,
+            "isolation": args.isolation,
             "logs": {"ranks": [0], "tag": False},
         },
         base_dir=Path.cwd(),

@@ -32,7 +32,8 @@ UNSUPPORTED = {
     "--logs-specs": "tenter writes every rank's output to logs/rank-N.stdout|stderr",
     "--duplicate-stdout-filters": "filter the rank's log file instead (logs/rank-N.stdout)",
     "--duplicate-stderr-filters": "filter the rank's log file instead (logs/rank-N.stderr)",
-    "--local-addr": "tenter gives each host its address (simulated hosts: 127.1NN.0.1)",
+    "--local-addr": "tenter gives each host its address (simulated hosts: 127.1NN.0.1; "
+    "with --isolation network: 198.18.1NN.1 on eth0)",
     "--numa-binding": "not supported yet; bind in the script (os.sched_setaffinity)",
     "--signals-to-handle": "tenter forwards torchrun's default: SIGTERM, SIGINT, SIGHUP, SIGQUIT",
     "--shutdown-timeout": "not supported yet",

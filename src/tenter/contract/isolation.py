@@ -30,3 +30,14 @@ def host_addr(index: int) -> str:
     if not 0 <= index < MAX_HOSTS:
         raise ValueError(f"host index {index} outside 0..{MAX_HOSTS - 1}")
     return f"198.18.{100 + index}.1"
+
+
+def etc_hosts(hostnames: list[str]) -> str:
+    """The ``/etc/hosts`` of every isolated host: each host's name at its address (host ``i``
+    is ``hostnames[i]``), as a cluster's DNS or SageMaker's ``/etc/hosts`` has it. Scripts
+    can then connect to ``algo-2``, and torch's reverse lookups of peers find names rather
+    than wait on a DNS server no host can reach."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines.append(f"{SWITCH_ADDR}\tswitch")
+    lines += [f"{host_addr(i)}\t{name}" for i, name in enumerate(hostnames)]
+    return "\n".join(lines) + "\n"

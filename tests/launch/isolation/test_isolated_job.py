@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import psutil
 import pytest
 
 from tenter.contract.isolation import host_addr
-from tenter.errors import ExitCode
+from tenter.errors import ExitCode, JobNotFoundError
+from tenter.launch.isolation.record import attach
 from tests.conftest import (
     REPO,
     SCRIPTS,
@@ -79,11 +81,14 @@ def test_workers_see_their_host_and_share_memory_only_within_it(tmp_path: Path) 
     done = tenter("run", str(spec))
     assert done.returncode == 0, done.stderr
     assert "rendezvous: 2 hosts (algo-1, algo-2), world size 4" in done.stderr
+    # Peers' addresses resolve to names (the hosts' /etc/hosts): torch has nothing to warn of.
+    assert "cannot be retrieved" not in done.stderr
     views = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(4)]
     for rank, view in enumerate(views):
         host = rank // 2
         assert view["hostname"] == f"algo-{host + 1}"
         assert view["interfaces"] == {"lo": ["127.0.0.1"], "eth0": [host_addr(host)]}
+        assert view["resolves"] == {"algo-1": host_addr(0), "algo-2": host_addr(1)}
         env = view["env"]
         assert env["MASTER_ADDR"] == "198.18.100.1"
         assert env["TENTER_HOST_ADDR"] == host_addr(host)
@@ -123,12 +128,23 @@ def blocked_job() -> Background:
     return job
 
 
-def test_ctrl_c_leaves_no_namespace() -> None:
+def test_another_process_attaches_to_the_running_network_until_the_job_ends() -> None:
     job = blocked_job()
+    network = attach(job.job_dir)
+    hostname = subprocess.run(
+        [*network.enter("algo-2"), "hostname"], capture_output=True, text=True, check=True
+    )
+    assert hostname.stdout.strip() == "algo-2"
+    assert not network.is_partitioned("algo-2")
+    network.close()  # lets go of it: the job goes on
+    assert job.proc.poll() is None
+    # Ctrl-C: the launcher stops the job, and takes its network along.
     job.proc.send_signal(signal.SIGINT)
     out = job.finish()
     assert job.proc.returncode == ExitCode.INTERRUPTED, out
     assert_nothing_left(job.job_dir)
+    with pytest.raises(JobNotFoundError, match="the job's host network is gone"):
+        attach(job.job_dir)
 
 
 def test_a_killed_launcher_leaves_no_namespace() -> None:

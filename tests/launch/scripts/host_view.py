@@ -1,8 +1,8 @@
 """What a worker sees of its host: ``host_view.py OUT_DIR`` writes ``OUT_DIR/rank-<RANK>.json``
-with its hostname, interfaces, environment, the shared-memory segments it has mapped (each
-as the device and inode of its file, which name it whatever its name) and ``/dev/shm``'s
-device; it first checks an all_reduce over the job's process group (``tenter.init()``: the
-spec's process_group_backend) across every host."""
+with its hostname, interfaces, environment, the addresses the job's host names resolve to,
+the shared-memory segments it has mapped (each as the device and inode of its file, which
+name it whatever its name) and ``/dev/shm``'s device; it first checks an all_reduce over the
+job's process group (``tenter.init()``: the spec's process_group_backend) across every host."""
 
 import json
 import os
@@ -36,6 +36,7 @@ record = {
         for name, addrs in psutil.net_if_addrs().items()
     },
     "env": dict(os.environ),
+    "resolves": {name: socket.gethostbyname(name) for name in json.loads(os.environ["SM_HOSTS"])},
     "segments": segments,
     "shm_device": os.stat("/dev/shm").st_dev,
 }

@@ -13,7 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tenter.contract.isolation import SWITCH_ADDR
+from tenter.contract.isolation import SWITCH_ADDR, etc_hosts
 from tenter.contract.plan import Plan
 from tenter.launch.api import python_executable
 from tenter.launch.isolation import preflight, record
@@ -21,12 +21,16 @@ from tenter.launch.isolation.network import HostNetwork
 from tenter.launch.processes import dies_with_parent
 
 STORE_LOG = "store.log"
+ETC_DIR = "etc"
+"""The hosts' own ``/etc`` files, in the job directory."""
 
 
 def open_network(plan: Plan) -> HostNetwork:
     """The network of ``plan``'s hosts, started and recorded in the job directory."""
     network = HostNetwork(
-        [host.name for host in plan.hosts], user_namespace=preflight.user_namespace_needed()
+        [host.name for host in plan.hosts],
+        user_namespace=preflight.user_namespace_needed(),
+        etc=_etc_files(plan),
     )
     network.start()
     try:
@@ -35,6 +39,29 @@ def open_network(plan: Plan) -> HostNetwork:
         network.close()
         raise
     return network
+
+
+def _etc_files(plan: Plan) -> dict[str, str]:
+    """The hosts' own ``/etc/hosts`` (every host's name, spare hosts too: a bind-mounted file
+    is not replaced, and a host may join) and ``/etc/nsswitch.conf`` (names from that file
+    only: no DNS server is reachable from the hosts, and glibc's reverse lookups of
+    unlisted addresses, which torch makes of its peers' IPv4-mapped ones, would fail with
+    "temporary failure" instead of falling back to the number)."""
+    etc_dir = Path(plan.job_dir) / ETC_DIR
+    etc_dir.mkdir(exist_ok=True)
+    files = {"/etc/hosts": etc_hosts([h.name for h in [*plan.hosts, *plan.spare_hosts]])}
+    nsswitch = Path("/etc/nsswitch.conf")
+    if nsswitch.exists():
+        files[str(nsswitch)] = files_only(nsswitch.read_text())
+    for target, text in files.items():
+        (etc_dir / Path(target).name).write_text(text)
+    return {target: str(etc_dir / Path(target).name) for target in files}
+
+
+def files_only(nsswitch: str) -> str:
+    """``nsswitch.conf`` with host names looked up in ``/etc/hosts`` only."""
+    lines = [line for line in nsswitch.splitlines() if not line.strip().startswith("hosts:")]
+    return "\n".join([*lines, "hosts: files"]) + "\n"
 
 
 def add_host(network: HostNetwork, plan: Plan, index: int, name: str) -> None:

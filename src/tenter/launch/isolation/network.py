@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import shlex
 import signal
 import socket
 import subprocess
@@ -81,6 +82,9 @@ class HostNetwork:
     switch: Namespaces | None = None
     hosts: dict[str, Namespaces] = field(default_factory=dict)
     owner: bool = True
+    etc: dict[str, str] = field(default_factory=dict)
+    """Files each host sees in place of this machine's: path in ``/etc`` -> the file
+    (bind-mounted in the host's mount namespace): its ``/etc/hosts``..."""
 
     def __post_init__(self) -> None:
         if len(self.hostnames) > MAX_HOSTS:
@@ -199,6 +203,8 @@ class HostNetwork:
         setup = 'echo "$1" > /proc/sys/kernel/hostname'
         if "--mount" in unshare:
             setup += " && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm"
+            for number, target in enumerate(self.etc, start=2):
+                setup += f' && mount --bind "${{{number}}}" {shlex.quote(target)}'
         script = f"{setup} && echo ready && exec sleep infinity"
         prefix = []
         if self.user_namespace and self.switch is not None:
@@ -220,6 +226,7 @@ class HostNetwork:
             script,
             "tenter-ns",
             hostname or name,
+            *self.etc.values(),
         ]
         proc = subprocess.Popen(
             argv,
