@@ -26,7 +26,9 @@ from pathlib import Path
 
 import psutil
 
-from tenter.launch.isolation.network import SWITCH_ADDR, HostNetwork, host_addr
+from tenter.contract.isolation import SWITCH_ADDR, etc_hosts, host_addr
+from tenter.launch.isolation.hosts import files_only
+from tenter.launch.isolation.network import HostNetwork
 from tenter.launch.processes import dies_with_parent
 from tests.conftest import REPO, SCRIPTS, Finished, job_processes
 
@@ -244,11 +246,11 @@ class SlurmNodes:
     def login(self, cwd: Path = REPO) -> list[str]:
         """The argv prefix that runs a command on the login node: the switch's network, and
         the cluster's names in ``/etc/hosts`` (in a mount namespace of the command's own)."""
-        hosts = self.root / "hosts"
+        binds = [f"mount --bind {source} {target}" for target, source in self.net.etc.items()]
         return [
             *self.net.enter_switch(str(cwd)),
             *("unshare", "--mount", "--propagation", "private", "--"),
-            *("sh", "-c", f'mount --bind {hosts} /etc/hosts && exec "$@"', "login"),
+            *("sh", "-c", " && ".join([*binds, 'exec "$@"']), "login"),
         ]
 
     def tenter(self, *args: str, timeout: float = 180) -> Finished:
@@ -284,12 +286,17 @@ class SlurmNodes:
         return found
 
 
-def _hosts_file(root: Path, nodes: list[Node]) -> Path:
-    """Every node's name resolves to its address on every node, as a cluster's DNS makes it."""
-    path = root / "hosts"
-    lines = ["127.0.0.1 localhost", f"{CONTROLLER.addr} {CONTROLLER.name}"]
-    path.write_text("\n".join([*lines, *(f"{n.addr} {n.name}" for n in nodes), ""]))
-    return path
+def _etc_files(root: Path, hostnames: list[str]) -> dict[str, str]:
+    """The cluster's ``/etc/hosts`` (every host's name at its address, as a cluster's DNS
+    has it) and an ``nsswitch.conf`` that looks names up there only: the files every host
+    and the login node see in place of this machine's."""
+    files = {"/etc/hosts": etc_hosts(hostnames)}
+    nsswitch = Path("/etc/nsswitch.conf")
+    if nsswitch.exists():
+        files[str(nsswitch)] = files_only(nsswitch.read_text())
+    for target, text in files.items():
+        (root / Path(target).name).write_text(text)
+    return {target: str(root / Path(target).name) for target in files}
 
 
 def _daemon(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -313,24 +320,19 @@ def slurm_nodes(count: int, others: Sequence[str] = ()) -> Iterator[SlurmNodes]:
     on exit; a process left in a host's network is an error."""
     root = _state_dirs()
     hostnames = [*(f"node-{i + 1}" for i in range(count)), *others]
-    machines = [Node(name, host_addr(i)) for i, name in enumerate(hostnames)]
-    nodes = machines[:count]
+    nodes = [Node(name, host_addr(i)) for i, name in enumerate(hostnames[:count])]
     conf = root / "slurm.conf"
     # Each node offers this machine's cores (slurmd checks the configuration against them).
     cpus = os.cpu_count() or 1
     conf.write_text(slurm_conf(root, CONTROLLER, nodes, cpus, 1024, (SLURMCTLD_PORT, SLURMD_PORT)))
     env = {"SLURM_CONF": str(conf), "PATH": os.environ["PATH"]}
-    hosts = _hosts_file(root, machines)
     munged = _start_munged(root)
     daemons: list[subprocess.Popen[bytes]] = []
-    net = HostNetwork(hostnames)
+    net = HostNetwork(hostnames, etc=_etc_files(root, hostnames))
     cluster = SlurmNodes(net, nodes, env, root)
     try:
         net.start()
         daemons.append(_daemon([*net.enter_switch(), "/usr/sbin/slurmctld", "-D", "-i"], env))
-        for name in hostnames:
-            bind = ["mount", "--bind", str(hosts), "/etc/hosts"]
-            subprocess.run([*net.enter(name), *bind], check=True)
         for node in nodes:
             slurmd = ["/usr/sbin/slurmd", "-D", "-N", node.name]
             daemons.append(_daemon([*net.enter(node.name), *slurmd], env))

@@ -99,3 +99,16 @@ def test_the_rsh_agent_runs_a_shell_line_on_the_host_named_or_addressed(tmp_path
     assert unset.returncode == UNREACHABLE and f"{NETWORK_ENV}: not set" in unset.stderr
     gone = _rsh("algo-1", "true", network_dir=str(tmp_path))  # its holders ended
     assert gone.returncode == UNREACHABLE and "the job's host network is gone" in gone.stderr
+
+
+@pytest.mark.slow
+def test_perf_all_reduce_through_mpirun_across_isolated_hosts() -> None:
+    done = tenter(
+        "perf", "all_reduce", "-b", "8", "-e", "64", "-n", "2", "-w", "1",
+        "--launcher", "mpi", "--isolation", "network", "--hosts", "2", "--procs-per-host", "1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "# Out of bounds values : 0 OK" in done.stdout
+    plan = Plan.from_json((done.job_dir / "plan.json").read_text())
+    assert _values(plan.launcher, "--host") == ["algo-1:1", "algo-2:1"]
+    assert_nothing_left(done.job_dir)
