@@ -5,10 +5,12 @@ on isolated hosts, with only Open MPI's remote shell (``plm_rsh_agent``) replace
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tenter.contract.isolation import SWITCH_ADDR, host_addr
@@ -17,7 +19,15 @@ from tenter.errors import ExitCode
 from tenter.launch.isolation import record
 from tenter.launch.isolation.network import HostNetwork
 from tenter.launch.isolation.rsh import NETWORK_ENV, UNREACHABLE
-from tests.conftest import REPO, SCRIPTS, assert_nothing_left, tenter
+from tests.conftest import (
+    REPO,
+    SCRIPTS,
+    Background,
+    assert_network_gone,
+    assert_nothing_left,
+    job_processes,
+    tenter,
+)
 
 ISOLATED_MPI = ("run", "--backend", "mpi", "--isolation", "network")
 
@@ -112,3 +122,28 @@ def test_perf_all_reduce_through_mpirun_across_isolated_hosts() -> None:
     plan = Plan.from_json((done.job_dir / "plan.json").read_text())
     assert _values(plan.launcher, "--host") == ["algo-1:1", "algo-2:1"]
     assert_nothing_left(done.job_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
+def test_a_stopped_or_killed_launcher_leaves_nothing_on_any_host(how: str) -> None:
+    job = Background(
+        *ISOLATED_MPI, "--hosts", "2", "--procs-per-host", "1", str(SCRIPTS / "block.py")
+    )
+    job.wait_for("ready 0", "ready 1")
+    procs = job_processes(job.job_dir.name)
+    # The orted that mpirun started on algo-2 through the rsh helper carries the job's id.
+    assert any(p.name() == "orted" for p in procs), [p.cmdline() for p in procs]
+    if how == "ctrl-c":
+        job.proc.send_signal(signal.SIGINT)
+        assert job.proc.wait(timeout=60) == ExitCode.INTERRUPTED, job.finish()
+        job.finish()
+        assert_nothing_left(job.job_dir)
+        return
+    job.proc.kill()
+    job.finish()
+    # No sweep: mpirun and the namespaces' holders die with the launcher (parent-death
+    # signals); the orted on algo-2 loses mpirun and stops its rank.
+    _, alive = psutil.wait_procs(procs, timeout=60)
+    assert alive == [], [p.cmdline() for p in alive]
+    assert_network_gone(job.job_dir)

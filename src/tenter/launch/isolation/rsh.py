@@ -17,11 +17,13 @@ the host, and with the command's status otherwise.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from tenter.errors import TenterError
 from tenter.launch.isolation import record
 from tenter.launch.isolation.network import HostNetwork, host_addr
+from tenter.launch.processes import dies_with_parent
 
 NETWORK_ENV = "TENTER_NETWORK"
 """The directory of the network record of the hosts this agent reaches (the job's)."""
@@ -68,8 +70,11 @@ def main(argv: list[str]) -> int:
     except TenterError as e:
         print(f"rsh: {host}: {e}", file=sys.stderr)
         return UNREACHABLE
-    # Replaced by nsenter, then the shell: mpirun's signals and the command's status are the
-    # command's own, as through ssh.
+    # Replaced by nsenter, then the shell, then (undaemonized: orte_leave_session_attached)
+    # orted: mpirun's signals and the command's status are the command's own, as through ssh.
+    # An ssh session ends when mpirun's machine dies; here the daemon gets SIGTERM then (and
+    # stops its ranks), where it would otherwise wait on a network that went with its job.
+    dies_with_parent(signal.SIGTERM, starter=os.getppid())()
     os.execvp(target[0], target)
 
 

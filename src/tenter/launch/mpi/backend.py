@@ -68,7 +68,13 @@ class MpiBackend(SupervisedBackend):
             # cluster's mpirun uses ssh; the ranks find the launcher's store on the switch.
             plan = make_plan(spec, job_id, tenter_home(), python)
             mpi_hosts, nic, slots = [h.name for h in plan.hosts], HOST_NIC, procs
-            user = user.merged_over(MpiOptions(mca={"plm_rsh_agent": agent_command(python)}))
+            isolated = {
+                "plm_rsh_agent": agent_command(python),
+                # orted stays the agent's process instead of daemonizing: it then stops with
+                # mpirun, even when the launcher dies with the hosts' network (rsh.py).
+                "orte_leave_session_attached": "1",
+            }
+            user = user.merged_over(MpiOptions(mca=isolated))
             master_addr = SWITCH_ADDR
         else:
             if itype.is_local:
