@@ -14,6 +14,7 @@ import pytest
 
 from tenter.errors import ExitCode
 from tenter.launch import api
+from tenter.launch.slurm.node import SlurmNode, in_rendezvous_order, resolve_plan
 from tenter.spec import load
 from tests.conftest import (
     REPO,
@@ -67,6 +68,30 @@ def test_dryrun_renders_the_whole_sbatch_script(
     assert script.count(f"#SBATCH {gpus}\n") == 1
     # Host names are Slurm's to give: the plan has placeholders the nodes resolve.
     assert plan.hosts[1].env["TENTER_HOST_ADDR"] == "${slurm_node_1}"
+
+
+def test_hosts_go_to_nodes_in_rendezvous_order_at_their_addresses(tenter_home: Path) -> None:
+    # torch's rendezvous sorts hosts by address string: node10 (10.0.0.10) before node9.
+    scontrol = (
+        "NodeName=node9 Arch=x86_64 NodeAddr=10.0.0.9 NodeHostName=node9 State=IDLE\n"
+        "NodeName=node10 Arch=x86_64 NodeAddr=10.0.0.10 NodeHostName=node10 State=IDLE\n"
+        "NodeName=node11 Arch=x86_64 NodeHostName=node11 State=IDLE\n"  # no NodeAddr
+    )
+    assert in_rendezvous_order(scontrol) == [
+        SlurmNode("node10", "10.0.0.10"),
+        SlurmNode("node9", "10.0.0.9"),
+        SlurmNode("node11", "node11"),
+    ]
+    fields = {"entry_point": "contract.py", "source_dir": str(SCRIPTS), "instance_count": 2}
+    spec, _ = load({**fields, "backend": "slurm"}, REPO)
+    text = api.dryrun(spec, "order-job").to_json()
+    nodes = [SlurmNode("b", "127.0.0.1"), SlurmNode("a", "127.0.0.2")]
+    plan = resolve_plan(text, nodes, node_id=0)  # as the first node resolves it
+    assert [h.addr for h in plan.hosts] == ["127.0.0.1", "127.0.0.2"]
+    assert plan.hosts[1].env["TENTER_HOST_ADDR"] == "127.0.0.2"
+    assert plan.hosts[0].env["SM_NETWORK_INTERFACE_NAME"] == "lo"  # the NIC of its address
+    assert plan.hosts[1].ranks[0].env["MASTER_ADDR"] == "127.0.0.1"
+    assert plan.rdzv_endpoint.startswith("127.0.0.1:")
 
 
 def test_missing_sbatch_is_an_error_that_names_the_fix(tenter_home: Path) -> None:

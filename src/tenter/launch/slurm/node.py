@@ -38,17 +38,23 @@ class SlurmNode:
 
 
 def allocation(nodelist: str) -> list[SlurmNode]:
-    """The job's nodes in the order of torch's rendezvous, which ranks hosts by sorting their
-    addresses: host ``i`` of the plan runs on node ``i`` of this list, so that its group rank
-    (and so every rank number) is the plan's, whatever the nodes' names or Slurm's order.
-
-    Addresses, not names: a node's name need not resolve where its peers look it up (Slurm
-    itself reaches nodes by NodeAddr)."""
+    """The job's nodes (``SLURM_JOB_NODELIST``), as Slurm knows them, in rendezvous order."""
     out = subprocess.run(
         ["scontrol", "-o", "show", "node", nodelist], capture_output=True, text=True, check=True
     )
+    return in_rendezvous_order(out.stdout)
+
+
+def in_rendezvous_order(scontrol_nodes: str) -> list[SlurmNode]:
+    """The nodes of ``scontrol -o show node`` in the order of torch's rendezvous, which ranks
+    hosts by sorting their addresses as strings: host ``i`` of the plan runs on node ``i`` of
+    this list, so that its group rank (and so every rank number) is the plan's, whatever the
+    nodes' names or Slurm's order.
+
+    Addresses, not names: a node's name need not resolve where its peers look it up (Slurm
+    itself reaches nodes by NodeAddr)."""
     nodes = []
-    for line in out.stdout.splitlines():
+    for line in scontrol_nodes.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
         nodes.append(SlurmNode(fields["NodeName"], fields.get("NodeAddr") or fields["NodeName"]))
     return sorted(nodes, key=lambda n: n.addr)
