@@ -84,10 +84,11 @@ def main() -> None:
     perf: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "TENTER_HOME": tmp}
-        for _ in range(args.reps):
+        for rep in range(args.reps):
             for mode in MODES:
                 wall[mode].append(digits(mode, args.epochs, env))
-                figures = all_reduce(mode, Path(tmp) / f"all_reduce-{mode}.json", env)
+                # A new file each time: like nccl-tests, -J never overwrites one.
+                figures = all_reduce(mode, Path(tmp) / f"all_reduce-{mode}-{rep}.json", env)
                 for name, value in figures.items():
                     perf.setdefault(name, {m: [] for m in MODES})[mode].append(value)
     print(f"isolation overhead, 2 hosts x 2 processes, {args.reps} repetitions (median; all runs)")

@@ -14,3 +14,21 @@ def write_spec(tmp_path: Path, script: str, **fields: object) -> Path:
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({"entry_point": str(SCRIPTS / script), **fields}))
     return spec
+
+
+def joinable_spec(tmp_path: Path, **fields: object) -> Path:
+    """A job of 1 host that finishes only once a second host joined (``tenter join``)."""
+    return write_spec(
+        tmp_path,
+        "elastic.py",
+        instance_count=1,
+        processes_per_host=1,
+        environment={"TARGET_WORLD": "2"},
+        elastic={
+            "min_hosts": 1,
+            "max_hosts": 2,
+            "max_restarts": 1,
+            "rendezvous": {"last_call_timeout": 1},
+        },
+        **fields,
+    )

@@ -15,7 +15,7 @@ import torch
 from tenter.errors import ExitCode
 from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
 from tests.launch.etcd_server import etcd_server
-from tests.launch.specs import write_spec
+from tests.launch.specs import joinable_spec, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -81,19 +81,7 @@ def test_training_killed_after_and_between_checkpoints_resumes_to_the_uninterrup
 
 
 def test_a_host_joins_a_running_job(tmp_path: Path, tenter_home: Path) -> None:
-    spec = write_spec(
-        tmp_path,
-        "elastic.py",
-        instance_count=1,
-        processes_per_host=1,
-        environment={"TARGET_WORLD": "2"},
-        elastic={
-            "min_hosts": 1,
-            "max_hosts": 2,
-            "max_restarts": 1,
-            "rendezvous": {"last_call_timeout": 1},
-        },
-    )
+    spec = joinable_spec(tmp_path)
     job = Background("run", str(spec), home=tenter_home)
     job.wait_for("ready world 1 rank 0")
     joined = tenter("join", job.job_dir.name)

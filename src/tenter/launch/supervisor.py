@@ -181,19 +181,14 @@ class Supervisor:
         the store; returns at once."""
         if not (Path(self.plan.job_dir) / layout.PLAN_FILE).exists():
             create_job_dir(self.plan)
+        if self.plan.isolation == "network":
+            self._start_network()
+        else:
+            # The kernel picks the port and we keep the socket: no window in which another job
+            # could take it (the classic fixed 29500 clash).
+            self._listener = socket.create_server((self.listen_addr, 0), backlog=1024)
+            self.rdzv_port = self._listener.getsockname()[1]
         try:
-            if self.plan.isolation == "network":
-                self.network = isolated_hosts.open_network(self.plan)
-                self.listen_addr = SWITCH_ADDR
-                if self.plan.rdzv_backend == "c10d":
-                    self.rdzv_port, self._store_proc = isolated_hosts.serve_store(
-                        self.network, self.plan
-                    )
-            else:
-                # The kernel picks the port and we keep the socket: no window in which another
-                # job could take it (the classic fixed 29500 clash).
-                self._listener = socket.create_server((self.listen_addr, 0), backlog=1024)
-                self.rdzv_port = self._listener.getsockname()[1]
             self.start_processes()
             if self._listener is not None and self.plan.rdzv_backend == "c10d":
                 # Started after the processes, so that their start-up and torch's import here
@@ -203,6 +198,19 @@ class Supervisor:
             self._sweep()
             if self._listener is not None:
                 self._listener.close()
+            raise
+
+    def _start_network(self) -> None:
+        """Isolated hosts: their network, and the store on its switch (docs/isolation.md)."""
+        self.network = isolated_hosts.open_network(self.plan)
+        self.listen_addr = SWITCH_ADDR
+        try:
+            if self.plan.rdzv_backend == "c10d":
+                self.rdzv_port, self._store_proc = isolated_hosts.serve_store(
+                    self.network, self.plan
+                )
+        except BaseException:
+            self._sweep()
             raise
 
     def wait(self, stop: threading.Event) -> JobResult:

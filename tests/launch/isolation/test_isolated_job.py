@@ -26,7 +26,9 @@ from tests.conftest import (
     job_processes,
     tenter,
 )
-from tests.launch.specs import write_spec
+from tests.launch.specs import joinable_spec, write_spec
+
+pytestmark = pytest.mark.slow
 
 GOLDEN = Path(__file__).parent / "golden"
 GRACE_S = 2
@@ -159,3 +161,19 @@ def test_a_killed_launcher_leaves_no_namespace() -> None:
     assert alive == [], [p.cmdline() for p in alive]
     assert_network_gone(job.job_dir)
     assert list(Path("/dev/shm").glob(f"*{job.job_dir.name}*")) == []
+
+
+def test_a_host_joins_a_running_job_on_its_own_namespaces(tmp_path: Path) -> None:
+    spec = joinable_spec(tmp_path, isolation="network")
+    job = Background("run", str(spec))
+    job.wait_for("ready world 1 rank 0")
+    assert list(json.loads((job.job_dir / "network.json").read_text())["hosts"]) == ["algo-1"]
+    joined = tenter("join", job.job_dir.name)
+    assert joined.returncode == 0, joined.stderr
+    out = job.finish()
+    assert job.proc.returncode == 0, out
+    assert "rendezvous: 2 hosts (algo-1, algo-2), world size 2" in out
+    assert "[algo-2,1]<stdout>: done world 2 rank 1" in out
+    record = json.loads((job.job_dir / "network.json").read_text())
+    assert list(record["hosts"]) == ["algo-1", "algo-2"]
+    assert_nothing_left(job.job_dir)

@@ -38,8 +38,10 @@ def run_on(net: HostNetwork, host: str, *argv: str) -> str:
     return done.stdout.strip()
 
 
-def test_hosts_have_their_own_name_address_and_shared_memory() -> None:
-    with HostNetwork(["algo-1", "algo-2"]) as net:
+@pytest.mark.parametrize("user_namespace", [False, True], ids=["root", "user-namespace"])
+def test_hosts_have_their_own_name_address_and_shared_memory(user_namespace: bool) -> None:
+    # In a user namespace of its own: as an unprivileged user's network is made.
+    with HostNetwork(["algo-1", "algo-2"], user_namespace=user_namespace) as net:
         assert run_on(net, "algo-2", "hostname") == "algo-2"
         assert host_addr(1) in run_on(net, "algo-2", "ip", "-o", "-4", "addr", "show", "eth0")
         run_on(net, "algo-1", "touch", "/dev/shm/tenter-test-segment")
@@ -49,8 +51,9 @@ def test_hosts_have_their_own_name_address_and_shared_memory() -> None:
     assert not Path("/dev/shm/tenter-test-segment").exists()
 
 
-def test_a_partition_cuts_a_host_off_until_healed() -> None:
-    with HostNetwork(["algo-1", "algo-2"]) as net:
+@pytest.mark.parametrize("user_namespace", [False, True], ids=["root", "user-namespace"])
+def test_a_partition_cuts_a_host_off_until_healed(user_namespace: bool) -> None:
+    with HostNetwork(["algo-1", "algo-2"], user_namespace=user_namespace) as net:
         listener = net.listen()
         with listener:
             port = str(listener.getsockname()[1])
