@@ -21,7 +21,7 @@ import signal
 import sys
 
 from tenter.errors import TenterError
-from tenter.launch.isolation import record
+from tenter.launch.isolation import attach
 from tenter.launch.isolation.network import HostNetwork, host_addr
 from tenter.launch.processes import dies_with_parent
 
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
             raise TenterError(
                 NETWORK_ENV, "not set", "set it to the directory of the job's network.json"
             )
-        network = record.attach(where)
+        network = attach(where)
         target = remote_argv(network, host, command, os.getcwd())
     except KeyError:
         print(f"rsh: {host}: no such host in {where}/network.json", file=sys.stderr)
