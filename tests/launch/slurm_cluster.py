@@ -10,17 +10,27 @@ job is cancelled, the daemons are stopped and waited for, and the directory is r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from tenter.contract.isolation import SWITCH_ADDR, etc_hosts, host_addr
+from tenter.launch.isolation.hosts import files_only
+from tenter.launch.isolation.network import HostNetwork
+from tenter.launch.processes import dies_with_parent
+from tests.conftest import REPO, SCRIPTS, Finished, job_processes
 
 MUNGE_KEY = Path("/etc/munge/munge.key")
 START_TIMEOUT_S = 60.0
@@ -35,12 +45,16 @@ def _free_port() -> int:
     return port
 
 
-def _wait_until(what: str, condition: Callable[[], bool], log: Path | None = None) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def wait_until(
+    what: str, condition: Callable[[], bool], log: Path | None = None, timeout: float = 120
+) -> None:
+    """Poll ``condition`` until it holds; a TimeoutError naming ``what`` (and the tail of
+    ``log``) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-            raise TimeoutError(f"{what} within {START_TIMEOUT_S} s\n{tail}")
+            raise TimeoutError(f"{what} within {timeout} s\n{tail}")
         time.sleep(0.1)
 
 
@@ -51,11 +65,27 @@ def _pid_of(pid_file: Path) -> psutil.Process | None:
         return None
 
 
-def slurm_conf(root: Path, node: str, cpus: int, memory_mb: int, ports: tuple[int, int]) -> str:
+@dataclass(frozen=True)
+class Node:
+    """A Slurm node (or the controller): its name and the address Slurm reaches it at."""
+
+    name: str
+    addr: str
+
+
+def slurm_conf(
+    root: Path,
+    controller: Node,
+    nodes: list[Node],
+    cpus: int,
+    memory_mb: int,
+    ports: tuple[int, int],
+) -> str:
+    """The cluster's slurm.conf; every slurmd file is per node (``%n``: its NodeName)."""
     return "\n".join(
         [
             "ClusterName=tenter-test",
-            f"SlurmctldHost={node}(127.0.0.1)",
+            f"SlurmctldHost={controller.name}({controller.addr})",
             "SlurmUser=root",
             "SlurmdUser=root",
             f"SlurmctldPort={ports[0]}",
@@ -64,11 +94,11 @@ def slurm_conf(root: Path, node: str, cpus: int, memory_mb: int, ports: tuple[in
             "CredType=cred/munge",
             f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
             f"StateSaveLocation={root / 'state'}",
-            f"SlurmdSpoolDir={root / 'spool'}",
+            f"SlurmdSpoolDir={root / 'spool-%n'}",
             f"SlurmctldPidFile={root / 'slurmctld.pid'}",
-            f"SlurmdPidFile={root / 'slurmd.pid'}",
+            f"SlurmdPidFile={root / 'slurmd-%n.pid'}",
             f"SlurmctldLogFile={root / 'slurmctld.log'}",
-            f"SlurmdLogFile={root / 'slurmd.log'}",
+            f"SlurmdLogFile={root / 'slurmd-%n.log'}",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",
@@ -78,7 +108,11 @@ def slurm_conf(root: Path, node: str, cpus: int, memory_mb: int, ports: tuple[in
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
             "ReturnToService=2",
-            f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
+            *(
+                f"NodeName={n.name} NodeAddr={n.addr} CPUs={cpus} RealMemory={memory_mb} "
+                "State=UNKNOWN"
+                for n in nodes
+            ),
             "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
             "",
         ]
@@ -114,58 +148,233 @@ def start_controller(env: dict[str, str]) -> None:
     """Start slurmctld again from its saved state and wait until it answers."""
     subprocess.run(["/usr/sbin/slurmctld"], env=env, check=True)
     log = Path(env["SLURM_CONF"]).parent / "slurmctld.log"
-    _wait_until("slurmctld did not answer after its restart", lambda: _controller_answers(env), log)
+    wait_until("slurmctld did not answer after its restart", lambda: _controller_answers(env), log)
+
+
+def _state_dirs() -> Path:
+    """A fresh directory for one cluster's configuration, state, sockets and logs."""
+    root = Path(tempfile.mkdtemp(prefix="tenter-slurm-", dir="/tmp"))
+    root.chmod(0o755)  # munged refuses a socket in a directory others cannot traverse
+    (root / "state").mkdir()
+    munge_dir = root / "munge"
+    munge_dir.mkdir(mode=0o755)
+    shutil.chown(munge_dir, "munge", "munge")
+    return root
+
+
+def _start_munged(root: Path) -> Path:
+    """munged as the munge user, as its service does; it daemonises once ready. Its pid file."""
+    munge_dir = root / "munge"
+    pid_file = munge_dir / "munged.pid"
+    subprocess.run(
+        [
+            *("runuser", "-u", "munge", "--", "/usr/sbin/munged"),
+            f"--key-file={MUNGE_KEY}",
+            f"--socket={munge_dir / 'munge.socket'}",
+            f"--pid-file={pid_file}",
+            f"--log-file={munge_dir / 'munged.log'}",
+            f"--seed-file={munge_dir / 'seed'}",
+        ],
+        check=True,
+    )
+    return pid_file
+
+
+def _stop(procs: list[psutil.Process]) -> None:
+    """SIGTERM, a grace period, SIGKILL: and wait until every one is gone."""
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    for proc in alive:
+        proc.kill()
+    psutil.wait_procs(alive, timeout=10)
+
+
+def _nodes_idle(sinfo: list[str], env: dict[str, str], count: int) -> Callable[[], bool]:
+    def idle() -> bool:
+        out = subprocess.run([*sinfo, "-h", "-N", "-o", "%T"], env=env, capture_output=True)
+        return out.stdout.decode().split() == ["idle"] * count
+
+    return idle
 
 
 @contextmanager
 def slurm_cluster() -> Iterator[dict[str, str]]:
     """Start the cluster; yields the environment (SLURM_CONF) to run Slurm commands with."""
-    root = Path(tempfile.mkdtemp(prefix="tenter-slurm-", dir="/tmp"))
-    root.chmod(0o755)  # munged refuses a socket in a directory others cannot traverse
-    node = socket.gethostname().split(".")[0]
+    root = _state_dirs()
+    node = Node(socket.gethostname().split(".")[0], "127.0.0.1")
     memory_mb = psutil.virtual_memory().total // 2**20 - 512
     conf = root / "slurm.conf"
-    conf.write_text(
-        slurm_conf(root, node, os.cpu_count() or 1, memory_mb, (_free_port(), _free_port()))
-    )
-    for sub in ("state", "spool"):
-        (root / sub).mkdir()
-    munge_dir = root / "munge"
-    munge_dir.mkdir(mode=0o755)
-    shutil.chown(munge_dir, "munge", "munge")
+    ports = (_free_port(), _free_port())
+    conf.write_text(slurm_conf(root, node, [node], os.cpu_count() or 1, memory_mb, ports))
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    pid_files = [munge_dir / "munged.pid", root / "slurmctld.pid", root / "slurmd.pid"]
+    pid_files = [root / "munge" / "munged.pid", root / "slurmctld.pid"]
+    pid_files.append(root / f"slurmd-{node.name}.pid")
     try:
-        # munged as the munge user, as its service does; it daemonises once ready.
-        subprocess.run(
-            [
-                *("runuser", "-u", "munge", "--", "/usr/sbin/munged"),
-                f"--key-file={MUNGE_KEY}",
-                f"--socket={munge_dir / 'munge.socket'}",
-                f"--pid-file={pid_files[0]}",
-                f"--log-file={munge_dir / 'munged.log'}",
-                f"--seed-file={munge_dir / 'seed'}",
-            ],
-            check=True,
-        )
+        _start_munged(root)
         subprocess.run(["/usr/sbin/slurmctld", "-i"], env=env, check=True)
-        subprocess.run(["/usr/sbin/slurmd", "-N", node], env=env, check=True)
-
-        def node_idle() -> bool:
-            out = subprocess.run(
-                ["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True, text=True
-            )
-            return out.stdout.strip() == "idle"
-
-        _wait_until("the Slurm node did not become idle", node_idle, root / "slurmd.log")
+        subprocess.run(["/usr/sbin/slurmd", "-N", node.name], env=env, check=True)
+        log = root / f"slurmd-{node.name}.log"
+        wait_until("the Slurm node did not become idle", _nodes_idle(["sinfo"], env, 1), log)
         yield env
     finally:
         subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
-        procs = [p for p in (_pid_of(f) for f in pid_files) if p is not None]
-        for proc in reversed(procs):
-            proc.terminate()
-        _, alive = psutil.wait_procs(procs, timeout=30)
-        for proc in alive:
-            proc.kill()
-        psutil.wait_procs(alive, timeout=10)
+        _stop([p for p in (_pid_of(f) for f in reversed(pid_files)) if p is not None])
         shutil.rmtree(root, ignore_errors=True)
+
+
+# A cluster of several nodes, each in its own network namespace.
+
+CONTROLLER = Node("switch", SWITCH_ADDR)
+"""slurmctld runs on the switch's network (the login node): every node reaches it over the
+bridge, and tenter and Slurm's commands run there too (:meth:`SlurmNodes.login`). The
+machine's own network has no route to the hosts (HostNetwork creates nothing in it)."""
+SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818
+"""Slurm's default ports: each daemon has a network of its own, so no port can be taken."""
+
+
+@dataclass
+class SlurmNodes:
+    """A running multi-node cluster: its host network, nodes and Slurm environment."""
+
+    net: HostNetwork
+    nodes: list[Node]
+    env: dict[str, str]
+    root: Path
+
+    def login(self, cwd: Path = REPO) -> list[str]:
+        """The argv prefix that runs a command on the login node: the switch's network, and
+        the cluster's names in ``/etc/hosts`` (in a mount namespace of the command's own)."""
+        binds = [f"mount --bind {source} {target}" for target, source in self.net.etc.items()]
+        return [
+            *self.net.enter_switch(str(cwd)),
+            *("unshare", "--mount", "--propagation", "private", "--"),
+            *("sh", "-c", " && ".join([*binds, 'exec "$@"']), "login"),
+        ]
+
+    def tenter(self, *args: str, timeout: float = 180) -> Finished:
+        """The tenter CLI on the login node, as a user there runs it."""
+        done = subprocess.run(
+            [*self.login(), sys.executable, "-m", "tenter", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **self.env},
+        )
+        return Finished(done.returncode, done.stdout, done.stderr)
+
+    def queue(self) -> list[str]:
+        out = subprocess.run(
+            [*self.login(), "squeue", "-h", "-o", "%i"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.split()
+
+    def processes_on(self, node: str) -> list[psutil.Process]:
+        """The processes in ``node``'s network namespace, less the one holding it."""
+        holder = self.net.hosts[node].pid
+        ns = os.readlink(f"/proc/{holder}/ns/net")
+        found = []
+        for proc in psutil.process_iter():
+            with contextlib.suppress(OSError, psutil.Error):
+                if proc.pid != holder and os.readlink(f"/proc/{proc.pid}/ns/net") == ns:
+                    found.append(proc)
+        return found
+
+
+def _etc_files(root: Path, hostnames: list[str]) -> dict[str, str]:
+    """The cluster's ``/etc/hosts`` (every host's name at its address, as a cluster's DNS
+    has it) and an ``nsswitch.conf`` that looks names up there only: the files every host
+    and the login node see in place of this machine's."""
+    files = {"/etc/hosts": etc_hosts(hostnames)}
+    nsswitch = Path("/etc/nsswitch.conf")
+    if nsswitch.exists():
+        files[str(nsswitch)] = files_only(nsswitch.read_text())
+    for target, text in files.items():
+        (root / Path(target).name).write_text(text)
+    return {target: str(root / Path(target).name) for target in files}
+
+
+def _daemon(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A Slurm daemon in the foreground, stopped by the kernel if this process dies."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=dies_with_parent(signal.SIGTERM),
+    )
+
+
+@contextmanager
+def slurm_nodes(count: int, others: Sequence[str] = ()) -> Iterator[SlurmNodes]:
+    """``count`` Slurm nodes ``node-1`` ... on a HostNetwork: slurmctld on the switch, one
+    slurmd per host (its own NodeName, NodeAddr, spool, pid and log files), one munged on
+    this machine (its socket is a file: every namespace reaches it). ``others``: hosts of
+    the same network that are no Slurm nodes (an etcd server's). Everything stops and goes
+    on exit; a process left in a host's network is an error."""
+    root = _state_dirs()
+    hostnames = [*(f"node-{i + 1}" for i in range(count)), *others]
+    nodes = [Node(name, host_addr(i)) for i, name in enumerate(hostnames[:count])]
+    conf = root / "slurm.conf"
+    # Each node offers this machine's cores (slurmd checks the configuration against them).
+    cpus = os.cpu_count() or 1
+    conf.write_text(slurm_conf(root, CONTROLLER, nodes, cpus, 1024, (SLURMCTLD_PORT, SLURMD_PORT)))
+    env = {"SLURM_CONF": str(conf), "PATH": os.environ["PATH"]}
+    munged = _start_munged(root)
+    daemons: list[subprocess.Popen[bytes]] = []
+    net = HostNetwork(hostnames, etc=_etc_files(root, hostnames))
+    cluster = SlurmNodes(net, nodes, env, root)
+    try:
+        net.start()
+        daemons.append(_daemon([*net.enter_switch(), "/usr/sbin/slurmctld", "-D", "-i"], env))
+        for node in nodes:
+            slurmd = ["/usr/sbin/slurmd", "-D", "-N", node.name]
+            daemons.append(_daemon([*net.enter(node.name), *slurmd], env))
+        idle = _nodes_idle([*cluster.login(), "sinfo"], env, count)
+        wait_until(f"{count} Slurm nodes did not become idle", idle, root / "slurmctld.log")
+        yield cluster
+    finally:
+        subprocess.run([*cluster.login(), "scancel", "--full", "-u", "root"], env=env)
+        with contextlib.suppress(TimeoutError):
+            wait_until("the jobs did not leave the queue", lambda: cluster.queue() == [])
+        _stop([psutil.Process(d.pid) for d in reversed(daemons) if d.poll() is None])
+        for d in daemons:
+            d.wait()
+        left = {name: cluster.processes_on(name) for name in net.hosts}
+        _stop([p for procs in left.values() for p in procs])
+        net.close()
+        _stop([p for p in [_pid_of(munged)] if p is not None])
+        shutil.rmtree(root, ignore_errors=True)
+    assert not any(left.values()), f"processes left on the nodes: {left}"
+
+
+def cancel_when_ready(
+    tenter: Callable[..., Finished], queue: Callable[[], list[str]], hosts: int, procs: int
+) -> str:
+    """Submit block.py on ``hosts`` x ``procs`` detached; once every rank says it is ready,
+    ``tenter cancel`` it and wait until it left the queue as CANCELLED. Its logs."""
+    started = tenter(
+        "run", "--backend", "slurm", "--detach", "--hosts", str(hosts),
+        "--procs-per-host", str(procs), str(SCRIPTS / "block.py"),
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    job = started.stdout.strip()
+    logs = Path(os.environ["TENTER_HOME"]) / "jobs" / job / "logs"
+    ranks = [logs / f"rank-{r}.stdout" for r in range(hosts * procs)]
+    wait_until(
+        "every rank ready", lambda: all(p.exists() and "ready" in p.read_text() for p in ranks)
+    )
+    assert "RUNNING (Slurm job" in tenter("status", job).stdout
+    cancelled = tenter("cancel", job)
+    assert cancelled.returncode == 0 and "cancelled Slurm job" in cancelled.stdout
+    wait_until("the job to leave the queue", lambda: queue() == [])
+    assert "CANCELLED" in tenter("status", job).stdout
+    wait_until("its processes to end", lambda: job_processes(job) == [])
+    shown: str = tenter("logs", job).stdout
+    return shown

@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 
 from tenter.errors import ExitCode
 from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
+from tests.launch.etcd_server import etcd_server
 from tests.launch.specs import joinable_spec, write_spec
 
 pytestmark = pytest.mark.slow
@@ -129,44 +125,9 @@ def _free_port() -> int:
 
 @pytest.fixture
 def etcd(tmp_path: Path) -> Iterator[str]:
-    """A real etcd 3.4 (Debian's etcd-server) with the v2 API, on loopback, stopped after."""
-    binary = shutil.which("etcd")
-    assert binary, "etcd is missing: run scripts/install-system-deps.sh (Debian etcd-server)"
-    client, peer = _free_port(), _free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--data-dir",
-            str(tmp_path / "etcd"),
-            "--name",
-            "t",
-            "--listen-client-urls",
-            f"http://127.0.0.1:{client}",
-            "--advertise-client-urls",
-            f"http://127.0.0.1:{client}",
-            "--listen-peer-urls",
-            f"http://127.0.0.1:{peer}",
-            "--initial-advertise-peer-urls",
-            f"http://127.0.0.1:{peer}",
-            "--initial-cluster",
-            f"t=http://127.0.0.1:{peer}",
-            "--enable-v2",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{client}/version", timeout=1)
-            break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "etcd did not start"
-            time.sleep(0.1)
-    yield f"127.0.0.1:{client}"
-    proc.terminate()
-    proc.wait(timeout=30)
-    assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == "zombie"
+    """A real etcd on loopback, stopped after."""
+    with etcd_server(tmp_path / "etcd", "127.0.0.1", (_free_port(), _free_port())) as endpoint:
+        yield endpoint
 
 
 def test_rendezvous_through_a_real_etcd(tmp_path: Path, etcd: str) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tenter.cli.cmd_plan import render_command
@@ -16,7 +17,15 @@ from tenter.errors import ExitCode
 from tenter.launch import api
 from tenter.launch.mpirun import mpirun_command
 from tenter.spec import load
-from tests.conftest import REPO, SCRIPTS, assert_golden, assert_nothing_left, tenter
+from tests.conftest import (
+    REPO,
+    SCRIPTS,
+    Background,
+    assert_golden,
+    assert_nothing_left,
+    job_processes,
+    tenter,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 DIGITS = REPO / "examples" / "digits"
@@ -260,3 +269,19 @@ def test_perf_launches_through_mpirun() -> None:
     assert done.returncode == 0, done.stderr
     assert "# Out of bounds values : 0 OK" in done.stdout
     assert_nothing_left(done.job_dir)
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_leaves_no_rank_running() -> None:
+    job = Background(
+        "run", "--backend", "mpi", "--hosts", "2", "--procs-per-host", "1",
+        str(SCRIPTS / "block.py"),
+    )  # fmt: skip
+    job.wait_for("ready 0", "ready 1")
+    procs = job_processes(job.job_dir.name)
+    assert len(procs) == 3  # mpirun and its two ranks
+    job.proc.kill()
+    job.finish()
+    # No sweep: mpirun gets SIGTERM from the kernel, and each rank when mpirun ends.
+    _, alive = psutil.wait_procs(procs, timeout=60)
+    assert alive == [], [p.cmdline() for p in alive]

@@ -7,14 +7,14 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tenter.errors import ExitCode
 from tenter.launch import api
+from tenter.launch.slurm.node import SlurmNode, in_rendezvous_order, resolve_plan
 from tenter.spec import load
 from tests.conftest import (
     REPO,
@@ -22,13 +22,17 @@ from tests.conftest import (
     Background,
     assert_golden,
     assert_nothing_left,
-    job_processes,
     tenter,
 )
-from tests.launch.slurm_cluster import queue, slurm_cluster, start_controller, stop_controller
+from tests.launch.slurm_cluster import (
+    cancel_when_ready,
+    queue,
+    slurm_cluster,
+    start_controller,
+    stop_controller,
+)
 
 DIGITS = REPO / "examples" / "digits"
-DEADLINE_S = 120.0
 GOLDEN = Path(__file__).parent / "golden"
 
 
@@ -66,6 +70,30 @@ def test_dryrun_renders_the_whole_sbatch_script(
     assert plan.hosts[1].env["TENTER_HOST_ADDR"] == "${slurm_node_1}"
 
 
+def test_hosts_go_to_nodes_in_rendezvous_order_at_their_addresses(tenter_home: Path) -> None:
+    # torch's rendezvous sorts hosts by address string: node10 (10.0.0.10) before node9.
+    scontrol = (
+        "NodeName=node9 Arch=x86_64 NodeAddr=10.0.0.9 NodeHostName=node9 State=IDLE\n"
+        "NodeName=node10 Arch=x86_64 NodeAddr=10.0.0.10 NodeHostName=node10 State=IDLE\n"
+        "NodeName=node11 Arch=x86_64 NodeHostName=node11 State=IDLE\n"  # no NodeAddr
+    )
+    assert in_rendezvous_order(scontrol) == [
+        SlurmNode("node10", "10.0.0.10"),
+        SlurmNode("node9", "10.0.0.9"),
+        SlurmNode("node11", "node11"),
+    ]
+    fields = {"entry_point": "contract.py", "source_dir": str(SCRIPTS), "instance_count": 2}
+    spec, _ = load({**fields, "backend": "slurm"}, REPO)
+    text = api.dryrun(spec, "order-job").to_json()
+    nodes = [SlurmNode("b", "127.0.0.1"), SlurmNode("a", "127.0.0.2")]
+    plan = resolve_plan(text, nodes, node_id=0)  # as the first node resolves it
+    assert [h.addr for h in plan.hosts] == ["127.0.0.1", "127.0.0.2"]
+    assert plan.hosts[1].env["TENTER_HOST_ADDR"] == "127.0.0.2"
+    assert plan.hosts[0].env["SM_NETWORK_INTERFACE_NAME"] == "lo"  # the NIC of its address
+    assert plan.hosts[1].ranks[0].env["MASTER_ADDR"] == "127.0.0.1"
+    assert plan.rdzv_endpoint.startswith("127.0.0.1:")
+
+
 def test_missing_sbatch_is_an_error_that_names_the_fix(tenter_home: Path) -> None:
     done = _tenter_with_path(
         "/nonexistent",
@@ -99,13 +127,6 @@ def cluster() -> Iterator[dict[str, str]]:
     with slurm_cluster() as env, pytest.MonkeyPatch.context() as patch:
         patch.setenv("SLURM_CONF", env["SLURM_CONF"])  # for tenter and Slurm's commands
         yield env
-
-
-def _wait_for(what: str, condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 @pytest.mark.slow
@@ -144,26 +165,10 @@ def test_a_failing_slurm_job_reports_its_root_cause_and_exit_code(cluster: dict[
 
 
 @pytest.mark.slow
-def test_cancel_stops_a_running_slurm_job(cluster: dict[str, str], tenter_home: Path) -> None:
-    started = tenter(
-        "run", "--backend", "slurm", "--detach", "--hosts", "1", "--procs-per-host", "2",
-        str(SCRIPTS / "block.py"),
-    )  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    job = started.stdout.strip()
-    rank_out = [tenter_home / "jobs" / job / "logs" / f"rank-{r}.stdout" for r in (0, 1)]
-    _wait_for("both ranks ready", lambda: all(
-        p.exists() and "ready" in p.read_text() for p in rank_out
-    ))  # fmt: skip
-    assert "RUNNING (Slurm job" in tenter("status", job).stdout
-    cancelled = tenter("cancel", job)
-    assert cancelled.returncode == 0 and "cancelled Slurm job" in cancelled.stdout
-    _wait_for("the job to leave the queue", lambda: queue(cluster) == [])
-    assert "CANCELLED" in tenter("status", job).stdout
-    _wait_for("its processes to end", lambda: job_processes(job) == [])
-    logs = tenter("logs", job)
-    assert "[algo-1,0]<stdout>: ready 0" in logs.stdout
-    assert "[algo-1,1]<stdout>: ready 1" in logs.stdout
+def test_cancel_stops_a_running_slurm_job(cluster: dict[str, str]) -> None:
+    logs = cancel_when_ready(tenter, lambda: queue(cluster), hosts=1, procs=2)
+    assert "[algo-1,0]<stdout>: ready 0" in logs
+    assert "[algo-1,1]<stdout>: ready 1" in logs
 
 
 @pytest.mark.slow

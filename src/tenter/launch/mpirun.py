@@ -106,6 +106,7 @@ def mpirun_argv(
     user_options: MpiOptions,
     network_interface: str,
     master_port: str = MASTER_PORT,
+    master_addr: str | None = None,
     host_slots: int | None = None,
     hostfile: str | None = None,
     allow_run_as_root: bool = False,
@@ -115,6 +116,8 @@ def mpirun_argv(
     """The mpirun argv that runs ``plan``: host ``i`` of the plan on ``hosts[i]``.
 
     ``master_port``: the placeholder ``${master_port}`` until the launcher picks the port.
+    ``master_addr``: where the ranks find the store (default: the plan's ``MASTER_ADDR``,
+    rank 0's host; isolated hosts reach the launcher's store on their switch).
     ``host_slots``: the slots each host offers (default ``slots_per_host``; simulated hosts
     that share this machine each name all of its slots).
     ``hostfile``: passed as ``--hostfile`` (slots come from it; each context still names its
@@ -136,7 +139,7 @@ def mpirun_argv(
     if hostfile is not None:
         argv += ["--hostfile", hostfile]
     job_env = {
-        "MASTER_ADDR": plan.hosts[0].ranks[0].env["MASTER_ADDR"],
+        "MASTER_ADDR": master_addr or plan.hosts[0].ranks[0].env["MASTER_ADDR"],
         "MASTER_PORT": master_port,
         "TORCHELASTIC_USE_AGENT_STORE": str(agent_store),
     }

@@ -30,12 +30,13 @@ _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def dies_with_parent(sig: signal.Signals) -> Callable[[], None]:
+def dies_with_parent(sig: signal.Signals, starter: int | None = None) -> Callable[[], None]:
     """A ``preexec_fn`` that has the kernel send ``sig`` to the child when the thread that
     started it dies, however it dies (SIGKILL included, which no watcher in the parent could
     report). It runs in the child between fork and exec (the setting survives exec); a parent
-    already gone by then is caught by comparing the child's parent with the starter."""
-    starter = os.getpid()
+    already gone by then is caught by comparing the child's parent with the starter (this
+    process, or ``starter``: a process arming itself names its own parent)."""
+    starter = os.getpid() if starter is None else starter
 
     def arm() -> None:
         if _prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:

@@ -13,12 +13,18 @@ With ``TENTER_RANK_LOGS`` set (the mpi backend), the rank's stdout and stderr go
 ``logs/rank-N.stdout|.stderr`` and failures to ``rank-N.error.json``, as on every backend,
 listed in ``logs/index.jsonl`` for the console and the failure report.
 
+The rank stops (SIGTERM) when the process that started it (mpirun, or Open MPI's daemon on
+another host) ends, however it ends: mpirun stopped by its launcher's death does not always
+stop its ranks first, and a rank left running would hold its host.
+
 Imports nothing heavy: it runs once per rank before the real program starts.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,7 +81,17 @@ def main(argv: list[str]) -> int:
     logs = os.environ.get("TENTER_RANK_LOGS")
     if logs:
         _redirect_output(Path(logs), env)
+    _stop_with_parent()
     os.execvp(argv[0], argv)
+
+
+def _stop_with_parent() -> None:
+    """``PR_SET_PDEATHSIG`` (it survives exec), by hand: this worker-side module may not import
+    the launcher's helper (tenter.launch.processes.dies_with_parent)."""
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent went before the setting took
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from tenter.spec.limits import key_path
 
 KNOWN_BACKENDS = ("local", "mpi", "slurm", "kubernetes")
 """Launch backends this version can run."""
-ISOLATING_BACKENDS = ("local",)
+ISOLATING_BACKENDS = ("local", "mpi")
 """Backends that can run a job on isolated hosts (``isolation: network``)."""
 
 # Set per rank by the launcher; a user value would be silently overwritten.

@@ -4,7 +4,9 @@ mpi`` prints it whole).
 
 Hosts: with ``instance_type: local`` the job's hosts are simulated on this machine (every app
 context on ``localhost``); with a catalog type they are SageMaker's ``algo-1`` ... ``algo-N``,
-and tenter runs on ``algo-1`` as SageMaker's toolkit does.
+and tenter runs on ``algo-1`` as SageMaker's toolkit does. With ``isolation: network`` each
+host has namespaces of its own (:mod:`tenter.launch.isolation`): mpirun runs on ``algo-1``
+and reaches the others through :mod:`tenter.launch.isolation.rsh`, its ``plm_rsh_agent``.
 
 Everything around mpirun is the shared :class:`~tenter.launch.supervisor.Supervisor`'s, as on
 the local backend: the job directory, the store the ranks rendezvous on (served by tenter on a
@@ -26,16 +28,20 @@ import time
 from pathlib import Path
 
 from tenter.contract.fabric import CLUSTER_NIC, LOOPBACK_NIC
+from tenter.contract.isolation import HOST_NIC, SWITCH_ADDR
 from tenter.contract.plan import MASTER_PORT, Plan, make_plan
 from tenter.contract.sagemaker import host_names
 from tenter.errors import MissingToolError
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
+from tenter.launch.isolation import preflight
+from tenter.launch.isolation.rsh import NETWORK_ENV, agent_command
 from tenter.launch.mpirun import MPIRUN, mpirun_argv
 from tenter.launch.report import AGENT_RESULT
 from tenter.launch.supervised import SupervisedBackend
 from tenter.launch.supervisor import Supervisor
 from tenter.spec import JobSpec, lookup, processes_per_host
+from tenter.spec.mpi_options import MpiOptions
 
 MPIRUN_LOG = "mpirun.log"
 
@@ -54,20 +60,41 @@ class MpiBackend(SupervisedBackend):
         procs = processes_per_host(spec, itype)
         count = spec.instance_count
         python = python_executable()
-        if itype.is_local:
-            addrs, mpi_hosts, nic = ["127.0.0.1"] * count, ["localhost"] * count, LOOPBACK_NIC
+        user = spec.distribution.user_mpi_options()
+        master_addr = None
+        if spec.isolation == "network":
+            # Hosts of their own on this machine (the plan's addresses, eth0): mpirun runs on
+            # algo-1 and starts its daemons on the others through the rsh helper, where a
+            # cluster's mpirun uses ssh; the ranks find the launcher's store on the switch.
+            plan = make_plan(spec, job_id, tenter_home(), python)
+            mpi_hosts, nic, slots = [h.name for h in plan.hosts], HOST_NIC, procs
+            isolated = {
+                "plm_rsh_agent": agent_command(python),
+                # orted stays the agent's process instead of daemonizing: it then stops with
+                # mpirun, even when the launcher dies with the hosts' network (rsh.py).
+                "orte_leave_session_attached": "1",
+            }
+            user = user.merged_over(MpiOptions(mca=isolated))
+            master_addr = SWITCH_ADDR
         else:
-            addrs = mpi_hosts = host_names(count)
-            nic = CLUSTER_NIC
-        plan = make_plan(spec, job_id, tenter_home(), python, addrs=addrs, network_interface=nic)
+            if itype.is_local:
+                addrs, mpi_hosts, nic = ["127.0.0.1"] * count, ["localhost"] * count, LOOPBACK_NIC
+            else:
+                addrs = mpi_hosts = host_names(count)
+                nic = CLUSTER_NIC
+            plan = make_plan(
+                spec, job_id, tenter_home(), python, addrs=addrs, network_interface=nic
+            )
+            slots = procs * count if itype.is_local else procs
         argv = mpirun_argv(
             plan,
             mpi_hosts,
             procs,
             python,
-            user_options=spec.distribution.user_mpi_options(),
+            user_options=user,
             network_interface=nic,
-            host_slots=procs * count if itype.is_local else procs,
+            master_addr=master_addr,
+            host_slots=slots,
             allow_run_as_root=os.geteuid() == 0,
             agent_store=True,
             rank_logs=True,
@@ -82,6 +109,8 @@ class MpiBackend(SupervisedBackend):
                 "install Open MPI (Debian: apt-get install openmpi-bin), or choose another "
                 "backend (--backend local)",
             )
+        if plan.isolation == "network":
+            preflight.check_machine()
 
     def supervisor(self, plan: Plan) -> MpiJob:
         return MpiJob(plan)
@@ -101,7 +130,11 @@ class MpiJob(Supervisor):
         argv[0] = shutil.which(argv[0]) or argv[0]
         # mpirun itself carries the job id, so the final sweep finds it too; a launcher killed
         # even by SIGKILL still stops mpirun, which stops the ranks.
-        self.spawn(argv, {"TENTER_JOB_ID": self.plan.job_id}, MPIRUN_LOG)
+        env = {"TENTER_JOB_ID": self.plan.job_id}
+        if self.network is not None:
+            env[NETWORK_ENV] = self.plan.job_dir  # where the rsh helper finds the hosts
+        # On isolated hosts mpirun runs on the first, as on a cluster's first node.
+        self.spawn([*self.on_host(self.plan.hosts[0]), *argv], env, MPIRUN_LOG)
 
     def collect_extra_failures(self) -> None:
         """Ranks mpirun saw die by a signal, as agent results (what an agent would report)."""

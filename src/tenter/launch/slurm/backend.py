@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from tenter.contract.fabric import CLUSTER_NIC, LOOPBACK_NIC
+from tenter.contract.fabric import CLUSTER_NIC
 from tenter.contract.plan import Plan, make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
 from tenter.jobdir.handle import JobHandle
@@ -31,7 +31,7 @@ from tenter.launch import report
 from tenter.launch.api import JobStatus, python_executable
 from tenter.launch.console import ConsoleTail, say
 from tenter.launch.slurm.node import PORT_FILE
-from tenter.launch.slurm.script import SCRIPT, node_placeholder, sbatch_script
+from tenter.launch.slurm.script import NIC_PLACEHOLDER, SCRIPT, node_placeholder, sbatch_script
 from tenter.launch.supervised import job_dir_logs, read_plan
 from tenter.launch.supervisor import create_job_dir
 from tenter.spec import JobSpec, lookup
@@ -66,7 +66,7 @@ class SlurmBackend:
             tenter_home(),
             python_executable(),
             addrs=[node_placeholder(i) for i in range(spec.instance_count)],
-            network_interface=LOOPBACK_NIC if itype.is_local else CLUSTER_NIC,
+            network_interface=NIC_PLACEHOLDER if itype.is_local else CLUSTER_NIC,
         )
         script = Path(plan.job_dir) / SCRIPT
         return dataclasses.replace(
@@ -218,7 +218,6 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     """The job's result from its files (the agents' reports and error files) and Slurm's
     final state; writes summary.json and each host's output/success|failure."""
     failures, agent_errors, crashed_at_exit = report.collect_failures(plan, None)
-    port_file = Path(plan.job_dir) / PORT_FILE
     code = 0 if state.name == "COMPLETED" else EXIT_BY_STATE.get(state.name, ExitCode.JOB_FAILED)
     if code == ExitCode.JOB_FAILED and crashed_at_exit and not (failures or agent_errors):
         code = 0  # every rank that "failed" had finished its script
@@ -226,8 +225,17 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
         exit_code=code,
         duration_s=duration,
         interrupted=state.name == "CANCELLED",
-        rdzv_endpoint=port_file.read_text().strip() if port_file.exists() else "",
+        rdzv_endpoint=_rdzv_endpoint(plan),
         extra=[f"Slurm job state: {state.name}{state.detail}", *agent_errors],
         notes=crashed_at_exit,
     )
     return report.record_result(plan, failures, outcome)
+
+
+def _rdzv_endpoint(plan: Plan) -> str:
+    """The c10d store's, which the first node publishes once it serves it; an etcd's is the
+    spec's."""
+    if plan.rdzv_backend != "c10d":
+        return plan.rdzv_endpoint
+    port_file = Path(plan.job_dir) / PORT_FILE
+    return port_file.read_text().strip() if port_file.exists() else ""

@@ -1,7 +1,8 @@
 """``python -m tenter.launch.slurm.node PLAN``: one per node, started by the job's srun step.
 
-It resolves the node's part of the plan from ``SLURM_NODEID`` and ``SLURM_JOB_NODELIST`` (the
-plan names nodes ``${slurm_node_<i>}`` until Slurm allocates them) and runs tenter's per-host
+It resolves the node's part of the plan from ``SLURMD_NODENAME`` and ``SLURM_JOB_NODELIST`` (the
+plan names the nodes' addresses ``${slurm_node_<i>}`` until Slurm allocates them, and the
+interface of a job of simulated-host instance type ``${slurm_nic}``) and runs tenter's per-host
 agent (:mod:`tenter.launch.agent`: torch elastic, the same worker contract, error files and
 logs as the local backend). The agents rendezvous (c10d) on the first node, whose entry serves
 the store on a port the kernel picks and publishes it in ``rdzv-port`` in the job directory,
@@ -24,12 +25,14 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from tenter.contract.plan import LIGHTHOUSE_PORT, RDZV_PORT, Plan
 from tenter.errors import TenterError
 from tenter.launch import agent
 from tenter.launch.lighthouse import Lighthouse
 from tenter.launch.report import AGENT_RESULT
-from tenter.launch.slurm.script import node_placeholder
+from tenter.launch.slurm.script import NIC_PLACEHOLDER, node_placeholder
 from tenter.launch.store import serve_store
 
 PORT_FILE = "rdzv-port"
@@ -38,11 +41,44 @@ KEEP_ALIVE_S = 0.1
 """How often the first node checks that torchft's lighthouse runs."""
 
 
-def _node_names(nodelist: str) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    addr: str
+    """Its NodeAddr: where Slurm reaches it (its NodeName where none is configured)."""
+
+
+def allocation(nodelist: str) -> list[SlurmNode]:
+    """The job's nodes (``SLURM_JOB_NODELIST``), as Slurm knows them, in rendezvous order."""
     out = subprocess.run(
-        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+        ["scontrol", "-o", "show", "node", nodelist], capture_output=True, text=True, check=True
     )
-    return out.stdout.split()
+    return in_rendezvous_order(out.stdout)
+
+
+def in_rendezvous_order(scontrol_nodes: str) -> list[SlurmNode]:
+    """The nodes of ``scontrol -o show node`` in the order of torch's rendezvous, which ranks
+    hosts by sorting their addresses as strings: host ``i`` of the plan runs on node ``i`` of
+    this list, so that its group rank (and so every rank number) is the plan's, whatever the
+    nodes' names or Slurm's order.
+
+    Addresses, not names: a node's name need not resolve where its peers look it up (Slurm
+    itself reaches nodes by NodeAddr)."""
+    nodes = []
+    for line in scontrol_nodes.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        nodes.append(SlurmNode(fields["NodeName"], fields.get("NodeAddr") or fields["NodeName"]))
+    return sorted(nodes, key=lambda n: n.addr)
+
+
+def interface_of(addr: str) -> str:
+    """The network interface that carries ``addr`` on this node (the NIC the node's peers
+    reach it through); loopback for a node reached at a loopback address."""
+    ip = socket.gethostbyname(addr)
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == ip for a in addrs):
+            return name
+    raise OSError(f"no interface of this node has its NodeAddr {addr} ({ip})")
 
 
 def _wait_for_port(path: Path, timeout_s: float) -> int:
@@ -54,14 +90,21 @@ def _wait_for_port(path: Path, timeout_s: float) -> int:
     return int(path.read_text().rsplit(":", 1)[1])
 
 
-def node_main(plan_path: str) -> int:
-    nodes = _node_names(os.environ["SLURM_JOB_NODELIST"])
-    node_id = int(os.environ["SLURM_NODEID"])
-    text = Path(plan_path).read_text()
+def resolve_plan(text: str, nodes: list[SlurmNode], node_id: int) -> Plan:
+    """The plan with Slurm's nodes in place of the placeholders; a c10d rendezvous on the
+    first node (an etcd one stays where the spec puts it)."""
     for index, node in enumerate(nodes):
-        text = text.replace(node_placeholder(index), node)
-    plan = Plan.from_json(text)
-    plan = dataclasses.replace(plan, rdzv_endpoint=f"{nodes[0]}:{RDZV_PORT}")
+        text = text.replace(node_placeholder(index), node.addr)
+    plan = Plan.from_json(text.replace(NIC_PLACEHOLDER, interface_of(nodes[node_id].addr)))
+    if plan.rdzv_backend != "c10d":
+        return plan
+    return dataclasses.replace(plan, rdzv_endpoint=f"{nodes[0].addr}:{RDZV_PORT}")
+
+
+def node_main(plan_path: str) -> int:
+    nodes = allocation(os.environ["SLURM_JOB_NODELIST"])
+    node_id = [n.name for n in nodes].index(os.environ["SLURMD_NODENAME"])
+    plan = resolve_plan(Path(plan_path).read_text(), nodes, node_id)
     host = plan.hosts[node_id]
     with open(Path(plan.job_dir) / "logs" / f"agent-{host.name}.log", "ab") as log:
         os.dup2(log.fileno(), 1)
@@ -69,6 +112,8 @@ def node_main(plan_path: str) -> int:
     resolved = Path(host.dir) / "plan.json"
     resolved.write_text(plan.to_json())
     os.environ.update(host.env)
+    if plan.rdzv_backend != "c10d":
+        return agent.main([str(resolved), str(node_id), "0"])  # the endpoint has its port
     lighthouse = _lighthouse(plan, nodes, node_id) if plan.replica_groups else None
     port_file = Path(plan.job_dir) / PORT_FILE
     store = None
@@ -76,8 +121,8 @@ def node_main(plan_path: str) -> int:
         # The kernel picks the port and the store keeps the socket: no window for a clash.
         listener = socket.create_server(("", 0), backlog=1024)
         port = listener.getsockname()[1]
-        store = serve_store(nodes[0], listener)
-        _publish(port_file, f"{nodes[0]}:{port}\n")
+        store = serve_store(nodes[0].addr, listener)
+        _publish(port_file, f"{nodes[0].addr}:{port}\n")
     else:
         port = _wait_for_port(port_file, plan.join_timeout)
     code = agent.main([str(resolved), str(node_id), str(port)])
@@ -98,7 +143,7 @@ def _publish(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def _lighthouse(plan: Plan, nodes: list[str], node_id: int) -> Lighthouse | None:
+def _lighthouse(plan: Plan, nodes: list[SlurmNode], node_id: int) -> Lighthouse | None:
     """``fault_tolerance``: the first node runs torchft's lighthouse, bound to its address, and
     restarts it if it dies; every node tells its workers where it listens."""
     port_file = Path(plan.job_dir) / LIGHTHOUSE_PORT_FILE
@@ -106,13 +151,13 @@ def _lighthouse(plan: Plan, nodes: list[str], node_id: int) -> Lighthouse | None
     if node_id == 0:
         lighthouse = Lighthouse(
             plan.job_dir,
-            socket.gethostbyname(nodes[0]),
+            socket.gethostbyname(nodes[0].addr),
             plan.min_replicas,
             plan.lighthouse_heartbeat_ms,
             env={"TENTER_JOB_ID": plan.job_id},
         )
         lighthouse.start()
-        _publish(port_file, f"{nodes[0]}:{lighthouse.port}\n")
+        _publish(port_file, f"{nodes[0].addr}:{lighthouse.port}\n")
         threading.Thread(target=_keep_alive, args=(lighthouse,), daemon=True).start()
     port = _wait_for_port(port_file, plan.join_timeout)
     address = os.environ["TORCHFT_LIGHTHOUSE"].replace(LIGHTHOUSE_PORT, str(port))

@@ -13,6 +13,10 @@ from tenter.spec import JobSpec, lookup
 
 SCRIPT = "job.sbatch"
 NODE_MODULE = "tenter.launch.slurm.node"
+NIC_PLACEHOLDER = "${slurm_nic}"
+"""The network interface of a job of simulated-host instance type (``local``): the one that
+carries the node's address, which only the node can tell (loopback on a one-node test
+cluster, the NIC on a real one)."""
 
 
 def node_placeholder(index: int) -> str:
