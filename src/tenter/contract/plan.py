@@ -213,8 +213,9 @@ def make_plan(
     groups = ft.replica_groups if ft else 0
     per_group = spec.instance_count // groups if groups else spec.instance_count
     # The lighthouse listens where the launcher is: this machine's loopback for simulated
-    # hosts, the first host on a cluster.
-    lighthouse = f"http://{'127.0.0.1' if simulated else addrs[0]}:{LIGHTHOUSE_PORT}" if ft else ""
+    # hosts, the isolated hosts' switch, the first host on a cluster.
+    lighthouse_addr = isolation.SWITCH_ADDR if isolated else "127.0.0.1" if simulated else addrs[0]
+    lighthouse = f"http://{lighthouse_addr}:{LIGHTHOUSE_PORT}" if ft else ""
     hosts = []
     for index, (name, addr) in enumerate(zip(names, addrs, strict=True)):
         group, group_index = divmod(index, per_group)

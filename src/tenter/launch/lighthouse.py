@@ -69,6 +69,8 @@ class Lighthouse:
         self._cwd = job_dir
         self.port = 0
         self.restarts = 0
+        self.enter: list[str] = []
+        """The argv prefix that runs it where it listens (the switch of isolated hosts)."""
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -79,6 +81,7 @@ class Lighthouse:
         """Start it (on a port the kernel picks, the first time) and wait until it listens."""
         offset = self._log.stat().st_size if self._log.exists() else 0
         argv = [
+            *self.enter,
             python_executable(),
             "-m",
             __name__,

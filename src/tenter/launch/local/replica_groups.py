@@ -99,6 +99,8 @@ class ReplicaGroupsJob(LocalJob):
         self._lighthouse_lost = False
 
     def start_processes(self) -> None:
+        if self.network is not None:
+            self.lighthouse.enter = self.network.enter_switch(self.plan.job_dir)
         self.lighthouse.start()
         address = self.lighthouse.address
         say(f"torchft lighthouse at {address}; {self.plan.replica_groups} replica groups")
