@@ -109,6 +109,8 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
     checkpoints = {
         "TENTER_CHECKPOINT_DIR": where.checkpoint_dir,
         "TENTER_CHECKPOINT_KEEP": str(spec.checkpoint.keep),
+        # Read by tenter.runtime.preemption: 0 leaves SIGTERM to stop the ranks at once.
+        "TENTER_PREEMPTION_GRACE": str(spec.checkpoint.preemption_grace),
         **(
             {"TENTER_CHECKPOINT_EVERY": str(spec.checkpoint.every)} if spec.checkpoint.every else {}
         ),

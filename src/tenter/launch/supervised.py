@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -146,3 +147,12 @@ class SupervisedBackend:
         if launcher is not None and launcher.pid == os.getpid():
             launcher = None  # this process launched it: stop its processes directly
         return stop_job(handle.job_id, launcher)
+
+    def preempt(self, handle: JobHandle) -> str:
+        """Preempt the running job (as SIGTERM to ``tenter run`` would): every rank stops at a
+        step boundary after a final checkpoint; waits for its end (the grace period at most)."""
+        launcher = alive(handle.scheduler_id)
+        if launcher is None or launcher.pid == os.getpid():
+            return self.cancel(handle)  # no launcher to preempt it: stopped directly
+        grace = read_plan(handle).preemption_grace
+        return stop_job(handle.job_id, launcher, signal.SIGTERM, grace)
