@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import torch
 
 from tenter.errors import ExitCode
 from tests.conftest import REPO, Background, assert_nothing_left, tenter
+from tests.launch.slurm_cluster import queue, slurm_cluster
 from tests.launch.specs import write_spec
 
 pytestmark = pytest.mark.slow
@@ -26,16 +28,15 @@ def training_spec(tmp_path: Path, output: str, ckpt: Path | None, **fields: obje
     """examples/elastic/train.py for one epoch (16 steps) on 2 hosts, checkpoints every 4
     steps in ``ckpt`` (None: the job's own), under pause_at_step.py (which waits, at
     PAUSE_AT_STEP, for the preemption request: it then lands at that step boundary)."""
-    return write_spec(
-        tmp_path,
-        "pause_at_step.py",
-        args=[TRAIN, "--epochs", "1"],
-        instance_count=2,
-        processes_per_host=1,
-        checkpoint={"every": 4, **({"dir": str(ckpt)} if ckpt else {})},
-        output_dir=str(tmp_path / output),
+    job = {
+        "args": [TRAIN, "--epochs", "1"],
+        "instance_count": 2,
+        "processes_per_host": 1,
+        "checkpoint": {"every": 4, **({"dir": str(ckpt)} if ckpt else {})},
+        "output_dir": str(tmp_path / output),
         **fields,
-    )
+    }
+    return write_spec(tmp_path, "pause_at_step.py", **job)
 
 
 def started(tmp_path: Path, home: Path, script: str, **fields: object) -> Background:
@@ -44,6 +45,11 @@ def started(tmp_path: Path, home: Path, script: str, **fields: object) -> Backgr
     job = Background("run", str(spec), home=home)
     job.wait_for("ready", count=2)
     return job
+
+
+def latest_checkpoint(ckpt: Path) -> int:
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    return int(manifest["checkpoints"][-1]["step"])
 
 
 def final_model(job_dir: Path) -> dict[str, torch.Tensor]:
@@ -69,8 +75,7 @@ def test_sigterm_preempts_at_a_step_boundary_and_a_new_run_resumes_to_the_same_m
     summary = json.loads((preempted_dir / "summary.json").read_text())
     assert summary["state"] == "preempted" and summary["failures"] == []
     assert "was preempted after" in summary["summary"]
-    manifest = json.loads((ckpt / "manifest.json").read_text())
-    assert [c["step"] for c in manifest["checkpoints"]][-1] == 6
+    assert latest_checkpoint(ckpt) == 6
     assert not (preempted_dir / "hosts/algo-1/model/model.pt").exists()
     status = tenter("status", str(preempted_dir))
     assert f"job {preempted_dir.name}: PREEMPTED (exit 75)" in status.stdout
@@ -135,3 +140,38 @@ def test_cancel_preempt_stops_a_script_that_checks_tenter_preempted(
     assert len(steps) == 2 and steps[0] == steps[1], out
     assert re.search(r"^preempted: the ranks stopped at a step boundary in \d+\.\d s$", out, re.M)
     assert_nothing_left(job.job_dir)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[dict[str, str]]:
+    with slurm_cluster() as env, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", env["SLURM_CONF"])  # for tenter and Slurm's commands
+        yield env
+
+
+def test_scancel_preempts_a_slurm_job_after_a_final_checkpoint(
+    tmp_path: Path, tenter_home: Path, slurm: dict[str, str]
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    spec = training_spec(
+        tmp_path,
+        "slurm",
+        ckpt,
+        backend="slurm",
+        instance_count=1,
+        processes_per_host=2,
+        environment={"PAUSE_AT_STEP": "6"},
+    )
+    job = Background("run", str(spec), home=tenter_home)
+    job.wait_for("paused at step 6", count=2)
+    (job_dir,) = (tmp_path / "slurm").iterdir()
+    # scancel: Slurm's SIGTERM reaches the node's agent and the ranks; neither stops at once.
+    cancelled = tenter("cancel", str(job_dir))
+    assert cancelled.returncode == 0, cancelled.stderr
+    out = job.finish()
+    assert job.proc.returncode == ExitCode.PREEMPTED, out
+    assert re.search(r"^preempted: final checkpoint at step 6 in \d+\.\d s$", out, re.M), out
+    assert "Slurm job state: CANCELLED" in out
+    assert latest_checkpoint(ckpt) == 6
+    assert queue(slurm) == []
+    assert_nothing_left(job_dir)

@@ -42,17 +42,23 @@ class PreemptionWatch:
         return time.monotonic() > self._deadline
 
     def outcome(self) -> str:
-        """One line for the console and the summary: what the ranks did in the grace period."""
+        """One line for the summary: what the ranks did in the grace period."""
         assert self.requested_at is not None
-        ranks = control.preempted_ranks(self.plan.job_dir)
-        if not ranks:
-            return (
-                f"preempted: no rank stopped for it within the grace period of "
-                f"{self.plan.preemption_grace} s, so the final checkpoint was not made in "
-                "time; a resume continues from the last complete checkpoint"
-            )
-        seconds = max(float(r["time"]) for r in ranks) - self.requested_at
-        steps = sorted({r["step"] for r in ranks if r["step"] is not None})
-        if not steps:
-            return f"preempted: the ranks stopped at a step boundary in {seconds:.1f} s"
-        return f"preempted: final checkpoint at step {steps[-1]} in {seconds:.1f} s"
+        return outcome(self.plan, self.requested_at)
+
+
+def outcome(plan: Plan, requested_at: float) -> str:
+    """What the ranks did after the preemption request of ``requested_at``, from their records
+    in the job directory."""
+    ranks = control.preempted_ranks(plan.job_dir)
+    if not ranks:
+        return (
+            f"preempted: no rank stopped for it within the grace period of "
+            f"{plan.preemption_grace} s, so the final checkpoint was not made in time; a "
+            "resume continues from the last complete checkpoint"
+        )
+    seconds = max(float(r["time"]) for r in ranks) - requested_at
+    steps = sorted({r["step"] for r in ranks if r["step"] is not None})
+    if not steps:
+        return f"preempted: the ranks stopped at a step boundary in {seconds:.1f} s"
+    return f"preempted: final checkpoint at step {steps[-1]} in {seconds:.1f} s"
