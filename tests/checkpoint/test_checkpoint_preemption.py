@@ -73,12 +73,13 @@ def test_nothing_is_checked_if_the_grace_period_is_0(
     assert signal.getsignal(signal.SIGTERM) is not preemption._on_sigterm
 
 
-def test_every_rank_stops_at_the_step_one_rank_was_signalled_at(tmp_path: Path) -> None:
+def test_every_rank_stops_at_the_step_after_one_rank_was_signalled(tmp_path: Path) -> None:
     env = {"TENTER_JOB_DIR": str(tmp_path), "TENTER_HOST": "algo-1", preemption.GRACE_ENV: "30"}
     world = run_world(sigterm_one_rank, 2, args=(tmp_path, 5), env=env)
-    assert world.values() == [{"step": 5, "preempted": True}] * 2
-    assert latest_step(tmp_path / "ckpt") == 5
-    assert [(r["rank"], r["step"]) for r in control.preempted_ranks(tmp_path)] == [(0, 5), (1, 5)]
+    # The flags all-reduced at step 5 decide at step 6 (the all-reduce runs during the step).
+    assert world.values() == [{"step": 6, "preempted": True}] * 2
+    assert latest_step(tmp_path / "ckpt") == 6
+    assert [(r["rank"], r["step"]) for r in control.preempted_ranks(tmp_path)] == [(0, 6), (1, 6)]
 
 
 RANK = """

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tenter.errors import ExitCode
+from tenter.launch.signals import StopRequest, is_preemption
 from tests.conftest import REPO, Background, assert_nothing_left, tenter
 from tests.launch.slurm_cluster import queue, slurm_cluster
 from tests.launch.specs import write_spec
@@ -57,10 +58,26 @@ def final_model(job_dir: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def test_sigterm_asks_for_a_preemption_and_a_stop_signal_after_it_stops_now() -> None:
+    stop = StopRequest()
+    stop.on_signal(signal.SIGTERM)
+    assert stop.is_set() and is_preemption(stop)
+    stop.on_signal(signal.SIGTERM)  # repeated: still the same preemption
+    assert is_preemption(stop)
+    stop.on_signal(signal.SIGINT)
+    assert not is_preemption(stop)
+    stop.on_signal(signal.SIGTERM)  # once stopping now, never back to a preemption
+    assert not is_preemption(stop)
+    hangup = StopRequest()
+    hangup.on_signal(signal.SIGHUP)
+    assert hangup.is_set() and not is_preemption(hangup)
+
+
 def test_sigterm_preempts_at_a_step_boundary_and_a_new_run_resumes_to_the_same_model(
     tmp_path: Path, tenter_home: Path
 ) -> None:
-    # Step 6 is off the checkpoint interval (4): the final checkpoint is the preemption's.
+    # The ranks see the request at step 6 and agree on it at step 7 (the agreement's
+    # all-reduce runs during a step), off the checkpoint interval (4): the preemption's own.
     ckpt = tmp_path / "ckpt"
     spec = training_spec(tmp_path, "preempted", ckpt, environment={"PAUSE_AT_STEP": "6"})
     job = Background("run", str(spec), home=tenter_home)
@@ -69,13 +86,13 @@ def test_sigterm_preempts_at_a_step_boundary_and_a_new_run_resumes_to_the_same_m
     out = job.finish()
     assert job.proc.returncode == ExitCode.PREEMPTED, out
     assert "preempting: every rank stops at its next step boundary" in out
-    assert re.search(r"^preempted: final checkpoint at step 6 in \d+\.\d s$", out, re.M), out
-    assert "[algo-1,0]<stdout>: preempted at step 6: stopping" in out
+    assert re.search(r"^preempted: final checkpoint at step 7 in \d+\.\d s$", out, re.M), out
+    assert "[algo-1,0]<stdout>: preempted at step 7: stopping" in out
     (preempted_dir,) = (tmp_path / "preempted").iterdir()
     summary = json.loads((preempted_dir / "summary.json").read_text())
     assert summary["state"] == "preempted" and summary["failures"] == []
     assert "was preempted after" in summary["summary"]
-    assert latest_checkpoint(ckpt) == 6
+    assert latest_checkpoint(ckpt) == 7
     assert not (preempted_dir / "hosts/algo-1/model/model.pt").exists()
     status = tenter("status", str(preempted_dir))
     assert f"job {preempted_dir.name}: PREEMPTED (exit 75)" in status.stdout
@@ -83,7 +100,7 @@ def test_sigterm_preempts_at_a_step_boundary_and_a_new_run_resumes_to_the_same_m
 
     resumed = tenter("run", str(training_spec(tmp_path, "resumed", ckpt)))
     assert resumed.returncode == 0, resumed.stderr
-    assert "<stdout>: resumed at step 6 " in resumed.stdout
+    assert "<stdout>: resumed at step 7 " in resumed.stdout
     reference = tenter("run", str(training_spec(tmp_path, "reference", None)))
     assert reference.returncode == 0, reference.stderr
     assert "resumed" not in reference.stdout
@@ -170,8 +187,8 @@ def test_scancel_preempts_a_slurm_job_after_a_final_checkpoint(
     assert cancelled.returncode == 0, cancelled.stderr
     out = job.finish()
     assert job.proc.returncode == ExitCode.PREEMPTED, out
-    assert re.search(r"^preempted: final checkpoint at step 6 in \d+\.\d s$", out, re.M), out
+    assert re.search(r"^preempted: final checkpoint at step 7 in \d+\.\d s$", out, re.M), out
     assert "Slurm job state: CANCELLED" in out
-    assert latest_checkpoint(ckpt) == 6
+    assert latest_checkpoint(ckpt) == 7
     assert queue(slurm) == []
     assert_nothing_left(job_dir)

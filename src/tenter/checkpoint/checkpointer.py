@@ -199,8 +199,7 @@ class Checkpointer:
         )
         self._preemption = Preemption()
         self.preempted = False
-        """The job was asked to stop (SIGTERM): :meth:`maybe_save` saved a final checkpoint;
-        the training loop should end now, on every rank."""
+        """A preemption's final checkpoint is saved: end the training loop (on every rank)."""
         self._check_dir()
 
     # -- the public API -------------------------------------------------------------------
@@ -242,10 +241,9 @@ class Checkpointer:
         return latest.step
 
     def maybe_save(self, step: int) -> bool:
-        """Save when ``step`` is a multiple of ``every``, or when the job is being preempted
-        (then the save is complete on return and :attr:`preempted` is True); return whether
-        it saved. Under ``tenter run`` it is one small all-reduce per call: the ranks agree
-        on whether any of them saw a preemption request."""
+        """Save when ``step`` is a multiple of ``every``, or now if the job is being preempted
+        (agreed by all ranks in one small all-reduce; the save is then complete on return and
+        :attr:`preempted` True); return whether it saved."""
         if self.every is None:
             raise ValueError(
                 "maybe_save() needs the interval: pass Checkpointer(..., every=N) or set the "
@@ -327,6 +325,7 @@ class Checkpointer:
         try:
             self.wait()
         finally:
+            self._preemption.close()
             if self._writer is not None:
                 self._writer.close()
             if self._async_group is not None:

@@ -38,6 +38,10 @@ class PreemptionWatch:
             f"(grace period {grace} s)"
         )
 
+    def ranks_stopped(self) -> bool:
+        """Some rank stopped for the request (rather than finish its work meanwhile)."""
+        return self.requested and bool(control.preempted_ranks(self.plan.job_dir))
+
     def expired(self) -> bool:
         return time.monotonic() > self._deadline
 

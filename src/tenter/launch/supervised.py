@@ -32,6 +32,7 @@ from tenter.launch.processes import (
     process_identity,
     stop_job,
 )
+from tenter.launch.signals import is_preemption
 from tenter.launch.supervisor import Supervisor, create_job_dir
 
 FOLLOW_POLL_S = 0.2
@@ -103,7 +104,10 @@ class SupervisedBackend:
         cancelled = False
         while (result := read_result(job_dir)) is None:
             if stop.is_set() and not cancelled:
-                self.cancel(handle)
+                if is_preemption(stop):
+                    self.preempt(handle)
+                else:
+                    self.cancel(handle)
                 cancelled = True
             if alive(handle.scheduler_id) is None:
                 if (result := read_result(job_dir)) is not None:

@@ -291,7 +291,8 @@ class Supervisor:
             # Every rank that "failed" had finished its script: the job did its work.
             reason = None if not self.host_failures else reason
         extra = [*agent_errors, *self.extra]
-        if self.preemption.requested and reason in (None, "preempted"):
+        # A job that ended by itself in the grace period, no rank stopping for it, succeeded.
+        if reason == "preempted" or (reason is None and self.preemption.ranks_stopped()):
             reason = "preempted"
             extra.insert(0, self.preemption.outcome())
         if reason == "max_run":

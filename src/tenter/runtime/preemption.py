@@ -11,8 +11,12 @@ A request reaches a rank in one of two ways:
 
 Ranks see a request at different moments, yet must all stop at the same step: :meth:`agreed`
 is one all-reduce (MAX) of each rank's view of a one-element flag, on the CPU (gloo), at every
-step boundary. It is on only under ``tenter run`` with ``checkpoint.preemption_grace`` > 0
-(``TENTER_PREEMPTION_GRACE``); elsewhere nothing is checked and SIGTERM is left alone.
+step boundary. It is asynchronous: the flags sent at one call decide at the next, so that the
+all-reduce's latency (a round trip between hosts, a wait for a rank that is descheduled) runs
+during the step instead of adding to it; the ranks stop one step after the first of them saw
+the request, all at the same step. It is on only under ``tenter run`` with
+``checkpoint.preemption_grace`` > 0 (``TENTER_PREEMPTION_GRACE``); elsewhere nothing is
+checked and SIGTERM is left alone.
 
 :class:`tenter.checkpoint.Checkpointer` checks in ``maybe_save``; a script without one calls
 :func:`preempted` at every step boundary on every rank.
@@ -84,6 +88,8 @@ class Preemption:
         """Every rank agreed to stop (then :meth:`agreed` stays True, without collectives)."""
         self._distributed = self.on and dist.is_available() and dist.is_initialized()
         self._group = _cpu_group() if self._distributed else None
+        self._in_flight: tuple[torch.Tensor, dist.Work] | None = None
+        """The all-reduce of the previous call's flags, which decides at this call."""
         if self.on and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _on_sigterm)
 
@@ -93,10 +99,25 @@ class Preemption:
         if not self.on or self.stopped:
             return self.stopped
         flag = torch.tensor([int(requested_here())], dtype=torch.int32)
-        if self._distributed:
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
-        self.stopped = bool(flag.item())
+        if not self._distributed:
+            self.stopped = bool(flag.item())
+            return self.stopped
+        previous = self._in_flight
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        assert work is not None, "an asynchronous all-reduce returns its work"
+        self._in_flight = (flag, work)
+        if previous is not None:
+            previous[1].wait()
+            self.stopped = bool(previous[0].item())
+        if self.stopped:
+            self.close()
         return self.stopped
+
+    def close(self) -> None:
+        """Wait for the all-reduce in flight (before the process group goes)."""
+        if self._in_flight is not None:
+            self._in_flight[1].wait()
+            self._in_flight = None
 
     def record(self, step: int | None, checkpoint: str | None) -> None:
         """Tell the launcher that this rank stopped for the preemption."""

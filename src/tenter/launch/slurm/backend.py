@@ -227,7 +227,8 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     # Slurm's SIGTERM (scancel, a preemption, --signal before the time limit): the agents
     # asked their ranks to stop after a final checkpoint.
     request = control.preemption_request(plan.job_dir)
-    if request is not None and not failures:
+    stopped = bool(control.preempted_ranks(plan.job_dir)) or state.name != "COMPLETED"
+    if request is not None and stopped and not failures:
         code = ExitCode.PREEMPTED
         extra.insert(0, preemption.outcome(plan, float(request["time"])))
     outcome = report.Outcome(
