@@ -1,13 +1,13 @@
 """Cost of the preemption check on the step time: ``Checkpointer.maybe_save`` under
 ``tenter run`` all-reduces one flag per call (the ranks agree on whether any saw a request).
 
-    python benchmarks/preemption_check.py [--steps 300] [--rounds 5]
+    python benchmarks/preemption_check.py [--steps 2000]
 
 Two ranks over gloo on this machine, a DDP MLP step (forward, backward, gradient all-reduce,
 SGD) followed by ``maybe_save`` of a Checkpointer that never saves on its interval: with the
-check off (``checkpoint.preemption_grace: 0``, A) and on (B), in alternating rounds of
-``--steps`` steps so that load from elsewhere affects both. Prints rank 0's mean step time of
-each, B / A, and the check's own mean cost (one ``agreed()`` call) against a step.
+check off (``checkpoint.preemption_grace: 0``, A) and on (B), alternating step by step so that
+load from elsewhere affects both alike. Prints rank 0's median step time of each, B / A, and
+the check's own cost (one ``agreed()`` call, waiting for the previous one) against a step.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 import time
 
 
-def rank_main(steps: int, rounds: int, ckpt_dir: str) -> None:
+def rank_main(steps: int, ckpt_dir: str) -> None:
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -43,22 +43,21 @@ def rank_main(steps: int, rounds: int, ckpt_dir: str) -> None:
         os.environ[preemption.GRACE_ENV] = grace
         checkers[name] = Checkpointer(model, opt, dir=ckpt_dir, every=10**9)
     times: dict[str, list[float]] = {"off": [], "on": []}
-    for _ in range(rounds):
-        for name, ckpt in checkers.items():
-            for step in range(1, steps + 1):
-                started = time.perf_counter()
-                opt.zero_grad()
-                model(x).square().mean().backward()
-                opt.step()
-                ckpt.maybe_save(step)
-                times[name].append(time.perf_counter() - started)
+    for step in range(1, steps + 1):
+        name = ("off", "on")[step % 2]
+        started = time.perf_counter()
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        checkers[name].maybe_save(step)
+        times[name].append(time.perf_counter() - started)
     check = checkers["on"]._preemption
     started = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(200):
         check.agreed()
-    check_s = (time.perf_counter() - started) / steps
+    check_s = (time.perf_counter() - started) / 200
     if dist.get_rank() == 0:
-        off, on = (statistics.mean(times[n][steps:]) * 1e3 for n in ("off", "on"))
+        off, on = (statistics.median(times[n][10:]) * 1e3 for n in ("off", "on"))
         print(f"step time, check off (A): {off:.3f} ms")
         print(f"step time, check on  (B): {on:.3f} ms")
         print(f"B / A: {on / off:.4f}")
@@ -68,13 +67,12 @@ def rank_main(steps: int, rounds: int, ckpt_dir: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank is not None:
-        rank_main(args.steps, args.rounds, args.dir)
+        rank_main(args.steps, args.dir)
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -89,7 +87,7 @@ def main() -> None:
             "TENTER_JOB_DIR": job_dir,
         }
         argv = [sys.executable, __file__, "--steps", str(args.steps)]
-        argv += ["--rounds", str(args.rounds), "--dir", os.path.join(job_dir, "ckpt")]
+        argv += ["--dir", os.path.join(job_dir, "ckpt")]
         ranks = [
             subprocess.Popen([*argv, "--rank", str(r)], env={**env, "RANK": str(r)})
             for r in range(2)
