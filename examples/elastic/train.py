@@ -3,7 +3,9 @@
 A small MLP learns a synthetic regression (no dataset to download, nothing to import but
 torch), deterministically, checkpointed with ``tenter.checkpoint``. Kill any worker at any
 time; when the job restarts (``max_restarts``) or is run again, it continues from the last
-checkpoint, and the final model is bit for bit the one an uninterrupted run produces:
+checkpoint, and the final model is bit for bit the one an uninterrupted run produces. A
+preemption (SIGTERM to ``tenter run``, ``tenter cancel --preempt``, Slurm's scancel) stops
+every rank at the same step after a final checkpoint; running the job again resumes there:
 
     tenter run --hosts 2 --procs-per-host 2 examples/elastic/train.py -- --epochs 3
     python examples/elastic/train.py --checkpoint_dir /tmp/ckpt     # one process
@@ -113,14 +115,19 @@ def train(args: argparse.Namespace) -> None:
             step += 1
             total += torch.tensor([loss.item() * len(y), len(y)])
             if ckpt.maybe_save(step):
-                verb = "saving" if args.async_save else "saved"
+                verb = "saved" if ckpt.preempted or not args.async_save else "saving"
                 tenter.print0(f"{verb} checkpoint at step {step}", flush=True)
+            if ckpt.preempted:
+                break
+        if ckpt.preempted:
+            tenter.print0(f"preempted at step {step}: stopping", flush=True)
+            break
         dist.all_reduce(total)
         if total[1]:  # zero when resumed right at the end of this epoch
             tenter.print0(f"epoch {epoch + 1}  step {step}  loss {total[0] / total[1]:.4f}")
     ckpt.close()
 
-    if tenter.is_main():
+    if tenter.is_main() and not ckpt.preempted:
         model_dir = Path(os.environ.get("SM_MODEL_DIR", "model"))
         model_dir.mkdir(parents=True, exist_ok=True)
         torch.save(model.module.state_dict(), model_dir / "model.pt")

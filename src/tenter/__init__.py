@@ -22,6 +22,7 @@ _LAZY = {
     "device": "tenter.runtime.api",
     "is_main": "tenter.runtime.api",
     "print0": "tenter.runtime.api",
+    "preempted": "tenter.runtime.preemption",
     "shard_batch": "tenter.runtime.data",
     "per_rank_batch_size": "tenter.runtime.data",
     "sampler": "tenter.runtime.data",

@@ -10,9 +10,12 @@ code   meaning
 3      the backend refused the job (sbatch, the Kubernetes API server)
 4      no such job (``tenter status|logs|cancel JOB``)
 5      a tool or an optional dependency is missing (mpirun, sbatch, matplotlib...)
+75     preempted: SIGTERM or ``tenter cancel --preempt`` stopped the job at a step boundary,
+       after a final checkpoint where the ranks made one in time; run it again to resume
+       (BSD's EX_TEMPFAIL: a temporary condition, try again later)
 124    stopped by ``max_run``
 125    stopped as hung (``elastic.hang_timeout``)
-130    interrupted: Ctrl-C, SIGTERM or ``tenter cancel``
+130    interrupted: Ctrl-C, SIGHUP or ``tenter cancel``
 =====  ==========================================================================
 
 Torch-free and import-free: every layer may raise these.
@@ -30,6 +33,7 @@ class ExitCode(enum.IntEnum):
     BACKEND_REFUSED = 3
     NO_SUCH_JOB = 4
     MISSING_TOOL = 5
+    PREEMPTED = 75
     MAX_RUN = 124
     HANG = 125
     INTERRUPTED = 130

@@ -140,6 +140,16 @@ CASES = [
         BASE + "".join(f"k{i}: 1\n" for i in range(20_000)),
         extra=("and 19,990 more",),
     ),
+    BadInput(
+        "negative preemption grace",
+        "checkpoint.preemption_grace: -1 is invalid",
+        BASE + "checkpoint: {preemption_grace: -1}\n",
+    ),
+    BadInput(
+        "preemption grace with a unit",
+        "checkpoint.preemption_grace: '30s' is invalid",
+        BASE + "checkpoint: {preemption_grace: 30s}\n",
+    ),
     BadInput("spec file over 8 MiB", "is larger than 8 MiB", BASE + "# " + "x" * 9 * 2**20 + "\n"),
 ]
 

@@ -7,6 +7,8 @@
     for step in range(start, total):
         ...
         ckpt.maybe_save(step + 1)     # saves when step + 1 is a multiple of `every`
+        if ckpt.preempted:            # SIGTERM: a final checkpoint was saved; stop here
+            break
     ckpt.close()                      # the last asynchronous save is durable
 
 Two ways of saving, chosen from the model:
@@ -55,6 +57,7 @@ from tenter.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from tenter.checkpoint.state import rng_state, set_rng_state, snapshot
 from tenter.checkpoint.writer import AsyncWriter
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
+from tenter.runtime.preemption import Preemption
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -194,6 +197,9 @@ class Checkpointer:
             if async_save and self.sharded and self._distributed
             else None
         )
+        self._preemption = Preemption()
+        self.preempted = False
+        """A preemption's final checkpoint is saved: end the training loop (on every rank)."""
         self._check_dir()
 
     # -- the public API -------------------------------------------------------------------
@@ -235,12 +241,20 @@ class Checkpointer:
         return latest.step
 
     def maybe_save(self, step: int) -> bool:
-        """Save when ``step`` is a multiple of ``every``; return whether it saved."""
+        """Save when ``step`` is a multiple of ``every``, or now if the job is being preempted
+        (agreed by all ranks in one small all-reduce; the save is then complete on return and
+        :attr:`preempted` True); return whether it saved."""
         if self.every is None:
             raise ValueError(
                 "maybe_save() needs the interval: pass Checkpointer(..., every=N) or set the "
                 "job spec's checkpoint.every"
             )
+        if self._preemption.agreed():
+            path = self.save(step)
+            self.wait()
+            self._preemption.record(step, str(path))
+            self.preempted = True
+            return True
         if step % self.every:
             return False
         self.save(step)
@@ -311,6 +325,7 @@ class Checkpointer:
         try:
             self.wait()
         finally:
+            self._preemption.close()
             if self._writer is not None:
                 self._writer.close()
             if self._async_group is not None:

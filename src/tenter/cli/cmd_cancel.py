@@ -1,10 +1,17 @@
 """``tenter cancel JOB``: stop a running job, on any backend (as Ctrl-C on ``tenter run``
-would: every rank stops, the summary says it was interrupted)."""
+would: every rank stops, the summary says it was interrupted).
+
+``tenter cancel --preempt JOB``: preempt it instead (as SIGTERM to ``tenter run`` would): every
+rank stops at its next step boundary after a final checkpoint, within the spec's
+``checkpoint.preemption_grace``; the job ends as preempted (exit 75) and a new run resumes it.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
+
+from tenter.errors import TenterError
 
 
 def add_parser(sub: Any) -> None:
@@ -17,6 +24,12 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "job", metavar="JOB", help="a job id (under $TENTER_HOME/jobs) or its directory"
     )
+    parser.add_argument(
+        "--preempt",
+        action="store_true",
+        help="stop at the next step boundary after a final checkpoint (checkpoint."
+        "preemption_grace), as SIGTERM to `tenter run` does; the job ends as preempted (75)",
+    )
     parser.set_defaults(func=cancel)
 
 
@@ -26,9 +39,17 @@ def cancel(args: argparse.Namespace) -> int:
 
     handle = open_handle(args.job)
     backend = get_backend(handle.backend)
+    preempt = getattr(backend, "preempt", None)
+    if args.preempt and preempt is None:
+        raise TenterError(
+            "--preempt",
+            f"the {handle.backend} backend's jobs are preempted by their scheduler, whose "
+            "SIGTERM (scancel, deleting the pods) each host turns into a preemption request",
+            f"leave out --preempt: `tenter cancel {handle.job_id}` sends it",
+        )
     status = backend.status(handle)
     if not status.running:
         print(f"job {handle.job_id} is not running: {status.text}")
         return 0
-    print(backend.cancel(handle))
+    print(preempt(handle) if args.preempt and preempt is not None else backend.cancel(handle))
     return 0

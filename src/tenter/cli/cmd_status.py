@@ -32,7 +32,8 @@ def show_status(args: argparse.Namespace) -> int:
     handle = open_handle(args.job)
     result = read_result(Path(handle.job_dir))
     if result is not None:
-        state = "SUCCEEDED" if result.ok else f"FAILED (exit {result.exit_code})"
+        ended = "PREEMPTED" if result.state == "preempted" else "FAILED"
+        state = "SUCCEEDED" if result.ok else f"{ended} (exit {result.exit_code})"
         print(f"job {handle.job_id}: {state} (backend {handle.backend})")
         print(result.summary)
         return 0

@@ -87,6 +87,8 @@ class Plan:
     hang_timeout: int | None = None
     on_hang: str = "stop"
     max_run: int | None = None
+    preemption_grace: int = 30
+    """Seconds a preempted job gets for its final checkpoint (the spec's checkpoint field)."""
     console_ranks: list[int] | None = None
     tag_output: bool = True
     launcher: list[str] = field(default_factory=list)
@@ -318,6 +320,7 @@ def make_plan(
         hang_timeout=elastic.hang_timeout,
         on_hang=elastic.on_hang,
         max_run=spec.max_run,
+        preemption_grace=spec.checkpoint.preemption_grace,
         console_ranks=spec.logs.ranks,
         tag_output=spec.logs.tag,
         replica_groups=groups,

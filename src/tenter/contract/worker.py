@@ -122,6 +122,11 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
     checkpoints = {
         "TENTER_CHECKPOINT_DIR": where.checkpoint_dir,
         "TENTER_CHECKPOINT_KEEP": str(spec.checkpoint.keep),
+        # Read by tenter.runtime.preemption: 0 leaves SIGTERM to stop the ranks at once.
+        "TENTER_PREEMPTION_GRACE": str(spec.checkpoint.preemption_grace),
+        # torchrun (Kubernetes pods) SIGKILLs the ranks this long after passing SIGTERM on
+        # (its default, 30 s, would cut a longer grace period short); tenter's agents ignore it.
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(spec.checkpoint.preemption_grace + 10),
         **(
             {"TENTER_CHECKPOINT_EVERY": str(spec.checkpoint.every)} if spec.checkpoint.every else {}
         ),

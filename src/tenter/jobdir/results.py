@@ -8,7 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tenter.errors import ExitCode
 from tenter.jobdir.layout import SUMMARY_FILE, write_atomic
+
+STATES: dict[int, str] = {
+    ExitCode.OK: "succeeded",
+    ExitCode.INTERRUPTED: "interrupted",
+    ExitCode.PREEMPTED: "preempted",
+    ExitCode.MAX_RUN: "max_run",
+    ExitCode.HANG: "hang",
+}
+"""``summary.json``'s ``state`` by the job's exit code; any other code: ``failed``."""
 
 
 @dataclass(frozen=True)
@@ -51,17 +61,23 @@ class JobResult:
         return self.exit_code == 0
 
     @property
+    def state(self) -> str:
+        """succeeded, failed, interrupted, preempted, max_run or hang."""
+        return STATES.get(self.exit_code, "failed")
+
+    @property
     def root_cause(self) -> Failure | None:
         primary = [f for f in self.failures if not f.secondary] or self.failures
         return min(primary, key=lambda f: f.timestamp) if primary else None
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2)
+        return json.dumps({"state": self.state, **dataclasses.asdict(self)}, indent=2)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobResult:
         failures = [Failure(**f) for f in data.get("failures", [])]
-        return cls(**{**data, "failures": failures})
+        fields = {k: v for k, v in data.items() if k != "state"}  # derived from exit_code
+        return cls(**{**fields, "failures": failures})
 
 
 def write_result(job_dir: Path, result: JobResult) -> None:

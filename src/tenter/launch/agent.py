@@ -5,6 +5,12 @@ c10d rendezvous and error files are all torch's): it reads its host's part of th
 joins the job's rendezvous with the host's own loopback address (so the group rank is the
 host index), runs the workers with their output in the plan's per-rank files, and writes
 what happened to ``agent-result.json`` in the host directory for the launcher to report.
+
+Signals: the launcher of a local job stops its agents with SIGTERM and preempts the job
+itself. On a scheduler's nodes (Slurm) SIGTERM comes from the scheduler (``scancel``, a
+preemption) and asks for a preemption: the agent writes the request its workers check at
+their step boundaries and lets them finish, stopping them only once the spec's
+``checkpoint.preemption_grace`` has passed.
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch.distributed.elastic.multiprocessing.api as torch_processes
@@ -35,6 +43,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousPara
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
 from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
+from tenter.jobdir.control import request_preemption, stopping_marker
 from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
 from tenter.launch.console import read_index
 from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
@@ -111,6 +120,7 @@ class HostAgent(LocalElasticAgent):
         super().__init__(spec=spec, logs_specs=self.logs, start_method="spawn")
         self._events = Path(plan.job_dir) / EVENTS_FILE
         self._host = host.name
+        self._stopping = stopping_marker(plan.job_dir, host.name)
 
     def _event(self, event: str, **fields: Any) -> None:
         append_line(
@@ -137,11 +147,14 @@ class HostAgent(LocalElasticAgent):
         """Stop the workers: ``death_sig``, then SIGKILL after tenter's grace period (torch's
         is 30 s). Further stop signals are ignored meanwhile: torch raises on them out of its
         wait, which skipped the SIGKILL and left the workers of a script that traps SIGTERM
-        running after their agent."""
+        running after their agent. The workers are told it is a stop, not a preemption."""
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
+        self._stopping.parent.mkdir(exist_ok=True)
+        self._stopping.touch()
         try:
             super()._shutdown(death_sig, timeout=math.ceil(STOP_GRACE_S))
         finally:
+            self._stopping.unlink(missing_ok=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
@@ -159,6 +172,24 @@ class WorkerDyingWithAgent(SubprocessHandler):
             start_new_session=True,  # as torch's: the agent signals each worker's group
             preexec_fn=dies_with_parent(signal.SIGKILL),
         )
+
+
+def preempting_handler(plan: Plan, host: HostPlan) -> Callable[[int, FrameType | None], None]:
+    """torch's stop-signal handler, for an agent whose SIGTERM comes from the scheduler: a
+    SIGTERM writes the preemption request and arms a timer for the grace period, at whose end
+    the workers are stopped as that SIGTERM would have (other signals stop them at once)."""
+    stop_now = torch_processes._terminate_process_handler
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if signum != signal.SIGTERM:
+            stop_now(signum, frame)
+            return
+        request_preemption(plan.job_dir, plan.preemption_grace, by=host.name)
+        signal.signal(signal.SIGALRM, lambda _, f: stop_now(signal.SIGTERM, f))
+        if signal.getitimer(signal.ITIMER_REAL)[0] == 0:  # a second SIGTERM keeps the deadline
+            signal.setitimer(signal.ITIMER_REAL, plan.preemption_grace)
+
+    return handle
 
 
 def _worker_handler(*args: Any, **kwargs: Any) -> SubprocessHandler:
@@ -238,6 +269,10 @@ def main(argv: list[str]) -> int:
     torch_processes.get_subprocess_handler = _worker_handler
     plan = Plan.from_json(Path(plan_path).read_text())
     host = plan.hosts[int(host_index)]
+    if plan.backend != "local" and plan.preemption_grace:
+        # torch installs its handler by this name when the workers start.
+        handler = preempting_handler(plan, host)
+        torch_processes._terminate_process_handler = handler  # type: ignore[assignment]
     try:
         result = run_host(plan, host, int(rdzv_port))
     except Exception as e:  # rendezvous timeouts and the like: report, don't just die

@@ -3,8 +3,9 @@ their status, stopping them.
 
 Every process of such a job carries ``TENTER_JOB_ID`` in its environment, including workers
 whose agent died (they run in sessions of their own); the launcher is the parent that does
-not. Cancelling signals the launcher, which stops the job as Ctrl-C does and writes its
-summary; processes without a launcher (it was killed) are stopped directly.
+not. Cancelling signals the launcher, which stops the job as Ctrl-C does (SIGINT) or
+preempts it (SIGTERM) and writes its summary; processes without a launcher (it was killed)
+are stopped directly.
 """
 
 from __future__ import annotations
@@ -92,17 +93,25 @@ def alive(identity: str) -> psutil.Process | None:
     return None
 
 
-def stop_job(job_id: str, launcher: psutil.Process | None) -> str:
-    """Stop a job from outside: SIGTERM to its launcher (which stops the hosts in order and
-    writes the summary), else to its processes; SIGKILL what is left after the grace period."""
+def stop_job(
+    job_id: str,
+    launcher: psutil.Process | None,
+    launcher_signal: signal.Signals = signal.SIGINT,
+    grace_s: float = 0.0,
+) -> str:
+    """Stop a job from outside: ``launcher_signal`` to its launcher (SIGINT: it stops the
+    hosts in order; SIGTERM: it preempts the job, within ``grace_s``; either way it writes
+    the summary), else SIGTERM to its processes; SIGKILL what is left after the grace period."""
     procs = job_processes(job_id)
     if launcher is None and not procs:
         return f"job {job_id} has no process left to stop"
     targets = [launcher] if launcher is not None else procs
+    sig = launcher_signal if launcher is not None else signal.SIGTERM
     for proc in targets:
         with contextlib.suppress(psutil.Error):
-            proc.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(targets, timeout=CANCEL_TIMEOUT_S)
+            proc.send_signal(sig)
+    _, alive = psutil.wait_procs(targets, timeout=CANCEL_TIMEOUT_S + grace_s)
     kill_all(alive)
     who = "its launcher" if launcher is not None else f"{len(procs)} processes (no launcher left)"
-    return f"cancelled job {job_id}: stopped {who}"
+    verb = "preempted" if sig == signal.SIGTERM and launcher is not None else "cancelled"
+    return f"{verb} job {job_id}: stopped {who}"

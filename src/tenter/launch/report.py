@@ -277,6 +277,8 @@ def _who(f: Failure) -> str:
 def failure_reason(result: JobResult) -> str:
     """One line: what failed first, for ``output/failure`` and exceptions."""
     f = result.root_cause
+    if result.state == "preempted":
+        return "preempted"
     if f is None:
         return "interrupted" if result.interrupted else "the job failed"
     what = f.message.splitlines()[0] if f.message else exit_meaning(f.exit_code)
@@ -342,7 +344,7 @@ def render_summary(result: JobResult, plan: Plan, outcome: Outcome) -> str:
                 f"  logs:    {job_dir / 'logs'}",
             ]
         )
-    state = "was interrupted" if result.interrupted else "FAILED"
+    state = f"was {result.state}" if result.state in ("interrupted", "preempted") else "FAILED"
     lines = [
         head + f"{state} after {result.duration_s:.1f} s ({size})",
         *outcome.extra,

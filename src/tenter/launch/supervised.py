@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -31,6 +32,7 @@ from tenter.launch.processes import (
     process_identity,
     stop_job,
 )
+from tenter.launch.signals import is_preemption
 from tenter.launch.supervisor import Supervisor, create_job_dir
 
 FOLLOW_POLL_S = 0.2
@@ -102,7 +104,10 @@ class SupervisedBackend:
         cancelled = False
         while (result := read_result(job_dir)) is None:
             if stop.is_set() and not cancelled:
-                self.cancel(handle)
+                if is_preemption(stop):
+                    self.preempt(handle)
+                else:
+                    self.cancel(handle)
                 cancelled = True
             if alive(handle.scheduler_id) is None:
                 if (result := read_result(job_dir)) is not None:
@@ -146,3 +151,12 @@ class SupervisedBackend:
         if launcher is not None and launcher.pid == os.getpid():
             launcher = None  # this process launched it: stop its processes directly
         return stop_job(handle.job_id, launcher)
+
+    def preempt(self, handle: JobHandle) -> str:
+        """Preempt the running job (as SIGTERM to ``tenter run`` would): every rank stops at a
+        step boundary after a final checkpoint; waits for its end (the grace period at most)."""
+        launcher = alive(handle.scheduler_id)
+        if launcher is None or launcher.pid == os.getpid():
+            return self.cancel(handle)  # no launcher to preempt it: stopped directly
+        grace = read_plan(handle).preemption_grace
+        return stop_job(handle.job_id, launcher, signal.SIGTERM, grace)

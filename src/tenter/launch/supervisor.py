@@ -31,7 +31,9 @@ from tenter.launch import hang, report
 from tenter.launch.console import EventFeed, say
 from tenter.launch.isolation import hosts as isolated_hosts
 from tenter.launch.isolation.network import HostNetwork
+from tenter.launch.preemption import PreemptionWatch
 from tenter.launch.processes import STOP_GRACE_S, dies_with_parent, job_processes, kill_all
+from tenter.launch.signals import is_preemption
 from tenter.launch.store import serve_store
 
 POLL_S = 0.05
@@ -44,6 +46,7 @@ EXIT_BY_STOP = {
     "interrupted": ExitCode.INTERRUPTED,
     "max_run": ExitCode.MAX_RUN,
     "hang": ExitCode.HANG,
+    "preempted": ExitCode.PREEMPTED,
 }
 """The job's exit code when the launcher stopped it for that reason."""
 
@@ -132,6 +135,7 @@ class Supervisor:
         """Hosts lost in a job that could not go on without them (their agent was killed)."""
         self.lost_hosts: dict[str, str] = {}
         """Hosts an elastic job went on without, and why."""
+        self.preemption = PreemptionWatch(plan)
         self._oom_kills_before = report.oom_kill_count()
         self._errors_seen: set[str] = set()
         self._next_hang_check = 0.0
@@ -245,7 +249,12 @@ class Supervisor:
             if self._a_rank_failed():
                 return "failed"
             if stop.is_set():
-                return "interrupted"
+                if not (is_preemption(stop) and self.plan.preemption_grace):
+                    return "interrupted"
+                if not self.preemption.requested:
+                    self.preemption.start()  # the ranks stop by themselves, then succeed
+                elif self.preemption.expired():
+                    return "preempted"
             if deadline is not None and time.monotonic() > deadline:
                 return "max_run"
             self.events.print_new()
@@ -324,6 +333,10 @@ class Supervisor:
             # Every rank that "failed" had finished its script: the job did its work.
             reason = None if not self.host_failures else reason
         extra = [*agent_errors, *self.extra]
+        # A job that ended by itself in the grace period, no rank stopping for it, succeeded.
+        if reason == "preempted" or (reason is None and self.preemption.ranks_stopped()):
+            reason = "preempted"
+            extra.insert(0, self.preemption.outcome())
         if reason == "max_run":
             extra.insert(0, f"stopped: max_run of {self.plan.max_run} s exceeded")
         oom_kills_after = report.oom_kill_count()

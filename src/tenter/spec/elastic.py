@@ -7,19 +7,19 @@ elastic:
   rendezvous: {backend: c10d, join_timeout: 600, last_call_timeout: 30}
   hang_timeout: 300       # seconds without progress on any rank -> hang report
   on_hang: stop           # or restart
-checkpoint: {dir: /fsx/ckpt, every: 100, keep: 3}
+checkpoint: {dir: /fsx/ckpt, every: 100, keep: 3, preemption_grace: 30}
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt
 
 from tenter.spec.base import Seconds, StrictModel
 from tenter.spec.errors import Problem, show
-from tenter.spec.limits import port_problem
+from tenter.spec.limits import MAX_SECONDS, port_problem
 
 
 class Rendezvous(StrictModel):
@@ -92,3 +92,12 @@ class Checkpoint(StrictModel):
     """Save every N steps (read by :class:`tenter.checkpoint.Checkpointer` as its default)."""
     keep: PositiveInt = 3
     """How many complete checkpoints to keep."""
+    preemption_grace: Annotated[int, Field(ge=0, le=MAX_SECONDS)] = 30
+    """Seconds a preempted job (SIGTERM) gets to stop at a step boundary after a final
+    checkpoint, before it is stopped as on a cancel; 0: SIGTERM stops the job at once."""
+
+
+PREEMPTION_MARGIN_S = 20
+"""What a scheduler should wait beyond ``preemption_grace`` before its SIGKILL (Slurm's
+``--signal``, Kubernetes' ``terminationGracePeriodSeconds``): the hosts' own stop of ranks that
+did not make it (SIGTERM, SIGKILL 10 s later) and their report."""

@@ -36,6 +36,7 @@ from tenter.contract.worker import BOOTSTRAP, Placement, host_env
 from tenter.launch.mpirun import mpirun_command
 from tenter.spec import JobSpec, Problem, SpecError, lookup, processes_per_host
 from tenter.spec.catalog import InstanceType
+from tenter.spec.elastic import PREEMPTION_MARGIN_S
 from tenter.spec.kubernetes import KubernetesOptions
 
 Manifest = dict[str, Any]
@@ -320,6 +321,11 @@ def _pod_spec(spec: JobSpec, itype: InstanceType | None, containers: list[Manife
     pod["containers"] = containers
     if itype is not None:
         pod["volumes"] = _volumes(spec.kubernetes)[0]
+        if spec.checkpoint.preemption_grace:
+            # Deleting a pod (an eviction, a spot reclaim) sends SIGTERM, which torchrun passes
+            # to the ranks: a preemption request. SIGKILL comes this much later.
+            grace = spec.checkpoint.preemption_grace + PREEMPTION_MARGIN_S
+            pod["terminationGracePeriodSeconds"] = grace
     return pod
 
 

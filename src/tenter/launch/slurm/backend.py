@@ -24,10 +24,11 @@ from pathlib import Path
 from tenter.contract.fabric import CLUSTER_NIC
 from tenter.contract.plan import Plan, make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
+from tenter.jobdir import control
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.lookup import tenter_home
 from tenter.jobdir.results import JobResult
-from tenter.launch import report
+from tenter.launch import preemption, report
 from tenter.launch.api import JobStatus, python_executable
 from tenter.launch.console import ConsoleTail, say
 from tenter.launch.slurm.node import PORT_FILE
@@ -221,12 +222,20 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     code = 0 if state.name == "COMPLETED" else EXIT_BY_STATE.get(state.name, ExitCode.JOB_FAILED)
     if code == ExitCode.JOB_FAILED and crashed_at_exit and not (failures or agent_errors):
         code = 0  # every rank that "failed" had finished its script
+    extra = [f"Slurm job state: {state.name}{state.detail}", *agent_errors]
+    # Slurm's SIGTERM (scancel, a preemption, --signal before the time limit): the agents
+    # asked their ranks to stop after a final checkpoint.
+    request = control.preemption_request(plan.job_dir)
+    stopped = bool(control.preempted_ranks(plan.job_dir)) or state.name != "COMPLETED"
+    if request is not None and stopped and not failures:
+        code = ExitCode.PREEMPTED
+        extra.insert(0, preemption.outcome(plan, float(request["time"])))
     outcome = report.Outcome(
         exit_code=code,
         duration_s=duration,
-        interrupted=state.name == "CANCELLED",
+        interrupted=code == ExitCode.INTERRUPTED,
         rdzv_endpoint=_rdzv_endpoint(plan),
-        extra=[f"Slurm job state: {state.name}{state.detail}", *agent_errors],
+        extra=extra,
         notes=crashed_at_exit,
     )
     return report.record_result(plan, failures, outcome)

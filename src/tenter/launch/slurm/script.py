@@ -1,6 +1,11 @@
 """The batch script of a job (a pure function; ``tenter plan --backend slurm`` prints it and the
 job directory keeps it as ``job.sbatch``): resources in ``#SBATCH`` lines, then one ``srun``
-step that starts one tenter agent per node (``python -m tenter.launch.slurm.node PLAN``)."""
+step that starts one tenter agent per node (``python -m tenter.launch.slurm.node PLAN``).
+
+Slurm's SIGTERM (``scancel``, a preemption, ``--signal`` before the time limit) reaches every
+process of the step: each agent turns it into a preemption request for its workers
+(:mod:`tenter.launch.agent`), and the ranks into a stop at a step boundary after a final
+checkpoint."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from pathlib import Path
 
 from tenter.contract.plan import Plan
 from tenter.spec import JobSpec, lookup
+from tenter.spec.elastic import PREEMPTION_MARGIN_S
 
 SCRIPT = "job.sbatch"
 NODE_MODULE = "tenter.launch.slurm.node"
@@ -47,7 +53,13 @@ def sbatch_script(plan: Plan, spec: JobSpec, python: str) -> str:
         directives.append(f"--gpus-per-node={itype.gpus}")
         step.append(f"--gpus-per-node={itype.gpus}")
     if spec.max_run:
-        directives.append(f"--time={math.ceil(spec.max_run / 60)}")
+        minutes = math.ceil(spec.max_run / 60)
+        directives.append(f"--time={minutes}")
+        # SIGTERM to every task this long before the time limit: the agents and the ranks
+        # take it as a preemption, and the job ends with a final checkpoint, not a SIGKILL.
+        warning = spec.checkpoint.preemption_grace + PREEMPTION_MARGIN_S
+        if spec.checkpoint.preemption_grace and warning < minutes * 60:
+            directives.append(f"--signal=TERM@{warning}")
     directives += [f"--output={logs / 'slurm-%j.out'}", f"--chdir={plan.cwd}"]
     # One failed agent ends the step; its peers would otherwise wait for a rendezvous.
     step += ["--kill-on-bad-exit=1", python, "-m", NODE_MODULE]

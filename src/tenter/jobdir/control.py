@@ -1,0 +1,77 @@
+"""Requests to a running job's ranks, and their answers, through the job directory::
+
+    <job_dir>/control/preempt              a preemption was requested: when, by whom, the grace
+    <job_dir>/control/stopping-<host>      that host's agent is stopping its workers itself
+    <job_dir>/control/preempted-rank-<N>   rank N stopped for the preemption: step, checkpoint
+
+Files rather than signals: the launcher of a local job does not signal its workers (they run
+in sessions of their own, under their agents), a file is seen by every simulated host and, on
+Slurm, by every node (the job directory is on a shared file system), and a rank checks one
+at a step boundary for the cost of a ``stat``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tenter.jobdir.layout import write_atomic
+
+CONTROL_DIR = "control"
+PREEMPT_REQUEST = "preempt"
+STOPPING_PREFIX = "stopping-"
+PREEMPTED_PREFIX = "preempted-rank-"
+
+
+def control_dir(job_dir: str | Path) -> Path:
+    return Path(job_dir) / CONTROL_DIR
+
+
+def request_preemption(job_dir: str | Path, grace_s: float, by: str) -> dict[str, Any]:
+    """Ask every rank to stop at its next step boundary after a final checkpoint; returns
+    the request in force (the first one: a repeated SIGTERM does not move its time)."""
+    existing = preemption_request(job_dir)
+    if existing is not None:
+        return existing
+    request = {"time": time.time(), "grace_s": grace_s, "by": by}
+    folder = control_dir(job_dir)
+    folder.mkdir(exist_ok=True)
+    write_atomic(folder / PREEMPT_REQUEST, json.dumps(request))
+    return request
+
+
+def preemption_request(job_dir: str | Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads((control_dir(job_dir) / PREEMPT_REQUEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def stopping_marker(job_dir: str | Path, host: str) -> Path:
+    """Present while ``host``'s agent stops its workers (a failure, a restart, a cancel):
+    a worker's SIGTERM then means "stop now", not "preempted"."""
+    return control_dir(job_dir) / f"{STOPPING_PREFIX}{host}"
+
+
+def record_preempted(
+    job_dir: str | Path, rank: int, step: int | None, checkpoint: str | None
+) -> None:
+    """Rank ``rank`` stopped for the preemption (after the checkpoint of ``step``, if any)."""
+    folder = control_dir(job_dir)
+    folder.mkdir(exist_ok=True)
+    record = {"rank": rank, "step": step, "checkpoint": checkpoint, "time": time.time()}
+    write_atomic(folder / f"{PREEMPTED_PREFIX}{rank}", json.dumps(record))
+
+
+def preempted_ranks(job_dir: str | Path) -> list[dict[str, Any]]:
+    """What :func:`record_preempted` recorded, by rank."""
+    out = []
+    for path in sorted(control_dir(job_dir).glob(f"{PREEMPTED_PREFIX}*")):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(out, key=lambda r: int(r["rank"]))

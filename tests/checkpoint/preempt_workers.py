@@ -1,0 +1,35 @@
+"""What the ranks of the multi-rank preemption test run (see tests/world.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from tenter.checkpoint import Checkpointer
+
+
+def sigterm_one_rank(rank: int, world_size: int, root: Path, signalled_at: int) -> dict[str, Any]:
+    """Train until the Checkpointer says preempted; rank 1 alone gets a SIGTERM, after step
+    ``signalled_at``. Returns the step this rank stopped at."""
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ckpt = Checkpointer(model, opt, dir=root / "ckpt", every=100)
+    step = 0
+    while not ckpt.preempted and step < 50:
+        opt.zero_grad()
+        model(torch.ones(8, 4)).sum().backward()
+        opt.step()
+        step += 1
+        if rank == 1 and step == signalled_at:
+            # The handler runs before os.kill returns: only this rank knows, at this step.
+            os.kill(os.getpid(), signal.SIGTERM)
+        ckpt.maybe_save(step)
+    ckpt.close()
+    return {"step": step, "preempted": ckpt.preempted}
