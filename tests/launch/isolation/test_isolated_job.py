@@ -60,6 +60,9 @@ def test_plan_shows_the_hosts_addresses_interface_and_store_on_the_bridge(
         "network",
         "--job-id",
         "golden-job",
+        # A catalog type: the threads per rank and SM_NUM_CPUS do not depend on this machine.
+        "--instance-type",
+        "ml.c5.18xlarge",
         "--source-dir",
         str(SCRIPTS),
         "dump_env.py",
