@@ -121,4 +121,7 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     assert "attempt 1 rank 0 warm True" in out
     agent_log = (job.job_dir / "logs/agent-algo-1.log").read_text()
     assert f"warm worker {spare} exited while waiting (status -9)" in agent_log
+    # The live view finds a warm worker's rank (its /proc environment is the spare's).
+    metrics = [json.loads(line) for line in (job.job_dir / "metrics.jsonl").open()]
+    assert any(m["rank"] == 0 and m.get("rss_bytes") for m in metrics)
     assert_nothing_left(job.job_dir)
