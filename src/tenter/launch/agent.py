@@ -279,10 +279,11 @@ def main(argv: list[str]) -> int:
     plan_path, host_index, rdzv_port = argv
     plan = Plan.from_json(Path(plan_path).read_text())
     host = plan.hosts[int(host_index)]
-    # First of all: the spares import torch while this agent joins the rendezvous.
+    # First of all: the spares import torch while this agent joins the rendezvous (only
+    # torch: the workers' start waits for them).
     pool = WarmPool.for_workers(plan.command, plan.procs_per_host)
     if pool is not None:
-        pool.fill()
+        pool.fill(preload=())
     # The agent's own log is a file in the job directory; keep torch elastic's INFO lines
     # (rendezvous rounds, worker starts and exits), which are what explain a stuck job.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

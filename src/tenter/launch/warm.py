@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from tenter.contract.worker import BOOTSTRAP
 from tenter.launch.processes import dies_with_parent
-from tenter.runtime.warm import WAIT_FLAG, Handoff
+from tenter.runtime.warm import PRELOAD, WAIT_FLAG, Handoff
 
 logger = logging.getLogger(__name__)
 
@@ -115,23 +115,24 @@ class WarmPool:
             return None
         return cls(command[0], size)
 
-    def fill(self) -> None:
-        """Start spares up to the pool's size; replace any that died waiting."""
+    def fill(self, preload: Sequence[str] = PRELOAD) -> None:
+        """Start spares up to the pool's size, importing ``preload`` while they wait; replace
+        any that died waiting."""
         for spare in [s for s in self._spares if s.proc.poll() is not None]:
             _lost(spare)
             self._spares.remove(spare)
         while len(self._spares) < self._size:
-            self._spares.append(self._start())
+            self._spares.append(self._start(preload))
 
     def fill_when_due(self) -> None:
         """Called often: refill once the workers that took spares have had their start."""
         if time.monotonic() >= self._refill_at:
             self.fill()
 
-    def _start(self) -> Spare:
+    def _start(self, preload: Sequence[str]) -> Spare:
         env, cwd = dict(os.environ), os.getcwd()
         proc = subprocess.Popen(
-            [*self.command, WAIT_FLAG],
+            [*self.command, WAIT_FLAG, *preload],
             env=env,
             stdin=subprocess.PIPE,  # the handoff; stdout and stderr: the agent's log
             start_new_session=True,  # as a fresh worker's: the agent signals its group

@@ -10,8 +10,8 @@ teardown (interpreter finalisation with torch loaded can take a second): the lau
 watches for it to stop the job at once and to name the root cause with its traceback.
 Scripts need no ``@record`` decorator of their own.
 
-``python -m tenter.runtime.bootstrap --warm`` is a warm worker: it imports what a worker
-imports, then waits for its rank's handoff from the agent and runs it as above
+``python -m tenter.runtime.bootstrap --warm [MODULE...]`` is a warm worker: it imports what a
+worker imports (and MODULEs), then waits for its rank's handoff from the agent and runs it as above
 (:mod:`tenter.runtime.warm`).
 
 When the script returns (or exits with status 0) the bootstrap marks the rank finished
@@ -69,8 +69,8 @@ def _finish() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv == [warm.WAIT_FLAG]:
-        warm.preload()
+    if argv[:1] == [warm.WAIT_FLAG]:
+        warm.preload(argv[1:])
         handoff = warm.receive()
         if handoff is None:  # a spare no rank needed
             return 0

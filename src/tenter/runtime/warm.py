@@ -28,18 +28,19 @@ import sys
 from dataclasses import asdict, dataclass
 
 WAIT_FLAG = "--warm"
-"""``python -m tenter.runtime.bootstrap --warm``: wait for a handoff on stdin."""
-
+"""``python -m tenter.runtime.bootstrap --warm [MODULE...]``: import the modules, then wait
+for a handoff on stdin."""
 
 PRELOAD = ("tenter.runtime.api", "tenter.checkpoint")
-"""Imported by a spare besides what the bootstrap imports (torch): tenter's worker-side API
-and its checkpointing (which imports torch.distributed.checkpoint, a second or two). They
-read nothing of the environment at import, and a script that imports them finds them
-loaded; one that does not has them in ``sys.modules`` all the same."""
+"""What spares that wait for a restart import besides what the bootstrap imports (torch):
+tenter's worker-side API and its checkpointing (which imports torch.distributed.checkpoint,
+a second or two). They read nothing of the environment at import; a script that imports them
+finds them loaded, one that does not has them in ``sys.modules`` all the same. The spares of
+a job's start import nothing more: they are needed at once, by scripts that may not."""
 
 
-def preload() -> None:
-    for module in PRELOAD:
+def preload(modules: list[str]) -> None:
+    for module in modules:
         importlib.import_module(module)
 
 
