@@ -13,9 +13,8 @@ A worker is started fresh (the slow way, with the same result) when no spare can
 for it: warm workers are off (``TENTER_WARM_WORKERS=0``), the command is not tenter's
 bootstrap under this Python, the working directory differs, or the environment differs from
 the spare's in a variable that may be read at start-up (only :data:`PER_WORKER` may
-differ). Spares used are replaced once the workers that took them are past their imports
-(and :data:`REFILL_DELAY_S` later): on a machine with few cores, importing torch for the next
-spares would compete with them.
+differ). Spares used are replaced once the restarted workers had :data:`REFILL_DELAY_S` to
+start: on a machine with few cores, importing torch competes with their first steps.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import select
 import signal
 import subprocess
 import time
@@ -100,19 +98,6 @@ def _lost(spare: Spare) -> None:
     )
 
 
-def _read_handoff(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether a spare given a rank has read it: it then closes its end of the pipe, and
-    ours reports an error. Once it has, our end is closed."""
-    assert proc.stdin is not None
-    if not proc.stdin.closed:
-        poller = select.poll()
-        poller.register(proc.stdin, select.POLLOUT)
-        if proc.poll() is None and not any(e & select.POLLERR for _, e in poller.poll(0)):
-            return False
-        proc.stdin.close()
-    return True
-
-
 class WarmPool:
     """The spares of one host. All methods run on the agent's main thread: a spare's
     parent-death signal fires when the thread that started it ends."""
@@ -122,8 +107,6 @@ class WarmPool:
         """The workers a spare can become: ``COMMAND SCRIPT|-m MODULE [ARGS...]``."""
         self._size = size
         self._spares: list[Spare] = []
-        self._handed: list[subprocess.Popen[bytes]] = []
-        """Spares given a rank that may still be reading it (importing before that)."""
         self._refill_at = 0.0
 
     @classmethod
@@ -144,8 +127,7 @@ class WarmPool:
 
     def fill_when_due(self) -> None:
         """Called often: refill once the workers that took spares have had their start."""
-        self._handed = [proc for proc in self._handed if not _read_handoff(proc)]
-        if not self._handed and time.monotonic() >= self._refill_at:
+        if time.monotonic() >= self._refill_at:
             self.fill()
 
     def _start(self, preload: Sequence[str]) -> Spare:
@@ -184,22 +166,18 @@ class WarmPool:
             assert spare.proc.stdin is not None
             try:
                 spare.proc.stdin.write(handoff.encode())
-                spare.proc.stdin.flush()
+                spare.proc.stdin.close()
             except BrokenPipeError:  # it died after the poll above
                 with contextlib.suppress(BrokenPipeError):  # closes the pipe all the same
                     spare.proc.stdin.close()
                 _lost(spare)
                 continue
-            self._handed.append(spare.proc)
             self._refill_at = time.monotonic() + REFILL_DELAY_S
             return spare.proc
         return None
 
     def close(self) -> None:
         """Stop the spares: nothing of the job is left after its agent."""
-        for proc in self._handed:
-            _read_handoff(proc)  # closes our end of its pipe
-        self._handed.clear()
         for spare in self._spares:
             spare.proc.kill()
         for spare in self._spares:

@@ -57,9 +57,7 @@ class Handoff:
     stderr: str | None
 
     def encode(self) -> bytes:
-        """One line: the agent keeps the pipe open, and sees this spare close it when it has
-        read the handoff (its imports done)."""
-        return json.dumps(asdict(self)).encode() + b"\n"
+        return json.dumps(asdict(self)).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> Handoff:
@@ -67,15 +65,13 @@ class Handoff:
 
 
 def receive(fd: int = 0) -> Handoff | None:
-    """Block until the agent sends a handoff; None when it closes the pipe without one (the
-    pool is closing, or the agent died)."""
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return None
-        data += chunk
-    return Handoff.decode(data)
+    """Block until the agent sends a handoff and closes the pipe; None when it closes the
+    pipe without one (the pool is closing, or the agent died)."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    return Handoff.decode(data) if data else None
 
 
 def _redirect(fd: int, path: str | None) -> None:
