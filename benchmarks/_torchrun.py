@@ -8,6 +8,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
 
 
 def free_port() -> int:
@@ -16,34 +19,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_torchrun(
-    script: list[str], env: dict[str, str], *, max_restarts: int = 0, timeout: float | None = None
-) -> int:
-    """Run ``script`` (path and arguments) on 2 hosts x 2 processes; return the first nonzero
-    exit code of the two agents, or 0. Past ``timeout`` seconds the agents are stopped and
-    the run counts as failed (exit code 124, as timeout(1) says)."""
+def run_agents(
+    script: list[str],
+    env: dict[str, str],
+    *,
+    max_restarts: int = 0,
+    nnodes: str = "2",
+    agent_flags: Sequence[Sequence[str]] = ((), ()),
+    logs: Sequence[Path] = (),
+    timeout: float | None = None,
+) -> list[int]:
+    """Run ``script`` (path and arguments) on 2 hosts x 2 processes (``nnodes``: torchrun's
+    ``MIN:MAX``; ``agent_flags``: more flags for each agent); the exit codes of the two
+    agents, whose output goes to ``logs`` (default: nowhere). Past ``timeout`` seconds the
+    agents are stopped and the codes are 124, as timeout(1) says."""
     port, run_id = free_port(), f"bench{time.time_ns()}"
     argv = [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nnodes",
-        "2",
-        "--nproc-per-node",
-        "2",
-        "--max-restarts",
-        str(max_restarts),
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        f"127.0.0.1:{port}",
-        "--rdzv-id",
-        run_id,
-        *script,
+        f"--nnodes={nnodes}",
+        "--nproc-per-node=2",
+        f"--max-restarts={max_restarts}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        f"--rdzv-id={run_id}",
     ]
+    outs: list[IO[bytes] | int] = (
+        [open(log, "wb") for log in logs] if logs else [subprocess.DEVNULL] * 2  # noqa: SIM115
+    )
     agents = [
-        subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(2)
+        subprocess.Popen([*argv, *flags, *script], env=env, stdout=out, stderr=subprocess.STDOUT)
+        for out, flags in zip(outs, agent_flags, strict=True)
     ]
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
@@ -52,11 +59,22 @@ def run_torchrun(
             for agent in agents
         ]
     except subprocess.TimeoutExpired:
-        codes = [124]
+        codes = [124, 124]
     finally:
         # Interrupted (Ctrl-C, an error): SIGTERM makes an agent stop its workers first.
         for agent in agents:
             if agent.poll() is None:
                 agent.terminate()
                 agent.wait()
+        for out in outs:
+            if not isinstance(out, int):
+                out.close()
+    return codes
+
+
+def run_torchrun(
+    script: list[str], env: dict[str, str], *, max_restarts: int = 0, timeout: float | None = None
+) -> int:
+    """:func:`run_agents` at full size: the first nonzero exit code of the agents, or 0."""
+    codes = run_agents(script, env, max_restarts=max_restarts, timeout=timeout)
     return next((code for code in codes if code), 0)

@@ -11,6 +11,9 @@ itself. On a scheduler's nodes (Slurm) SIGTERM comes from the scheduler (``scanc
 preemption) and asks for a preemption: the agent writes the request its workers check at
 their step boundaries and lets them finish, stopping them only once the spec's
 ``checkpoint.preemption_grace`` has passed.
+
+Restarts are fast: workers start from warm spares (:mod:`tenter.launch.warm`), and the
+rendezvous polls its shared state every :data:`RDZV_POLL_S` rather than torch's 1 s.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 import torch.distributed.elastic.multiprocessing.api as torch_processes
 from torch.distributed.elastic.agent.server.api import (
     RunResult,
+    Worker,
     WorkerGroup,
     WorkerSpec,
     WorkerState,
@@ -39,8 +43,13 @@ from torch.distributed.elastic.agent.server.api import (
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, SignalException
 from torch.distributed.elastic.multiprocessing.subprocess_handler import SubprocessHandler
-from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
+from torch.distributed.elastic.rendezvous import (
+    RendezvousError,
+    RendezvousParameters,
+    dynamic_rendezvous,
+)
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
+from torch.distributed.elastic.rendezvous.utils import _delay
 
 from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
 from tenter.jobdir.control import request_preemption, stopping_marker
@@ -49,6 +58,21 @@ from tenter.launch.console import read_index
 from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
 from tenter.launch.report import AGENT_RESULT
 from tenter.launch.signals import STOP_SIGNALS
+from tenter.launch.warm import WarmPool
+
+RDZV_POLL_S = 0.05
+"""How often a host waiting in a rendezvous round reads the round's state. torch waits 1 s,
+and serves reads from a copy up to 1 s old (to spare a store that thousands of hosts share):
+every round, restarts included, then ends up to two seconds after its last host joined, and
+a running host sees a host waiting to join up to a second late. A tenter job's store serves
+a few hosts, each reading it at most every 0.05 s while waiting and every 0.1 s (the
+agent's monitor interval) while running."""
+
+
+def _rendezvous_delay(seconds: float | tuple[float, float]) -> None:
+    # torch's dynamic rendezvous asks for 1 s between polls of the state, and for random
+    # delays (a tuple) to skew the first joins; only the poll is shortened.
+    _delay(RDZV_POLL_S if seconds == 1 else seconds)
 
 
 @dataclass(frozen=True)
@@ -115,12 +139,13 @@ class HostLogsSpecs(LogsSpecs):
 class HostAgent(LocalElasticAgent):
     """torch's local agent, telling the launcher about rendezvous rounds and restarts."""
 
-    def __init__(self, plan: Plan, host: HostPlan, spec: WorkerSpec) -> None:
+    def __init__(self, plan: Plan, host: HostPlan, spec: WorkerSpec, pool: WarmPool | None) -> None:
         self.logs = HostLogsSpecs(plan, host)
         super().__init__(spec=spec, logs_specs=self.logs, start_method="spawn")
         self._events = Path(plan.job_dir) / EVENTS_FILE
         self._host = host.name
         self._stopping = stopping_marker(plan.job_dir, host.name)
+        self._pool = pool
 
     def _event(self, event: str, **fields: Any) -> None:
         append_line(
@@ -138,6 +163,25 @@ class HostAgent(LocalElasticAgent):
             world_size=hosts * worker_group.spec.local_world_size,
             attempt=self.logs.attempt,
         )
+
+    def _assign_worker_ranks(
+        self, store: Any, group_rank: int, group_world_size: int, spec: WorkerSpec
+    ) -> list[Worker]:
+        """Every host runs ``procs_per_host`` workers of one role: the ranks follow from the
+        group rank, without torch's exchange through the store (which waits for the slowest
+        host to finish its rendezvous)."""
+        world = group_world_size * spec.local_world_size
+        first = group_rank * spec.local_world_size
+        return [
+            Worker(local, first + local, first + local, world, world)
+            for local in range(spec.local_world_size)
+        ]
+
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        if self._pool is not None:
+            self._pool.fill_when_due()
+        result: RunResult = super()._monitor_workers(worker_group)
+        return result
 
     def _restart_workers(self, worker_group: WorkerGroup) -> None:
         self._event("restart", remaining=self._remaining_restarts)
@@ -161,9 +205,19 @@ class HostAgent(LocalElasticAgent):
 
 class WorkerDyingWithAgent(SubprocessHandler):
     """torch's worker process, which the kernel SIGKILLs if its agent dies (a SIGKILLed agent
-    runs no cleanup; its workers, in sessions of their own, would otherwise live on)."""
+    runs no cleanup; its workers, in sessions of their own, would otherwise live on); a warm
+    spare of the host's pool when one can stand in for it."""
+
+    def __init__(self, *args: Any, pool: WarmPool | None, **kwargs: Any) -> None:
+        self._pool = pool  # before torch's __init__, which starts the process
+        super().__init__(*args, **kwargs)
 
     def _popen(self, args: tuple[str, ...], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        if self._pool is not None:
+            names = (None if f is None else f.name for f in (self._stdout, self._stderr))
+            warm = self._pool.take(args, env, *names)
+            if warm is not None:
+                return warm
         return subprocess.Popen(
             args=args,
             env=env,
@@ -192,10 +246,6 @@ def preempting_handler(plan: Plan, host: HostPlan) -> Callable[[int, FrameType |
     return handle
 
 
-def _worker_handler(*args: Any, **kwargs: Any) -> SubprocessHandler:
-    return WorkerDyingWithAgent(*args, **kwargs)
-
-
 def _failures(result: RunResult, plan: Plan, host: HostPlan, attempt: int) -> list[WorkerFailure]:
     out = []
     for group_rank, f in result.failures.items():
@@ -208,7 +258,7 @@ def _failures(result: RunResult, plan: Plan, host: HostPlan, attempt: int) -> li
     return out
 
 
-def run_host(plan: Plan, host: HostPlan, rdzv_port: int) -> AgentResult:
+def run_host(plan: Plan, host: HostPlan, rdzv_port: int, pool: WarmPool | None) -> AgentResult:
     params = RendezvousParameters(
         backend=plan.rdzv_backend,
         endpoint=plan.rdzv_endpoint.replace(RDZV_PORT, str(rdzv_port)),
@@ -221,17 +271,22 @@ def run_host(plan: Plan, host: HostPlan, rdzv_port: int) -> AgentResult:
         last_call_timeout=plan.last_call_timeout,
         keep_alive_interval=plan.keep_alive_s,
     )
+    rdzv_handler = rdzv_registry.get_rendezvous_handler(params)
+    if isinstance(rdzv_handler, dynamic_rendezvous.DynamicRendezvousHandler):
+        holder = rdzv_handler._state_holder
+        if isinstance(holder, dynamic_rendezvous._BackendRendezvousStateHolder):
+            holder._cache_duration = 0  # see RDZV_POLL_S
     spec = WorkerSpec(
         role="default",
         local_world_size=plan.procs_per_host,
         entrypoint=plan.command[0],
         args=tuple(plan.command[1:]),
-        rdzv_handler=rdzv_registry.get_rendezvous_handler(params),
+        rdzv_handler=rdzv_handler,
         max_restarts=plan.max_restarts,
         monitor_interval=0.1,
         local_addr=host.addr,
     )
-    agent = HostAgent(plan, host, spec)
+    agent = HostAgent(plan, host, spec, pool)
     try:
         result = agent.run()
     except SignalException as e:
@@ -260,24 +315,37 @@ def _explain(error: Exception, plan: Plan, rdzv_port: str) -> str:
 
 def main(argv: list[str]) -> int:
     plan_path, host_index, rdzv_port = argv
+    plan = Plan.from_json(Path(plan_path).read_text())
+    host = plan.hosts[int(host_index)]
+    # First of all: the spares import torch while this agent joins the rendezvous (only
+    # torch: the workers' start waits for them).
+    pool = WarmPool.for_workers(plan.command, plan.procs_per_host)
+    if pool is not None:
+        pool.fill(preload=())
     # The agent's own log is a file in the job directory; keep torch elastic's INFO lines
     # (rendezvous rounds, worker starts and exits), which are what explain a stuck job.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("torch.distributed.elastic").setLevel(logging.INFO)
+
     # The launcher starts this agent with a parent-death signal (SIGTERM): if it dies, this
     # host stops its workers as on a cancel. torch picks the handler class through this name.
-    torch_processes.get_subprocess_handler = _worker_handler
-    plan = Plan.from_json(Path(plan_path).read_text())
-    host = plan.hosts[int(host_index)]
+    def worker_handler(*args: Any, **kwargs: Any) -> SubprocessHandler:
+        return WorkerDyingWithAgent(*args, pool=pool, **kwargs)
+
+    torch_processes.get_subprocess_handler = worker_handler
+    dynamic_rendezvous._delay = _rendezvous_delay
     if plan.backend != "local" and plan.preemption_grace:
         # torch installs its handler by this name when the workers start.
         handler = preempting_handler(plan, host)
         torch_processes._terminate_process_handler = handler  # type: ignore[assignment]
     try:
-        result = run_host(plan, host, int(rdzv_port))
+        result = run_host(plan, host, int(rdzv_port), pool)
     except Exception as e:  # rendezvous timeouts and the like: report, don't just die
         logging.exception("agent of %s failed", host.name)
         result = AgentResult("ERROR", [], _explain(e, plan, rdzv_port))
+    finally:
+        if pool is not None:
+            pool.close()
     tmp = Path(host.dir) / f".{AGENT_RESULT}.tmp"
     try:
         tmp.write_text(json.dumps(asdict(result)))

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import statistics
 import sys
 import threading
@@ -153,9 +155,18 @@ class _WorkerProcesses:
             env = proc.environ()
         except psutil.Error:
             return None
-        if env.get("TENTER_JOB_ID") != self._job_id or "RANK" not in env:
+        if env.get("TENTER_JOB_ID") != self._job_id:
             return None
-        return int(env["RANK"])
+        if "RANK" in env:
+            return int(env["RANK"])
+        # A warm worker (tenter.launch.warm) keeps the environment it started with, without
+        # its rank's variables, in /proc; once it became a rank, its stdout is the rank's log.
+        try:
+            stdout = os.path.basename(os.readlink(f"/proc/{proc.pid}/fd/1"))
+        except OSError:
+            return None
+        match = re.fullmatch(r"rank-(\d+)\..*stdout", stdout)
+        return int(match.group(1)) if match else None
 
     def sample(self) -> dict[int, _Usage]:
         try:
@@ -167,7 +178,7 @@ class _WorkerProcesses:
             if pid not in current:
                 del self._known[pid]
         for proc in procs:
-            if proc.pid not in self._known:
+            if proc.pid not in self._known or self._known[proc.pid][0] is None:
                 rank = self._rank_of(proc)
                 self._known[proc.pid] = (rank, proc)
                 if rank is not None:

@@ -10,6 +10,10 @@ teardown (interpreter finalisation with torch loaded can take a second): the lau
 watches for it to stop the job at once and to name the root cause with its traceback.
 Scripts need no ``@record`` decorator of their own.
 
+``python -m tenter.runtime.bootstrap --warm [MODULE...]`` is a warm worker: it imports what a
+worker imports (and MODULEs), then waits for its rank's handoff from the agent and runs it as above
+(:mod:`tenter.runtime.warm`).
+
 When the script returns (or exits with status 0) the bootstrap marks the rank finished
 (:func:`tenter.contract.torchrun.finished_marker`) and tears down what the script left: a
 default process group it never destroyed is destroyed, and the fault handler is switched
@@ -32,6 +36,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
 from tenter.contract.torchrun import finished_marker
+from tenter.runtime import warm
 
 
 def run(argv: list[str]) -> None:
@@ -64,6 +69,12 @@ def _finish() -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == [warm.WAIT_FLAG]:
+        warm.preload(argv[1:])
+        handoff = warm.receive()
+        if handoff is None:  # a spare no rank needed
+            return 0
+        argv = warm.become(handoff)
     handler = get_error_handler()
     handler.initialize()  # a fatal signal (SIGSEGV...) also leaves a Python stack in the file
     watch_file = os.environ.get("TENTER_WATCH_FILE")

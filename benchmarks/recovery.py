@@ -1,0 +1,373 @@
+"""Recovery from failures: scenarios x strategies on the same training script, in the same run.
+
+    python benchmarks/recovery.py [--reps 3] [--scenarios worker_kill,host_lost]
+                                  [--strategies tenter,torchrun]
+
+The job: examples/elastic/train.py (checkpoints every 10 steps, 48 steps) on 2 hosts x 2
+processes, under benchmarks/workloads/faulty.py, which logs every step of every rank with its
+wall time and, at step 25 of the first attempt, injects the scenario's fault from one rank.
+
+- Scenarios (:data:`SCENARIOS`) say what breaks: ``worker_kill`` (rank 1 SIGKILLs itself;
+  the job restarts at full size from the checkpoint of step 20), ``host_lost`` (rank 2 kills
+  its host: its agent and workers; the job goes on with one host).
+- Strategies (:data:`STRATEGIES`) run the job and recover: ``tenter`` (``tenter run`` with
+  ``elastic.max_restarts``: a classic restart of the worker groups, warm workers), ``torchrun``
+  (two torchrun agents with a c10d rendezvous, ``--max-restarts``: the same restart from the
+  last checkpoint, with torchrun's own process start-up).
+
+Measured from the fault's time: ``detect_s``, until the first agent reacted (its log: a
+worker's failure seen, a new node seen, a rendezvous round joined); ``recover_s``, until
+rank 0 completed its first step after the recovery; ``lost_steps``, steps done before the
+fault and done again after it; and whether the final model is bit for bit an uninterrupted
+run's where it should be (a restart at full size; after a host is lost the world is smaller,
+and the model differs by design). One line per cell::
+
+    recovery scenario=<s> strategy=<t> detect_s=<x> recover_s=<y> lost_steps=<n>
+
+then a table of medians, the ratios to torchrun, and per scenario a PNG timeline (rank 0's
+step against the time since the fault, the fault marked) in benchmarks/results/.
+Strategies alternate within each repetition so that load from elsewhere hits all of them.
+
+Adding a scenario or a strategy is one function each: a scenario returns its :class:`Fault`
+(a fault the workload does is one entry in faulty.py's FAULTS); a strategy runs the job for a
+:class:`Cell` and returns the agent logs and the final model it left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import _torchrun
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+FAULTY = str(REPO / "benchmarks/workloads/faulty.py")
+TRAIN = str(REPO / "examples/elastic/train.py")
+RESULTS = REPO / "benchmarks/results"
+FAULT_STEP = 25
+RUN_TIMEOUT_S = 180.0
+"""A run that takes longer has hung and counts as failed."""
+LAST_CALL_S = 1
+"""Rendezvous last call (both launchers): how long a shrunk job waits for more hosts."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What a scenario breaks, and what the job must allow to survive it."""
+
+    action: str
+    """What rank ``rank`` does at step FAULT_STEP: a name in faulty.py's FAULTS."""
+    rank: int
+    min_hosts: int
+    """2: the job restarts at full size; 1: it may go on without a lost host."""
+    exact: bool
+    """The final model must equal an uninterrupted run's."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    scenario: str
+    fault: Fault
+    work: Path
+    """An empty directory for this run."""
+    env: dict[str, str]
+    """The environment of the launcher, fault and step log settings included."""
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    """0 when the job (what is left of it) succeeded."""
+    agent_logs: list[Path]
+    model: Path
+
+
+SCENARIOS: dict[str, Callable[[], Fault]] = {}
+STRATEGIES: dict[str, Callable[[Cell], Ran]] = {}
+
+
+def scenario(fn: Callable[[], Fault]) -> Callable[[], Fault]:
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+def strategy(fn: Callable[[Cell], Ran]) -> Callable[[Cell], Ran]:
+    STRATEGIES[fn.__name__.removeprefix("run_")] = fn
+    return fn
+
+
+@scenario
+def worker_kill() -> Fault:
+    return Fault("kill_worker", rank=1, min_hosts=2, exact=True)
+
+
+@scenario
+def host_lost() -> Fault:
+    return Fault("kill_host", rank=2, min_hosts=1, exact=False)
+
+
+@strategy
+def run_tenter(cell: Cell) -> Ran:
+    home = cell.work / "home"
+    spec = cell.work / "job.yaml"
+    spec.write_text(
+        f"entry_point: {FAULTY}\nargs: [{TRAIN}]\ninstance_count: 2\nprocesses_per_host: 2\n"
+        f"elastic: {{min_hosts: {cell.fault.min_hosts}, max_restarts: 1,"
+        f" rendezvous: {{last_call_timeout: {LAST_CALL_S}}}}}\n"
+    )
+    code = _run(
+        [sys.executable, "-m", "tenter", "run", str(spec)], {**cell.env, "TENTER_HOME": str(home)}
+    )
+    jobs = list((home / "jobs").iterdir())
+    job = jobs[0] if jobs else home
+    return Ran(code, sorted(job.glob("logs/agent-*.log")), job / "hosts/algo-1/model/model.pt")
+
+
+@strategy
+def run_torchrun(cell: Cell) -> Ran:
+    logs = [cell.work / f"agent-{n}.log" for n in (1, 2)]
+    env = {
+        **cell.env,
+        "SM_MODEL_DIR": str(cell.work / "model"),
+        "LOGLEVEL": "INFO",  # the agents' rendezvous lines, as tenter's agents log them
+        # Its agents' shared store breaks the restarted round's workers (they read the
+        # previous round's addresses); tenter sets the same for restartable jobs.
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
+    codes = _torchrun.run_agents(
+        [FAULTY, TRAIN, "--checkpoint_dir", str(cell.work / "ckpt")],
+        env,
+        max_restarts=1,
+        nnodes=f"{cell.fault.min_hosts}:2",
+        # Hosts of their own, as tenter's simulated hosts: the first hosts the rendezvous
+        # store and has group rank 0 (c10d orders hosts by address); the store's host cannot
+        # be lost (torchrun's job dies with it), the second can.
+        agent_flags=[
+            [
+                f"--local-addr=127.0.0.{n}",
+                f"--rdzv-conf=last_call_timeout={LAST_CALL_S},is_host={n == 1:d}",
+            ]
+            for n in (1, 2)
+        ],
+        logs=logs,
+        timeout=RUN_TIMEOUT_S,
+    )
+    # A lost host's agent was killed: the job succeeded if the other one did.
+    code = min(codes, key=abs) if cell.fault.min_hosts < 2 else max(codes, key=abs)
+    return Ran(code, logs, cell.work / "model/model.pt")
+
+
+def _run(argv: list[str], env: dict[str, str]) -> int:
+    try:
+        return subprocess.run(
+            argv,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=RUN_TIMEOUT_S,
+        ).returncode
+    except subprocess.TimeoutExpired:
+        return 124
+
+
+# ---- measures ----
+
+AGENT_REACTION = re.compile(
+    r"^[IWE](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) .*"
+    r"(failed \(exitcode|Detected \d+ new nodes|attempts to join the next round)"
+)
+"""A torch elastic agent's log line (the same under tenter and torchrun) saying it noticed a
+change: ``I1123 23:32:18.069000 PID file:line] ...``, in local time."""
+
+
+def _reactions(logs: list[Path]) -> list[float]:
+    year = datetime.date.today().year
+    found = []
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+            match = AGENT_REACTION.match(line)
+            if match:
+                month, day, clock = match.group(1, 2, 3)
+                when = datetime.datetime.strptime(
+                    f"{year}-{month}-{day} {clock}", "%Y-%m-%d %H:%M:%S.%f"
+                )
+                found.append(when.timestamp())
+    return found
+
+
+def _first_recovered(last: int, after: list[tuple[float, int]]) -> tuple[float, int]:
+    """The first step of the recovery: rank 0 may finish the step it was in after the fault;
+    a restart then goes back to the checkpoint's step (a step done again). Without a step
+    done again (nothing lost), the first step after the fault."""
+    for t, step in after:
+        if step <= last:
+            return t, step
+        last = step
+    return after[0]
+
+
+@dataclass(frozen=True)
+class Measure:
+    detect_s: float
+    recover_s: float
+    lost_steps: int
+    exact: bool | None
+    """Whether the model equals the uninterrupted run's; None where it need not."""
+    steps: list[tuple[float, int]]
+    """Rank 0's steps: (seconds since the fault, step)."""
+
+
+def measure(cell: Cell, ran: Ran, reference: dict[str, torch.Tensor] | None) -> Measure | None:
+    times = cell.env["TIMES_DIR"]
+    try:
+        fault = float(Path(times, "fault").read_text())
+        lines = Path(times, "steps-0").read_text().split()
+    except OSError:
+        return None
+    steps = [(float(t) - fault, int(s)) for t, s in zip(lines[::2], lines[1::2], strict=True)]
+    before = [s for t, s in steps if t < 0]
+    after = [(t, s) for t, s in steps if t >= 0]
+    if ran.code != 0 or not before or not after:
+        return None
+    first = _first_recovered(before[-1], after)
+    reacted = [t - fault for t in _reactions(ran.agent_logs) if t >= fault]
+    exact = None
+    if cell.fault.exact and reference is not None:
+        model = torch.load(ran.model) if ran.model.exists() else {}
+        exact = model.keys() == reference.keys() and all(
+            torch.equal(model[k], v) for k, v in reference.items()
+        )
+    return Measure(
+        detect_s=min(reacted) if reacted else float("nan"),
+        recover_s=first[0],
+        lost_steps=max(s for t, s in steps if t < first[0]) - (first[1] - 1),
+        exact=exact,
+        steps=steps,
+    )
+
+
+# ---- the run ----
+
+
+def _cell_env(times: Path, fault: Fault) -> dict[str, str]:
+    times.mkdir(parents=True)
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TIMES_DIR": str(times),
+        "FAULT": fault.action,
+        "FAULT_RANK": str(fault.rank),
+        "FAULT_STEP": str(FAULT_STEP),
+    }
+
+
+def _reference(tmp: Path) -> dict[str, torch.Tensor] | None:
+    """The model of an uninterrupted run (no rank faults)."""
+    fault = Fault("kill_worker", rank=-1, min_hosts=2, exact=True)
+    work = tmp / "reference"
+    ran = run_tenter(Cell("none", fault, work, _cell_env(work / "times", fault)))
+    return torch.load(ran.model) if ran.code == 0 else None
+
+
+def _plot(name: str, runs: dict[str, list[Measure]]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for strategy_name, measures in runs.items():
+        if measures:
+            m = measures[0]
+            ax.plot([t for t, _ in m.steps], [s for _, s in m.steps], ".-", label=strategy_name)
+    ax.axvline(0, color="red", linestyle="--", label=f"fault at step {FAULT_STEP}")
+    ax.set(xlabel="seconds since the fault", ylabel="step (rank 0)", title=f"recovery: {name}")
+    ax.legend()
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"recovery_{name}.png"
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "n/a"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--keep", metavar="DIR", help="run in DIR and keep the runs' files")
+    args = parser.parse_args()
+    scenarios, strategies = args.scenarios.split(","), args.strategies.split(",")
+    for name, known in (("scenario", SCENARIOS), ("strategy", STRATEGIES)):
+        chosen = scenarios if name == "scenario" else strategies
+        unknown = set(chosen) - set(known)
+        if unknown:
+            parser.error(f"unknown {name} {sorted(unknown)}; known: {', '.join(known)}")
+    results: dict[tuple[str, str], list[Measure]] = {
+        (sc, st): [] for sc in scenarios for st in strategies
+    }
+    failed = dict.fromkeys(results, 0)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        reference = _reference(Path(tmp))
+        if reference is None:
+            print("the uninterrupted reference run failed: exactness is not checked")
+        for rep in range(args.reps):
+            for sc in scenarios:
+                fault = SCENARIOS[sc]()
+                for st in strategies:
+                    work = Path(tmp) / f"{sc}-{st}-{rep}"
+                    cell = Cell(sc, fault, work, _cell_env(work / "times", fault))
+                    m = measure(cell, STRATEGIES[st](cell), reference)
+                    if m is None:
+                        failed[sc, st] += 1
+                        print(f"recovery scenario={sc} strategy={st} failed", flush=True)
+                        continue
+                    results[sc, st].append(m)
+                    print(
+                        f"recovery scenario={sc} strategy={st} detect_s={m.detect_s:.2f} "
+                        f"recover_s={m.recover_s:.2f} lost_steps={m.lost_steps}",
+                        flush=True,
+                    )
+    print(f"\nmedians of {args.reps} runs (2 hosts x 2 processes, fault at step {FAULT_STEP})")
+    print(
+        f"{'scenario':12s} {'strategy':10s} {'detect_s':>8s} {'recover_s':>9s} "
+        f"{'lost':>4s} {'exact':>6s} {'failed':>6s} {'vs torchrun':>11s}"
+    )
+    for (sc, st), ms in results.items():
+        recover = [m.recover_s for m in ms]
+        anchor = [m.recover_s for m in results.get((sc, "torchrun"), [])]
+        ratio = (
+            f"{statistics.median(anchor) / statistics.median(recover):.1f}x faster"
+            if recover and anchor and st != "torchrun"
+            else ""
+        )
+        exact = {m.exact for m in ms}
+        shown = "n/a" if exact <= {None} else "yes" if exact == {True} else "NO"
+        lost = _median([float(m.lost_steps) for m in ms])
+        print(
+            f"{sc:12s} {st:10s} {_median([m.detect_s for m in ms]):>8s} {_median(recover):>9s} "
+            f"{lost:>4s} {shown:>6s} {failed[sc, st]:>6d} {ratio:>11s}"
+        )
+    for sc in scenarios:
+        path = _plot(sc, {st: results[sc, st] for st in strategies})
+        print(f"timeline: {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Warm workers: a restarted worker runs from a spare that had torch imported, and starts as a
+fresh worker would (the exact resume of a killed training is tests/launch/test_elastic.py's,
+which runs with warm workers, the default)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tenter.launch.processes import env_of
+from tests.conftest import Background, assert_nothing_left, tenter
+from tests.launch.specs import write_spec
+
+pytestmark = pytest.mark.slow
+
+PER_RUN = {"MASTER_PORT", "TENTER_WARM_WORKERS"}
+"""Differ from one run to the next by design (the store's port), or by the test's choice."""
+
+
+def _starts(job_dir: Path) -> dict[str, dict[str, Any]]:
+    """The name of a worker's stdout file -> what the worker recorded, with the run's job
+    directory, id and tenter home replaced by placeholders."""
+    out = {}
+    for path in (job_dir / "start").glob("*.json"):
+        text = path.read_text().replace(str(job_dir), "JOB_DIR").replace(job_dir.name, "JOB")
+        text = text.replace(str(job_dir.parent.parent), "HOME")
+        record = json.loads(text)
+        record["env"] = {k: v for k, v in record["env"].items() if k not in PER_RUN}
+        del record["pid"]
+        out[path.stem] = record
+    return out
+
+
+def test_a_restarted_worker_runs_warm_and_starts_as_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fields: dict[str, Any] = {
+        "instance_count": 2,
+        "processes_per_host": 2,
+        "elastic": {"max_restarts": 1},
+    }
+    runs = {}
+    for warm in ("1", "0"):
+        monkeypatch.setenv("TENTER_WARM_WORKERS", warm)
+        monkeypatch.setenv("TENTER_HOME", str(tmp_path / f"home-{warm}"))
+        done = tenter("run", str(write_spec(tmp_path, "record_start.py", **fields)))
+        assert done.returncode == 0, done.stderr
+        assert "tenter: algo-1: restarting its workers (0 restarts left)" in done.stderr
+        assert_nothing_left(done.job_dir)
+        runs[warm] = _starts(done.job_dir)
+    warm_starts, fresh_starts = runs["1"], runs["0"]
+    first = [f"rank-{r}.stdout" for r in range(4)]
+    restarted = [f"rank-{r}.algo-{r // 2 + 1}.attempt-1.stdout" for r in range(4)]
+    assert sorted(warm_starts) == sorted(first + restarted)
+    assert all(record["warm"] for record in warm_starts.values())
+    assert not any(record["warm"] for record in fresh_starts.values())
+    for key, fresh in fresh_starts.items():
+        warm_start = {**warm_starts[key], "warm": False}
+        assert warm_start == fresh, key
+    # The restarted rank 1 has its rank's variables, not those of the spare's first use.
+    killed = warm_starts["rank-1.algo-1.attempt-1.stdout"]
+    assert killed["env"]["RANK"] == "1"
+    assert killed["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
+    assert killed["streams"] == [
+        "/dev/null",
+        "JOB_DIR/logs/rank-1.algo-1.attempt-1.stdout",
+        "JOB_DIR/logs/rank-1.algo-1.attempt-1.stderr",
+    ]
+
+
+def _spares(job_id: str) -> set[int]:
+    """The job's warm processes: its spares, and workers that were spares."""
+    found = set()
+    for proc in psutil.process_iter():
+        try:
+            if "--warm" in proc.cmdline() and env_of(proc, "TENTER_JOB_ID") == job_id:
+                found.add(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _wait_for_spare(job_id: str, besides: set[int]) -> int:
+    """A spare of the job other than ``besides``: the agent starts one within a monitor
+    interval of needing it (a second after its workers started, or of losing one)."""
+    for _ in range(600):
+        new = _spares(job_id) - besides
+        if new:
+            return min(new)
+        time.sleep(0.1)  # polls for the condition; nothing to be notified by
+    raise AssertionError(f"no spare other than {besides} appeared")
+
+
+def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path) -> None:
+    release = tmp_path / "release"
+    spec = write_spec(
+        tmp_path,
+        "record_start.py",
+        instance_count=1,
+        processes_per_host=1,
+        elastic={"max_restarts": 1},
+        environment={"RELEASE_FILE": str(release)},
+    )
+    job = Background("run", str(spec), home=tenter_home)
+    job.wait_for("ready")
+    job_id = job.job_dir.name
+    start = json.loads((job.job_dir / "start/rank-0.stdout.json").read_text())
+    assert start["warm"]
+    spare = _wait_for_spare(job_id, {start["pid"]})
+    psutil.Process(spare).send_signal(signal.SIGKILL)
+    _wait_for_spare(job_id, {start["pid"], spare})
+    release.touch()  # rank 0 exits with status 3: the host restarts its worker
+    out = job.finish()
+    assert job.proc.returncode == 0, out
+    assert "attempt 1 rank 0 warm True" in out
+    agent_log = (job.job_dir / "logs/agent-algo-1.log").read_text()
+    assert f"warm worker {spare} exited while waiting (status -9)" in agent_log
+    # The live view finds a warm worker's rank (its /proc environment is the spare's).
+    metrics = [json.loads(line) for line in (job.job_dir / "metrics.jsonl").open()]
+    assert any(m["rank"] == 0 and m.get("rss_bytes") for m in metrics)
+    assert_nothing_left(job.job_dir)
