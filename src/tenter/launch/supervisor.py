@@ -103,10 +103,14 @@ def create_job_dir(plan: Plan) -> None:
 
 
 def start_process(
-    argv: list[str], env: dict[str, str], cwd: str, log: BinaryIO
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    log: BinaryIO,
+    death_signal: signal.Signals = signal.SIGTERM,
 ) -> subprocess.Popen[bytes]:
     """A process of the launcher's: in a session of its own, its output in ``log``, sent
-    SIGTERM by the kernel when the launcher dies (see :meth:`Supervisor.spawn`)."""
+    ``death_signal`` by the kernel when the launcher dies (see :meth:`Supervisor.spawn`)."""
     return subprocess.Popen(
         argv,
         env={**os.environ, **env},
@@ -115,7 +119,7 @@ def start_process(
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=dies_with_parent(signal.SIGTERM),
+        preexec_fn=dies_with_parent(death_signal),
     )
 
 
@@ -166,14 +170,20 @@ class Supervisor:
     def collect_extra_failures(self) -> None:
         """Before the result is read: record failures only the launcher saw."""
 
-    def spawn(self, argv: list[str], env: dict[str, str], log_name: str) -> None:
+    def spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log_name: str,
+        death_signal: signal.Signals = signal.SIGTERM,
+    ) -> None:
         """Start one of the job's processes, its output in ``logs/<log_name>``.
 
         In a session of its own (Ctrl-C in a terminal reaches the launcher only, which stops
         the job in order), and told by the kernel when the launcher dies, even by SIGKILL: it
         then stops its part of the job as on a cancel."""
         with open(Path(self.plan.job_dir) / "logs" / log_name, "wb") as log:
-            self.procs.append(start_process(argv, env, self.plan.cwd, log))
+            self.procs.append(start_process(argv, env, self.plan.cwd, log, death_signal))
 
     def on_host(self, host: HostPlan) -> list[str]:
         """The argv prefix that runs a command on ``host``: nothing on this machine's own

@@ -146,7 +146,8 @@ def test_a_stopped_or_killed_launcher_leaves_nothing_on_any_host(how: str) -> No
     job.proc.kill()
     job.finish()
     # No sweep: mpirun and the namespaces' holders die with the launcher (parent-death
-    # signals); the orted on algo-2 loses mpirun and stops its rank.
+    # signals); mpirun's remote-shell session then stops the orted on algo-2, which could
+    # not hear from mpirun any more (the network went with the launcher), and its rank.
     _, alive = psutil.wait_procs(procs, timeout=60)
     assert alive == [], [p.cmdline() for p in alive]
     assert_network_gone(job.job_dir)

@@ -5,8 +5,9 @@ Open MPI starts its daemon on every other host by running its agent as it runs s
 as mpirun's ``--host`` names it, then a shell command line in words whose values are quoted
 for the remote shell (``orted --daemonize -mca ess "env" ...``). This helper runs that line
 with ``sh -c`` in the host's namespaces (network, hostname, ``/dev/shm``), in the current
-directory (the job's, on the file system every host shares, as a cluster's home is): the
-mpirun command line stays the one that runs on a cluster, with only the agent replaced.
+directory (the job's, on the file system every host shares, as a cluster's home is), and
+stays its parent as sshd does (:func:`run_session`): the mpirun command line stays the one
+that runs on a cluster, with only the agent replaced.
 
 The hosts are those of the job's network record (``network.json`` in the directory the
 :data:`NETWORK_ENV` variable names: the launcher sets it for mpirun, whose children inherit
@@ -16,14 +17,16 @@ the host, and with the command's status otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 
 from tenter.errors import TenterError
 from tenter.launch.isolation import attach
 from tenter.launch.isolation.network import HostNetwork, host_addr
-from tenter.launch.processes import dies_with_parent
+from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
 
 NETWORK_ENV = "TENTER_NETWORK"
 """The directory of the network record of the hosts this agent reaches (the job's)."""
@@ -70,12 +73,34 @@ def main(argv: list[str]) -> int:
     except TenterError as e:
         print(f"rsh: {host}: {e}", file=sys.stderr)
         return UNREACHABLE
-    # Replaced by nsenter, then the shell, then (undaemonized: orte_leave_session_attached)
-    # orted: mpirun's signals and the command's status are the command's own, as through ssh.
-    # An ssh session ends when mpirun's machine dies; here the daemon gets SIGTERM then (and
-    # stops its ranks), where it would otherwise wait on a network that went with its job.
+    return run_session(target)
+
+
+def run_session(argv: list[str]) -> int:
+    """Run ``argv`` as sshd runs a session: its processes (the shell, then orted, which stays
+    attached: orte_leave_session_attached) in a process group of their own, stopped as a
+    whole when the session ends.
+
+    The session ends when mpirun signals this helper or dies (a parent-death signal). That
+    matters here more than through ssh: the hosts' network goes with the launcher, so a
+    daemon left to notice on its own would wait forever on a peer it can no longer reach."""
     dies_with_parent(signal.SIGTERM, starter=os.getppid())()
-    os.execvp(target[0], target)
+    session = subprocess.Popen(argv, start_new_session=True)
+
+    def end_session(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(session.pid, signum)
+        try:
+            session.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(session.pid, signal.SIGKILL)
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, end_session)
+    code = session.wait()
+    return 128 - code if code < 0 else code
 
 
 if __name__ == "__main__":

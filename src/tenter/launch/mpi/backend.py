@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -122,8 +123,10 @@ class MpiJob(Supervisor):
     def __init__(self, plan: Plan) -> None:
         super().__init__(plan)
         itype = lookup(plan.instance_type)
-        # Ranks on other hosts reach the store through the hosts' network.
-        self.listen_addr = "127.0.0.1" if itype is not None and itype.is_local else "0.0.0.0"
+        # Ranks on other hosts reach the store through the hosts' network, at the address of
+        # the first host (where mpirun and this launcher run): never on all interfaces.
+        local = itype is not None and itype.is_local
+        self.listen_addr = "127.0.0.1" if local else plan.hosts[0].addr
 
     def start_processes(self) -> None:
         argv = [arg.replace(MASTER_PORT, str(self.rdzv_port)) for arg in self.plan.launcher]
@@ -133,8 +136,12 @@ class MpiJob(Supervisor):
         env = {"TENTER_JOB_ID": self.plan.job_id}
         if self.network is not None:
             env[NETWORK_ENV] = self.plan.job_dir  # where the rsh helper finds the hosts
-        # On isolated hosts mpirun runs on the first, as on a cluster's first node.
-        self.spawn([*self.on_host(self.plan.hosts[0]), *argv], env, MPIRUN_LOG)
+        # On isolated hosts mpirun runs on the first, as on a cluster's first node. There, a
+        # launcher that dies takes the hosts' network with it: mpirun could no longer reach
+        # its daemons to stop them in order, and would wait for them forever. It is killed
+        # instead; its remote-shell sessions then stop the daemons (rsh.py).
+        death_signal = signal.SIGKILL if self.network is not None else signal.SIGTERM
+        self.spawn([*self.on_host(self.plan.hosts[0]), *argv], env, MPIRUN_LOG, death_signal)
 
     def collect_extra_failures(self) -> None:
         """Ranks mpirun saw die by a signal, as agent results (what an agent would report)."""
