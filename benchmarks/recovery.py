@@ -1,19 +1,26 @@
 """Recovery from failures: scenarios x strategies on the same training script, in the same run.
 
-    python benchmarks/recovery.py [--reps 3] [--scenarios worker_kill,host_lost]
-                                  [--strategies tenter,torchrun]
+    python benchmarks/recovery.py [--reps 3] [--scenarios worker_kill,host_lost,partition,preempt]
+                                  [--strategies tenter,torchrun,torchft]
 
 The job: examples/elastic/train.py (checkpoints every 10 steps, 48 steps) on 2 hosts x 2
 processes, under benchmarks/workloads/faulty.py, which logs every step of every rank with its
 wall time and, at step 25 of the first attempt, injects the scenario's fault from one rank.
 
-- Scenarios (:data:`SCENARIOS`) say what breaks: ``worker_kill`` (rank 1 SIGKILLs itself;
+- Scenarios (:data:`SCENARIOS`) say what breaks: ``worker_kill`` (rank 3 SIGKILLs itself;
   the job restarts at full size from the checkpoint of step 20), ``host_lost`` (rank 2 kills
-  its host: its agent and workers; the job goes on with one host).
+  its host: its agent and workers; the job goes on with one host), ``partition`` (rank 0 cuts
+  algo-2 off the network with ``tenter fault``: isolated hosts; the job goes on with one
+  host), ``preempt`` (rank 0 sends the launcher, or torchrun's agents, SIGTERM; the job is
+  then run again and resumes from its last checkpoint).
 - Strategies (:data:`STRATEGIES`) run the job and recover: ``tenter`` (``tenter run`` with
   ``elastic.max_restarts``: a classic restart of the worker groups, warm workers), ``torchrun``
   (two torchrun agents with a c10d rendezvous, ``--max-restarts``: the same restart from the
-  last checkpoint, with torchrun's own process start-up).
+  last checkpoint, with torchrun's own process start-up), ``torchft`` (``tenter run`` of
+  examples/torchft/train.py, the same model in two replica groups of one host each under
+  torchft: a lost group heals from the other, which never rolls back). A strategy that
+  cannot meet a scenario (torchrun has no isolated hosts; the torchft example has no
+  checkpoints to resume a preempted job from) shows ``n/a``.
 
 Measured from the fault's time: ``detect_s``, until the first agent reacted (its log: a
 worker's failure seen, a new node seen, a rendezvous round joined); ``recover_s``, until
@@ -36,6 +43,7 @@ Adding a scenario or a strategy is one function each: a scenario returns its :cl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import re
@@ -43,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +62,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 FAULTY = str(REPO / "benchmarks/workloads/faulty.py")
 TRAIN = str(REPO / "examples/elastic/train.py")
+TRAIN_FT = str(REPO / "examples/torchft/train.py")
+STEPS = 48
+"""examples/elastic/train.py's steps at its defaults (3 epochs of 16); the torchft run's too."""
 RESULTS = REPO / "benchmarks/results"
 FAULT_STEP = 25
 RUN_TIMEOUT_S = 180.0
@@ -72,6 +84,10 @@ class Fault:
     """2: the job restarts at full size; 1: it may go on without a lost host."""
     exact: bool
     """The final model must equal an uninterrupted run's."""
+    isolated: bool = False
+    """The hosts must be isolated (a network fault)."""
+    resume: bool = False
+    """The job stops and is run again (a preemption)."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +106,15 @@ class Ran:
     """0 when the job (what is left of it) succeeded."""
     agent_logs: list[Path]
     model: Path
+    comparable: bool = True
+    """The model can be compared with the uninterrupted run's (the same training script)."""
+    resumed_at: float | None = None
+    """When the job was run again (``Fault.resume``)."""
 
 
 SCENARIOS: dict[str, Callable[[], Fault]] = {}
-STRATEGIES: dict[str, Callable[[Cell], Ran]] = {}
+STRATEGIES: dict[str, Callable[[Cell], Ran | None]] = {}
+"""A strategy returns None for a scenario it cannot meet."""
 
 
 def scenario(fn: Callable[[], Fault]) -> Callable[[], Fault]:
@@ -101,14 +122,15 @@ def scenario(fn: Callable[[], Fault]) -> Callable[[], Fault]:
     return fn
 
 
-def strategy(fn: Callable[[Cell], Ran]) -> Callable[[Cell], Ran]:
+def strategy(fn: Callable[[Cell], Ran | None]) -> Callable[[Cell], Ran | None]:
     STRATEGIES[fn.__name__.removeprefix("run_")] = fn
     return fn
 
 
 @scenario
 def worker_kill() -> Fault:
-    return Fault("kill_worker", rank=1, min_hosts=2, exact=True)
+    # A rank of the second host: under torchft, of the replica group that is not rank 0's.
+    return Fault("kill_worker", rank=3, min_hosts=2, exact=True)
 
 
 @scenario
@@ -116,26 +138,78 @@ def host_lost() -> Fault:
     return Fault("kill_host", rank=2, min_hosts=1, exact=False)
 
 
-@strategy
-def run_tenter(cell: Cell) -> Ran:
+@scenario
+def partition() -> Fault:
+    return Fault("partition", rank=0, min_hosts=1, exact=False, isolated=True)
+
+
+@scenario
+def preempt() -> Fault:
+    return Fault("preempt", rank=0, min_hosts=2, exact=True, resume=True)
+
+
+def _tenter_job(cell: Cell, script: list[str], more: str) -> Ran:
+    """``tenter run`` of ``script`` on 2 hosts x 2 processes (``more``: spec lines); run again
+    after a preemption."""
     home = cell.work / "home"
     spec = cell.work / "job.yaml"
     spec.write_text(
-        f"entry_point: {FAULTY}\nargs: [{TRAIN}]\ninstance_count: 2\nprocesses_per_host: 2\n"
-        f"elastic: {{min_hosts: {cell.fault.min_hosts}, max_restarts: 1,"
-        f" rendezvous: {{last_call_timeout: {LAST_CALL_S}}}}}\n"
+        f"entry_point: {FAULTY}\nargs: {script}\ninstance_count: 2\nprocesses_per_host: 2\n"
+        f"checkpoint: {{dir: {cell.work / 'ckpt'}}}\n"
+        f"isolation: {'network' if cell.fault.isolated else 'none'}\n{more}"
     )
-    code = _run(
-        [sys.executable, "-m", "tenter", "run", str(spec)], {**cell.env, "TENTER_HOME": str(home)}
-    )
-    jobs = list((home / "jobs").iterdir())
-    job = jobs[0] if jobs else home
-    return Ran(code, sorted(job.glob("logs/agent-*.log")), job / "hosts/algo-1/model/model.pt")
+    argv = [sys.executable, "-m", "tenter", "run", str(spec)]
+    env = {**cell.env, "TENTER_HOME": str(home)}
+    code = _run(argv, env)
+    resumed_at = None
+    if cell.fault.resume:
+        resumed_at = time.time()
+        code = _run(argv, env)
+    jobs = sorted((home / "jobs").iterdir())
+    logs = sorted(p for job in jobs for p in job.glob("logs/agent-*.log"))
+    model = jobs[-1] / "hosts/algo-1/model/model.pt" if jobs else home
+    return Ran(code, logs, model, resumed_at=resumed_at)
 
 
 @strategy
-def run_torchrun(cell: Cell) -> Ran:
-    logs = [cell.work / f"agent-{n}.log" for n in (1, 2)]
+def run_tenter(cell: Cell) -> Ran | None:
+    return _tenter_job(
+        cell,
+        [TRAIN],
+        f"elastic: {{min_hosts: {cell.fault.min_hosts}, max_restarts: 1,"
+        f" rendezvous: {{last_call_timeout: {LAST_CALL_S}}}}}\n",
+    )
+
+
+@strategy
+def run_torchft(cell: Cell) -> Ran | None:
+    if cell.fault.resume:
+        return None  # the torchft example keeps no checkpoint to resume from
+    ran = _tenter_job(
+        cell,
+        [TRAIN_FT, "--steps", str(STEPS)],
+        "elastic: {max_restarts: 1}\nenvironment: {RUST_LOG: warn}\n"
+        "fault_tolerance: {replica_groups: 2, min_replicas: 1}\n",
+    )
+    return dataclasses.replace(ran, comparable=False)
+
+
+@strategy
+def run_torchrun(cell: Cell) -> Ran | None:
+    if cell.fault.isolated:
+        return None  # torchrun has no isolated hosts to cut off
+    first = _torchrun_job(cell, "first")
+    if not cell.fault.resume:
+        return first
+    resumed_at = time.time()
+    again = _torchrun_job(cell, "again")
+    return dataclasses.replace(
+        again, agent_logs=[*first.agent_logs, *again.agent_logs], resumed_at=resumed_at
+    )
+
+
+def _torchrun_job(cell: Cell, attempt: str) -> Ran:
+    logs = [cell.work / f"agent-{n}-{attempt}.log" for n in (1, 2)]
     env = {
         **cell.env,
         "SM_MODEL_DIR": str(cell.work / "model"),
@@ -240,10 +314,15 @@ def measure(cell: Cell, ran: Ran, reference: dict[str, torch.Tensor] | None) -> 
     after = [(t, s) for t, s in steps if t >= 0]
     if ran.code != 0 or not before or not after:
         return None
-    first = _first_recovered(before[-1], after)
+    if ran.resumed_at is not None:
+        # A preempted job: the steps until it stopped are not a recovery; its next run's are.
+        resumed = ran.resumed_at - fault
+        first = next(((t, s) for t, s in after if t >= resumed), after[-1])
+    else:
+        first = _first_recovered(before[-1], after)
     reacted = [t - fault for t in _reactions(ran.agent_logs) if t >= fault]
     exact = None
-    if cell.fault.exact and reference is not None:
+    if cell.fault.exact and ran.comparable and reference is not None:
         model = torch.load(ran.model) if ran.model.exists() else {}
         exact = model.keys() == reference.keys() and all(
             torch.equal(model[k], v) for k, v in reference.items()
@@ -333,7 +412,11 @@ def main() -> None:
                 for st in strategies:
                     work = Path(tmp) / f"{sc}-{st}-{rep}"
                     cell = Cell(sc, fault, work, _cell_env(work / "times", fault))
-                    m = measure(cell, STRATEGIES[st](cell), reference)
+                    ran = STRATEGIES[st](cell)
+                    if ran is None:
+                        print(f"recovery scenario={sc} strategy={st} n/a", flush=True)
+                        continue
+                    m = measure(cell, ran, reference)
                     if m is None:
                         failed[sc, st] += 1
                         print(f"recovery scenario={sc} strategy={st} failed", flush=True)

@@ -1,8 +1,13 @@
-"""Runs a training script (argv[1:]) that uses ``tenter.checkpoint.Checkpointer`` unchanged,
-except that every rank appends ``<wall time> <step>`` to ``$TIMES_DIR/steps-<rank>`` after
-each step, and that rank FAULT_RANK, on reaching step FAULT_STEP the first time (no
-``$TIMES_DIR/fault`` yet), records the time there and does FAULT (one of :data:`FAULTS`).
-For benchmarks/recovery.py; the same under tenter and torchrun.
+"""Runs a training script (argv[1:]) unchanged, except that every rank appends
+``<wall time> <step>`` to ``$TIMES_DIR/steps-<rank>`` after each step, and that rank
+FAULT_RANK, on reaching step FAULT_STEP the first time (no ``$TIMES_DIR/fault`` yet), records
+the time there and does FAULT (one of :data:`FAULTS`). For benchmarks/recovery.py; the same
+under tenter and torchrun.
+
+A step is seen where the script reports it: ``tenter.checkpoint.Checkpointer.maybe_save``
+(examples/elastic/train.py) or ``tenter.runtime.ft.Progress.step`` (examples/torchft/train.py,
+where a step counts once torchft committed it). Ranks are numbered job-wide (under torchft
+``RANK`` is the replica group's own).
 """
 
 import os
@@ -16,6 +21,8 @@ from pathlib import Path
 import psutil
 
 from tenter.checkpoint import Checkpointer
+from tenter.launch.isolation import faults
+from tenter.runtime import ft
 
 
 def kill_worker() -> None:
@@ -30,26 +37,70 @@ def kill_host() -> None:
     kill_worker()
 
 
-FAULTS: dict[str, Callable[[], None]] = {"kill_worker": kill_worker, "kill_host": kill_host}
+def preempt() -> None:
+    """The job is preempted: SIGTERM to its launchers, as a scheduler sends. Under tenter the
+    launcher of this worker's agent; under torchrun every agent (torchrun has no launcher
+    above its agents), which pass it on to their workers."""
+    agent = psutil.Process(os.getppid())
+    if "torch.distributed.run" in " ".join(agent.cmdline()):
+        starter = agent.parent()
+        assert starter is not None
+        agents = [p for p in starter.children() if "torch.distributed.run" in p.cmdline()]
+        for proc in agents:
+            proc.send_signal(signal.SIGTERM)
+    else:
+        launcher = agent.parent()
+        assert launcher is not None
+        launcher.send_signal(signal.SIGTERM)
+
+
+def partition_other_host() -> None:
+    """The other host of a 2-host isolated job drops off the network (tenter's fault tool)."""
+    faults.partition(os.environ["TENTER_JOB_DIR"], "algo-2")
+
+
+FAULTS: dict[str, Callable[[], None]] = {
+    "kill_worker": kill_worker,
+    "kill_host": kill_host,
+    "preempt": preempt,
+    "partition": partition_other_host,
+}
 
 times = Path(os.environ["TIMES_DIR"])
-rank = os.environ["RANK"]
+group_size = int(os.environ["WORLD_SIZE"]) if "REPLICA_GROUP_ID" in os.environ else 0
+rank = str(int(os.environ.get("REPLICA_GROUP_ID", "0")) * group_size + int(os.environ["RANK"]))
 steps = open(times / f"steps-{rank}", "a")  # noqa: SIM115 (open for the process's life)
 fault_step = int(os.environ["FAULT_STEP"])
 faulty = rank == os.environ["FAULT_RANK"] and not (times / "fault").exists()
-original = Checkpointer.maybe_save
+last_step = -1
 
 
-def maybe_save(self: Checkpointer, step: int) -> bool:
-    saved = original(self, step)
+def record(step: int) -> None:
+    global faulty, last_step
+    if step <= last_step and "REPLICA_GROUP_ID" in os.environ:
+        return  # torchft did not commit this step: it is done again, not a new one
+    last_step = step
     steps.write(f"{time.time()!r} {step}\n")
     steps.flush()
     if faulty and step == fault_step:
+        faulty = False
         (times / "fault").write_text(repr(time.time()))
         FAULTS[os.environ["FAULT"]]()
+
+
+def maybe_save(self: Checkpointer, step: int) -> bool:
+    saved = save(self, step)
+    record(step)
     return saved
 
 
+def progress_step(self: ft.Progress) -> None:
+    report(self)
+    record(self._manager.current_step())
+
+
+save, report = Checkpointer.maybe_save, ft.Progress.step
 Checkpointer.maybe_save = maybe_save  # type: ignore[method-assign]
+ft.Progress.step = progress_step  # type: ignore[method-assign]
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
