@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -52,6 +52,7 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.elastic.rendezvous.utils import _delay
 
 from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
+from tenter.contract.torchrun import finished_marker
 from tenter.jobdir.control import request_preemption, stopping_marker
 from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
 from tenter.launch.console import read_index
@@ -208,24 +209,54 @@ class WorkerDyingWithAgent(SubprocessHandler):
     runs no cleanup; its workers, in sessions of their own, would otherwise live on); a warm
     spare of the host's pool when one can stand in for it."""
 
-    def __init__(self, *args: Any, pool: WarmPool | None, **kwargs: Any) -> None:
-        self._pool = pool  # before torch's __init__, which starts the process
+    def __init__(
+        self,
+        *args: Any,
+        pool: WarmPool | None,
+        crashed_at_exit: list[WorkerFailure],
+        **kwargs: Any,
+    ) -> None:
+        # Before torch's __init__, which starts the process.
+        self._pool, self._crashed_at_exit = pool, crashed_at_exit
         super().__init__(*args, **kwargs)
 
     def _popen(self, args: tuple[str, ...], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        if self._pool is not None:
-            names = (None if f is None else f.name for f in (self._stdout, self._stderr))
-            warm = self._pool.take(args, env, *names)
-            if warm is not None:
-                return warm
-        return subprocess.Popen(
-            args=args,
-            env=env,
-            stdout=self._stdout,
-            stderr=self._stderr,
-            start_new_session=True,  # as torch's: the agent signals each worker's group
-            preexec_fn=dies_with_parent(signal.SIGKILL),
+        proc = self._pool and self._pool.take(
+            args, env, *(None if f is None else f.name for f in (self._stdout, self._stderr))
         )
+        if not proc:
+            proc = subprocess.Popen(
+                args=args,
+                env=env,
+                stdout=self._stdout,
+                stderr=self._stderr,
+                start_new_session=True,  # as torch's: the agent signals each worker's group
+                preexec_fn=dies_with_parent(signal.SIGKILL),
+            )
+        self._finished_is_success(proc, env)
+        return proc
+
+    def _finished_is_success(self, proc: subprocess.Popen[bytes], env: dict[str, str]) -> None:
+        """A worker that finished its script and then died in interpreter teardown (gloo's
+        threads, a crash handler at exit) did its work: torch sees it exit 0, so that it does
+        not stop the host's other workers, which may still be finishing theirs. The real
+        status is kept for the report (a note, not a failure)."""
+        error_file = env.get("TORCHELASTIC_ERROR_FILE", "")
+        poll = proc.poll
+
+        def poll_finished() -> int | None:
+            code = poll()
+            if not code or not error_file or os.path.exists(error_file):
+                return code
+            if not os.path.exists(finished_marker(error_file)):
+                return code
+            if not any(f.pid == proc.pid for f in self._crashed_at_exit):
+                rank, local = int(env.get("RANK", "-1")), int(env.get("LOCAL_RANK", "-1"))
+                failure = WorkerFailure(rank, local, proc.pid, code, time.time(), error_file)
+                self._crashed_at_exit.append(failure)
+            return 0
+
+        proc.poll = poll_finished  # type: ignore[method-assign]
 
 
 def preempting_handler(plan: Plan, host: HostPlan) -> Callable[[int, FrameType | None], None]:
@@ -329,8 +360,10 @@ def main(argv: list[str]) -> int:
 
     # The launcher starts this agent with a parent-death signal (SIGTERM): if it dies, this
     # host stops its workers as on a cancel. torch picks the handler class through this name.
+    crashed_at_exit: list[WorkerFailure] = []
+
     def worker_handler(*args: Any, **kwargs: Any) -> SubprocessHandler:
-        return WorkerDyingWithAgent(*args, pool=pool, **kwargs)
+        return WorkerDyingWithAgent(*args, pool=pool, crashed_at_exit=crashed_at_exit, **kwargs)
 
     torch_processes.get_subprocess_handler = worker_handler
     dynamic_rendezvous._delay = _rendezvous_delay
@@ -340,6 +373,8 @@ def main(argv: list[str]) -> int:
         torch_processes._terminate_process_handler = handler  # type: ignore[assignment]
     try:
         result = run_host(plan, host, int(rdzv_port), pool)
+        # What the report notes (the launcher sees this host succeed).
+        result = replace(result, failures=[*result.failures, *crashed_at_exit])
     except Exception as e:  # rendezvous timeouts and the like: report, don't just die
         logging.exception("agent of %s failed", host.name)
         result = AgentResult("ERROR", [], _explain(e, plan, rdzv_port))
