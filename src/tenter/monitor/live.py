@@ -231,6 +231,7 @@ class LiveView:
         self._lock = threading.Lock()
         """poll() runs in the view's thread and, at the end, in the caller's."""
         self._stop = threading.Event()
+        self._record_failed = False
         self._thread = threading.Thread(target=self._run, name="tenter-live", daemon=True)
         self._live: Live | None = None
         self._server: MetricsServer | None = None
@@ -357,8 +358,16 @@ class LiveView:
                 continue
             row = {"time": snapshot.time, **asdict(status)}
             lines.append(json.dumps({k: v for k, v in row.items() if v is not None}) + "\n")
-        with open(path, "a") as fp:
-            fp.write("".join(lines))
+        if not lines or self._record_failed:
+            return
+        try:
+            with open(path, "a") as fp:
+                fp.write("".join(lines))
+        except OSError as e:
+            # A full disk (a job that filled it) must not end the view: the job's own
+            # failure is what the user needs to see. Said once; nothing more is recorded.
+            self._record_failed = True
+            say(f"live metrics are no longer recorded: {path}: {e.strerror}")
 
 
 def _summarise(now: float, elapsed: float, ranks: list[RankStatus], gpus: bool) -> Snapshot:
