@@ -62,6 +62,13 @@ def test_a_restarted_worker_runs_warm_and_starts_as_a_fresh_one(
     assert not any(record["warm"] for record in fresh_starts.values())
     for key, fresh in fresh_starts.items():
         warm_start = {**warm_starts[key], "warm": False}
+        if "algo-2.attempt-1" in key:
+            # TORCHELASTIC_RESTART_COUNT counts the host's own failures: whether algo-2's
+            # workers failed on their broken connections before its agent saw the new round
+            # is a race in torch elastic, whichever way the workers start.
+            for record in (warm_start, fresh):
+                assert record["env"]["TORCHELASTIC_RESTART_COUNT"] in ("0", "1"), key
+                record["env"] = {**record["env"], "TORCHELASTIC_RESTART_COUNT": "0 or 1"}
         assert warm_start == fresh, key
     # The restarted rank 1 has its rank's variables, not those of the spare's first use.
     killed = warm_starts["rank-1.algo-1.attempt-1.stdout"]
