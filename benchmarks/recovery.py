@@ -17,8 +17,9 @@ wall time and, at step 25 of the first attempt, injects the scenario's fault fro
   ``elastic.max_restarts``: a classic restart of the worker groups, warm workers), ``torchrun``
   (two torchrun agents with a c10d rendezvous, ``--max-restarts``: the same restart from the
   last checkpoint, with torchrun's own process start-up), ``torchft`` (``tenter run`` of
-  examples/torchft/train.py, the same model in two replica groups of one host each under
-  torchft: a lost group heals from the other, which never rolls back). A strategy that
+  examples/torchft/train.py, the same model in two replica groups of one host x 1 process
+  each (the example's layout) under torchft: a lost group heals from the other, which never
+  rolls back). A strategy that
   cannot meet a scenario (torchrun has no isolated hosts; the torchft example has no
   checkpoints to resume a preempted job from) shows ``n/a``.
 
@@ -54,6 +55,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import _torchrun
@@ -63,8 +65,8 @@ REPO = Path(__file__).resolve().parents[1]
 FAULTY = str(REPO / "benchmarks/workloads/faulty.py")
 TRAIN = str(REPO / "examples/elastic/train.py")
 TRAIN_FT = str(REPO / "examples/torchft/train.py")
-STEPS = 48
-"""examples/elastic/train.py's steps at its defaults (3 epochs of 16); the torchft run's too."""
+STEPS_FT = 400
+"""The torchft run's steps (its step is a few milliseconds)."""
 RESULTS = REPO / "benchmarks/results"
 FAULT_STEP = 25
 RUN_TIMEOUT_S = 180.0
@@ -148,13 +150,14 @@ def preempt() -> Fault:
     return Fault("preempt", rank=0, min_hosts=2, exact=True, resume=True)
 
 
-def _tenter_job(cell: Cell, script: list[str], more: str) -> Ran:
-    """``tenter run`` of ``script`` on 2 hosts x 2 processes (``more``: spec lines); run again
-    after a preemption."""
+def _tenter_job(cell: Cell, script: list[str], more: str, procs: int = 2) -> Ran:
+    """``tenter run`` of ``script`` on 2 hosts x ``procs`` processes (``more``: spec lines);
+    run again after a preemption."""
     home = cell.work / "home"
     spec = cell.work / "job.yaml"
     spec.write_text(
-        f"entry_point: {FAULTY}\nargs: {script}\ninstance_count: 2\nprocesses_per_host: 2\n"
+        f"entry_point: {FAULTY}\nargs: {script}\ninstance_count: 2\n"
+        f"processes_per_host: {procs}\n"
         f"checkpoint: {{dir: {cell.work / 'ckpt'}}}\n"
         f"isolation: {'network' if cell.fault.isolated else 'none'}\n{more}"
     )
@@ -185,11 +188,18 @@ def run_tenter(cell: Cell) -> Ran | None:
 def run_torchft(cell: Cell) -> Ran | None:
     if cell.fault.resume:
         return None  # the torchft example keeps no checkpoint to resume from
+    # The example runs one process per replica group: 2 groups of one host x 1 process. A
+    # fault of the second host's is rank 1's (the second group's).
+    if cell.fault.rank >= 2:
+        cell = dataclasses.replace(cell, env={**cell.env, "FAULT_RANK": "1"})
     ran = _tenter_job(
         cell,
-        [TRAIN_FT, "--steps", str(STEPS)],
+        # More steps than the others: with min_replicas 1 a group trains alone until the
+        # other has started, and the fault waits for a step both take part in.
+        [TRAIN_FT, "--steps", str(STEPS_FT)],
         "elastic: {max_restarts: 1}\nenvironment: {RUST_LOG: warn}\n"
         "fault_tolerance: {replica_groups: 2, min_replicas: 1}\n",
+        procs=1,
     )
     return dataclasses.replace(ran, comparable=False)
 
@@ -280,15 +290,18 @@ def _reactions(logs: list[Path]) -> list[float]:
     return found
 
 
-def _first_recovered(last: int, after: list[tuple[float, int]]) -> tuple[float, int]:
-    """The first step of the recovery: rank 0 may finish the step it was in after the fault;
-    a restart then goes back to the checkpoint's step (a step done again). Without a step
-    done again (nothing lost), the first step after the fault."""
+def _first_recovered(last: tuple[float, int], after: list[tuple[float, int]]) -> tuple[float, int]:
+    """The first step of the recovery. A restart goes back to the checkpoint's step: the first
+    step done again (rank 0 may finish the step it was in after the fault first). Without a
+    step done again (torchft: the others never roll back), the step that ends the longest
+    wait after the fault: a step or two may still commit before the loss is seen."""
+    highest = last[1]
     for t, step in after:
-        if step <= last:
+        if step <= highest:
             return t, step
-        last = step
-    return after[0]
+        highest = step
+    waits = [(later[0] - earlier[0], later) for earlier, later in pairwise([last, *after])]
+    return max(waits)[1]
 
 
 @dataclass(frozen=True)
@@ -319,7 +332,7 @@ def measure(cell: Cell, ran: Ran, reference: dict[str, torch.Tensor] | None) -> 
         resumed = ran.resumed_at - fault
         first = next(((t, s) for t, s in after if t >= resumed), after[-1])
     else:
-        first = _first_recovered(before[-1], after)
+        first = _first_recovered(max((t, s) for t, s in steps if t < 0), after)
     reacted = [t - fault for t in _reactions(ran.agent_logs) if t >= fault]
     exact = None
     if cell.fault.exact and ran.comparable and reference is not None:

@@ -75,14 +75,16 @@ faulty = rank == os.environ["FAULT_RANK"] and not (times / "fault").exists()
 last_step = -1
 
 
-def record(step: int) -> None:
+def record(step: int, everyone: bool = True) -> None:
+    """``everyone``: every replica group takes part in this step (torchft lets a group train
+    alone while the others start; a fault then would hit no one else)."""
     global faulty, last_step
     if step <= last_step and "REPLICA_GROUP_ID" in os.environ:
         return  # torchft did not commit this step: it is done again, not a new one
     last_step = step
     steps.write(f"{time.time()!r} {step}\n")
     steps.flush()
-    if faulty and step == fault_step:
+    if faulty and step >= fault_step and everyone:
         faulty = False
         (times / "fault").write_text(repr(time.time()))
         FAULTS[os.environ["FAULT"]]()
@@ -96,7 +98,8 @@ def maybe_save(self: Checkpointer, step: int) -> bool:
 
 def progress_step(self: ft.Progress) -> None:
     report(self)
-    record(self._manager.current_step())
+    groups = int(os.environ["NUM_REPLICA_GROUPS"])
+    record(self._manager.current_step(), self._manager.num_participants() == groups)
 
 
 save, report = Checkpointer.maybe_save, ft.Progress.step
