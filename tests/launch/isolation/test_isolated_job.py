@@ -72,7 +72,7 @@ def test_plan_shows_the_hosts_addresses_interface_and_store_on_the_bridge(
         "dump_env.py",
     )
     assert done.returncode == 0, done.stderr
-    text = done.stdout.replace(str(REPO), "$REPO").replace(sys.executable, "$PYTHON")
+    text = done.stdout.replace(sys.executable, "$PYTHON").replace(str(REPO), "$REPO")
     assert_golden(GOLDEN / "plan-2x2.txt", text)
     assert not home.exists()
 
