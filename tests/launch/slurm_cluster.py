@@ -33,6 +33,24 @@ from tenter.launch.processes import dies_with_parent
 from tests.conftest import REPO, SCRIPTS, Finished, job_processes
 
 MUNGE_KEY = Path("/etc/munge/munge.key")
+SECOND_PARTITION, ACCOUNT = "second", "tenter-ml"
+"""A partition besides the default one, and the only account allowed in it."""
+JOB_SUBMIT_LUA = f"""
+-- Only account {ACCOUNT} may use partition {SECOND_PARTITION}: a site policy, as clusters
+-- enforce with job_submit.lua. (Partition AllowAccounts needs accounts that slurmdbd knows:
+-- without it every job of the partition pends with "account not known".)
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    if job_desc.partition == "{SECOND_PARTITION}" and job_desc.account ~= "{ACCOUNT}" then
+        slurm.log_user("partition {SECOND_PARTITION} needs --account={ACCOUNT}")
+        return slurm.ESLURM_INVALID_ACCOUNT
+    end
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+"""
 START_TIMEOUT_S = 60.0
 
 
@@ -108,12 +126,16 @@ def slurm_conf(
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
             "ReturnToService=2",
+            # The site's submission policy, next to this file (job_submit.lua).
+            "JobSubmitPlugins=lua",
             *(
                 f"NodeName={n.name} NodeAddr={n.addr} CPUs={cpus} RealMemory={memory_mb} "
                 "State=UNKNOWN"
                 for n in nodes
             ),
             "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+            # A partition only the jobs of one account may use (job_submit.lua).
+            f"PartitionName={SECOND_PARTITION} Nodes=ALL Default=NO MaxTime=INFINITE State=UP",
             "",
         ]
     )
@@ -193,8 +215,10 @@ def _stop(procs: list[psutil.Process]) -> None:
 
 def _nodes_idle(sinfo: list[str], env: dict[str, str], count: int) -> Callable[[], bool]:
     def idle() -> bool:
-        out = subprocess.run([*sinfo, "-h", "-N", "-o", "%T"], env=env, capture_output=True)
-        return out.stdout.decode().split() == ["idle"] * count
+        out = subprocess.run([*sinfo, "-h", "-N", "-o", "%N %T"], env=env, capture_output=True)
+        # A node is listed once per partition it is in.
+        states = dict(line.split() for line in out.stdout.decode().splitlines() if line.strip())
+        return list(states.values()) == ["idle"] * count
 
     return idle
 
@@ -208,6 +232,7 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
     conf = root / "slurm.conf"
     ports = (_free_port(), _free_port())
     conf.write_text(slurm_conf(root, node, [node], os.cpu_count() or 1, memory_mb, ports))
+    (root / "job_submit.lua").write_text(JOB_SUBMIT_LUA)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     pid_files = [root / "munge" / "munged.pid", root / "slurmctld.pid"]
     pid_files.append(root / f"slurmd-{node.name}.pid")
@@ -325,6 +350,7 @@ def slurm_nodes(count: int, others: Sequence[str] = ()) -> Iterator[SlurmNodes]:
     # Each node offers this machine's cores (slurmd checks the configuration against them).
     cpus = os.cpu_count() or 1
     conf.write_text(slurm_conf(root, CONTROLLER, nodes, cpus, 1024, (SLURMCTLD_PORT, SLURMD_PORT)))
+    (root / "job_submit.lua").write_text(JOB_SUBMIT_LUA)
     env = {"SLURM_CONF": str(conf), "PATH": os.environ["PATH"]}
     munged = _start_munged(root)
     daemons: list[subprocess.Popen[bytes]] = []

@@ -113,6 +113,32 @@ def test_custom_mpi_options_replace_defaults_instead_of_repeating_them() -> None
     assert argv.count("--display-map") == 1 and argv.count("--map-by") == 1
 
 
+def test_dryrun_takes_the_hosts_of_the_hostfile_and_the_mca_block(
+    tenter_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    spec, _ = load(
+        {
+            "name": "golden",
+            "entry_point": "train.py",
+            "source_dir": str(DIGITS),
+            "instance_count": 2,
+            "instance_type": "ml.p3.8xlarge",
+            "backend": "mpi",
+            "mpirun": {
+                "hostfile": str(Path(__file__).parent / "hostfile.txt"),
+                "mca": {"btl_tcp_if_include": "ens5", "plm_rsh_args": "-p 2222"},
+            },
+        },
+        REPO,
+    )
+    argv = api.get_backend("mpi").dryrun(spec, "golden-job").launcher  # type: ignore[attr-defined]
+    text = _normalised(render_command(argv), tenter_home) + "\n"
+    assert_golden(GOLDEN / "mpirun-p3-hostfile.txt", text)
+    assert argv.count("--hostfile") == 1 and argv.count("btl_tcp_if_include") == 1
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--host"] == ["node-a", "node-b"]
+
+
 def _values(argv: list[str], flag: str, n: int) -> list[str]:
     return [" ".join(argv[i + 1 : i + 1 + n]) for i, a in enumerate(argv) if a == flag]
 

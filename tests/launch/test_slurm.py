@@ -25,6 +25,8 @@ from tests.conftest import (
     tenter,
 )
 from tests.launch.slurm_cluster import (
+    ACCOUNT,
+    SECOND_PARTITION,
     cancel_when_ready,
     queue,
     slurm_cluster,
@@ -68,6 +70,37 @@ def test_dryrun_renders_the_whole_sbatch_script(
     assert script.count(f"#SBATCH {gpus}\n") == 1
     # Host names are Slurm's to give: the plan has placeholders the nodes resolve.
     assert plan.hosts[1].env["TENTER_HOST_ADDR"] == "${slurm_node_1}"
+
+
+def test_dryrun_puts_the_slurm_block_in_the_script(tenter_home: Path) -> None:
+    spec, _ = load(
+        {
+            "name": "golden",
+            "entry_point": "train.py",
+            "source_dir": str(DIGITS),
+            "instance_count": 2,
+            "instance_type": "ml.p4d.24xlarge",
+            "backend": "slurm",
+            "slurm": {
+                "partition": "gpu",
+                "account": "ml-team",
+                "qos": "high",
+                "reservation": "maint",
+                "constraint": "h100&[rack1|rack2]",
+                "exclusive": True,
+                "container_image": "nvcr.io#nvidia/pytorch:24.05-py3",
+                "container_mounts": [{"source": "/fsx", "target": "/data", "read_only": True}],
+                "extra_directives": ["--mail-type=END", "--comment=nightly"],
+            },
+        },
+        REPO,
+    )
+    plan = api.dryrun(spec, "golden-job")
+    script = plan.files["job.sbatch"]
+    normalised = script.replace(str(tenter_home), "$TENTER_HOME").replace(str(REPO), "$REPO")
+    assert_golden(GOLDEN / "sbatch-p4d-slurm-options.txt", normalised)
+    # In the container the agents and ranks run the image's Python, not this machine's.
+    assert sys.executable not in script and plan.command[0] == "python3"
 
 
 def test_hosts_go_to_nodes_in_rendezvous_order_at_their_addresses(tenter_home: Path) -> None:
@@ -184,6 +217,32 @@ def test_sbatch_rejection_is_shown_verbatim_with_a_hint(
     assert "sbatch: error: Invalid generic resource (gres) specification" in done.stderr
     assert "Fix: `tenter plan --backend slurm`" in done.stderr
     assert not any((tenter_home / "jobs").iterdir())
+    assert queue(cluster) == []
+
+
+@pytest.mark.slow
+def test_sbatch_honours_the_partition_and_account_and_refuses_a_wrong_account(
+    cluster: dict[str, str], tenter_home: Path
+) -> None:
+    # The cluster's second partition takes only jobs of its account (slurm_cluster.py).
+    refused = tenter(
+        "run", "--backend", "slurm", "--partition", SECOND_PARTITION, "--account", "other",
+        str(SCRIPTS / "contract.py"),
+    )  # fmt: skip
+    assert refused.returncode == ExitCode.BACKEND_REFUSED
+    assert f"partition {SECOND_PARTITION} needs --account={ACCOUNT}" in refused.stderr
+    assert not any((tenter_home / "jobs").iterdir())
+    done = tenter(
+        "run", "--backend", "slurm", "--partition", SECOND_PARTITION, "--account", ACCOUNT,
+        "--hosts", "1", "--procs-per-host", "1", str(SCRIPTS / "contract.py"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    slurm_id = json.loads((done.job_dir / "handle.json").read_text())["scheduler_id"]
+    shown = subprocess.run(
+        ["scontrol", "show", "job", "-o", slurm_id], capture_output=True, text=True, check=True
+    ).stdout
+    assert f" Partition={SECOND_PARTITION} " in shown and f" Account={ACCOUNT} " in shown
+    assert "JobState=COMPLETED" in shown
     assert queue(cluster) == []
 
 

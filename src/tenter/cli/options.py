@@ -71,6 +71,14 @@ class FlagParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE)
 
 
+SLURM_FLAGS = {
+    "partition": "the partition to queue in (sbatch --partition)",
+    "account": "the account charged (sbatch --account)",
+    "qos": "the quality of service (sbatch --qos)",
+}
+"""The ``slurm`` block's fields most clusters ask for, as flags of the same names."""
+
+
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(job_parser=parser)
     parser.add_argument(
@@ -121,6 +129,12 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "--ranks", metavar="R[,R...]", help="show only these ranks' output on the console"
     )
     job.add_argument("--no-tag", action="store_true", help="do not prefix lines with [host,rank]")
+    cluster = parser.add_argument_group("cluster (the spec's slurm: and mpirun: blocks)")
+    for flag, what in SLURM_FLAGS.items():
+        cluster.add_argument(f"--{flag}", metavar=flag.upper(), help=f"slurm: {what}")
+    cluster.add_argument(
+        "--hostfile", metavar="FILE", help="mpi: Open MPI hostfile; the job's hosts are its first N"
+    )
     torchrun_flags.add_torchrun_arguments(parser)
 
 
@@ -163,6 +177,11 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     for flag, field in (("source_dir", "source_dir"), ("output_dir", "output_dir")):
         if getattr(args, flag):
             out[field] = _absolute(getattr(args, flag), f"--{flag.replace('_', '-')}")
+    slurm = {flag: getattr(args, flag) for flag in SLURM_FLAGS if getattr(args, flag)}
+    if slurm:
+        out["slurm"] = slurm
+    if args.hostfile:
+        out["mpirun"] = {"hostfile": _absolute(args.hostfile, "--hostfile")}
     if args.env:
         out["environment"] = _pairs(args.env, "--env")
     if args.hp:

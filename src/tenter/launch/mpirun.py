@@ -181,7 +181,7 @@ def mpirun_command(
         hosts,
         slots_per_host,
         python,
-        user_options=spec.distribution.user_mpi_options(),
+        user_options=spec.mpi_options(),
         network_interface=network_interface,
         master_port=master_port,
         hostfile=hostfile,

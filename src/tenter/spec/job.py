@@ -16,6 +16,9 @@ from tenter.spec.distribution import Distribution
 from tenter.spec.elastic import Checkpoint, Elastic
 from tenter.spec.fault_tolerance import FaultTolerance
 from tenter.spec.kubernetes import KubernetesOptions
+from tenter.spec.mpi_options import MpiOptions
+from tenter.spec.mpirun import MpirunOptions
+from tenter.spec.slurm import SlurmOptions
 
 
 def _variable_text(value: object) -> object:
@@ -96,6 +99,17 @@ class JobSpec(StrictModel):
     logs: LogOptions = LogOptions()
     kubernetes: KubernetesOptions = KubernetesOptions()
     """Image, namespace and volumes of the job on ``backend: kubernetes``."""
+    slurm: SlurmOptions = SlurmOptions()
+    """Partition, account, QOS, container image... of the job on ``backend: slurm``."""
+    mpirun: MpirunOptions = MpirunOptions()
+    """Hostfile and MCA parameters of the job on ``backend: mpi``."""
+
+    def mpi_options(self) -> MpiOptions:
+        """The user's mpirun options: ``custom_mpi_options`` and ``mpirun.mca`` (a parameter
+        set in both is refused by the spec check)."""
+        return MpiOptions(mca=dict(self.mpirun.mca)).merged_over(
+            self.distribution.user_mpi_options()
+        )
 
     def resolved_process_group_backend(self) -> str | None:
         """What ``process_group_backend`` means for this job; None leaves the choice to

@@ -139,6 +139,11 @@ def resolve_paths(spec: JobSpec, base_dir: Path) -> JobSpec:
             )
             if spec.checkpoint.dir
             else spec.checkpoint,
+            "mpirun": spec.mpirun.model_copy(
+                update={"hostfile": _absolute(spec.mpirun.hostfile, base_dir, "mpirun.hostfile")}
+            )
+            if spec.mpirun.hostfile
+            else spec.mpirun,
         }
     )
 

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tenter.spec import catalog, limits
+from tenter.spec.backend_rules import backend_problems
 from tenter.spec.errors import MAX_SHOWN, Problem, SpecError, did_you_mean, show
 from tenter.spec.job import JobSpec
 from tenter.spec.limits import key_path
@@ -425,6 +426,9 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                 )
             )
         errors += spec.distribution.problems(world)
+        backend_errors, backend_warnings = backend_problems(spec, itype)
+        errors += backend_errors
+        warnings += backend_warnings
         errors += spec.elastic.problems(spec.instance_count)
         if spec.fault_tolerance is not None:
             errors += spec.fault_tolerance.problems(

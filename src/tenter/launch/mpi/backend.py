@@ -4,9 +4,11 @@ mpi`` prints it whole).
 
 Hosts: with ``instance_type: local`` the job's hosts are simulated on this machine (every app
 context on ``localhost``); with a catalog type they are SageMaker's ``algo-1`` ... ``algo-N``,
-and tenter runs on ``algo-1`` as SageMaker's toolkit does. With ``isolation: network`` each
-host has namespaces of its own (:mod:`tenter.launch.isolation`): mpirun runs on ``algo-1``
-and reaches the others through :mod:`tenter.launch.isolation.rsh`, its ``plm_rsh_agent``.
+and tenter runs on ``algo-1`` as SageMaker's toolkit does; with ``mpirun.hostfile`` they
+are the file's first N hosts (mpirun gets the file as ``--hostfile``: slots come from it).
+With ``isolation: network`` each host has namespaces of its own
+(:mod:`tenter.launch.isolation`): mpirun runs on ``algo-1`` and reaches the others through
+:mod:`tenter.launch.isolation.rsh`, its ``plm_rsh_agent``.
 
 Everything around mpirun is the shared :class:`~tenter.launch.supervisor.Supervisor`'s, as on
 the local backend: the job directory, the store the ranks rendezvous on (served by tenter on a
@@ -43,6 +45,7 @@ from tenter.launch.supervised import SupervisedBackend
 from tenter.launch.supervisor import Supervisor
 from tenter.spec import JobSpec, lookup, processes_per_host
 from tenter.spec.mpi_options import MpiOptions
+from tenter.spec.mpirun import hostfile_hosts
 
 MPIRUN_LOG = "mpirun.log"
 
@@ -61,7 +64,7 @@ class MpiBackend(SupervisedBackend):
         procs = processes_per_host(spec, itype)
         count = spec.instance_count
         python = python_executable()
-        user = spec.distribution.user_mpi_options()
+        user = spec.mpi_options()
         master_addr = None
         if spec.isolation == "network":
             # Hosts of their own on this machine (the plan's addresses, eth0): mpirun runs on
@@ -80,6 +83,9 @@ class MpiBackend(SupervisedBackend):
         else:
             if itype.is_local:
                 addrs, mpi_hosts, nic = ["127.0.0.1"] * count, ["localhost"] * count, LOOPBACK_NIC
+            elif spec.mpirun.hostfile:
+                addrs = mpi_hosts = hostfile_hosts(Path(spec.mpirun.hostfile))[:count]
+                nic = CLUSTER_NIC
             else:
                 addrs = mpi_hosts = host_names(count)
                 nic = CLUSTER_NIC
@@ -96,6 +102,7 @@ class MpiBackend(SupervisedBackend):
             network_interface=nic,
             master_addr=master_addr,
             host_slots=slots,
+            hostfile=spec.mpirun.hostfile,
             allow_run_as_root=os.geteuid() == 0,
             agent_store=True,
             rank_logs=True,

@@ -61,11 +61,13 @@ class SlurmBackend:
     def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
         itype = lookup(spec.instance_type)
         assert itype is not None, "the spec check rejects unknown instance types"
+        # In a container (pyxis), the agents and ranks run the image's Python.
+        python = spec.slurm.container_python if spec.slurm.container_image else python_executable()
         plan = make_plan(
             spec,
             job_id,
             tenter_home(),
-            python_executable(),
+            python,
             addrs=[node_placeholder(i) for i in range(spec.instance_count)],
             network_interface=NIC_PLACEHOLDER if itype.is_local else CLUSTER_NIC,
         )
@@ -73,7 +75,7 @@ class SlurmBackend:
         return dataclasses.replace(
             plan,
             launcher=["sbatch", "--parsable", str(script)],
-            files={SCRIPT: sbatch_script(plan, spec, python_executable())},
+            files={SCRIPT: sbatch_script(plan, spec, python)},
         )
 
     def submit(self, plan: Plan, *, detach: bool = False) -> JobHandle:
@@ -98,7 +100,8 @@ class SlurmBackend:
                 "`tenter plan --backend slurm` prints the script's #SBATCH lines; compare them "
                 "with the partition's limits (`sinfo -o '%P %D %c %m %G %l'`): a GPU count "
                 "(instance_type), node count (instance_count) or time limit (max_run) it cannot "
-                "give",
+                "give, or the partition and account your cluster expects (slurm.partition, "
+                "slurm.account; --partition, --account)",
             )
         slurm_id = done.stdout.strip().split(";")[0]
         handle = JobHandle(

@@ -1,6 +1,8 @@
 """The batch script of a job (a pure function; ``tenter plan --backend slurm`` prints it and the
 job directory keeps it as ``job.sbatch``): resources in ``#SBATCH`` lines, then one ``srun``
 step that starts one tenter agent per node (``python -m tenter.launch.slurm.node PLAN``).
+The spec's ``slurm`` block adds where the job runs (partition, account, QOS, reservation,
+constraint, ``--exclusive``, extra directives) and a pyxis container for the step.
 
 Slurm's SIGTERM (``scancel``, a preemption, ``--signal`` before the time limit) reaches every
 process of the step: each agent turns it into a preemption request for its workers
@@ -30,7 +32,32 @@ def node_placeholder(index: int) -> str:
     return f"${{slurm_node_{index}}}"
 
 
+def container_mounts(plan: Plan, spec: JobSpec) -> list[str]:
+    """pyxis' mounts of the step's container: the job directory (the agents read the plan and
+    write logs there), the working directory, the checkpoint folder and the channels, each at
+    its own path, then the user's."""
+    own = [plan.job_dir, plan.cwd, *([spec.checkpoint.dir] if spec.checkpoint.dir else [])]
+    own += spec.channels.values()
+    mounts = [f"{path}:{path}" for path in dict.fromkeys(own)]
+    return [*mounts, *(m.pyxis() for m in spec.slurm.container_mounts)]
+
+
+def _placement(spec: JobSpec) -> list[str]:
+    """The ``slurm`` block's directives: where the job runs, and who pays for it."""
+    opts = spec.slurm
+    named = [
+        ("partition", opts.partition),
+        ("account", opts.account),
+        ("qos", opts.qos),
+        ("reservation", opts.reservation),
+        ("constraint", opts.constraint),
+    ]
+    out = [f"--{name}={value}" for name, value in named if value is not None]
+    return [*out, *(["--exclusive"] if opts.exclusive else [])]
+
+
 def sbatch_script(plan: Plan, spec: JobSpec, python: str) -> str:
+    """``python``: the nodes' (with ``slurm.container_image``, the container's)."""
     itype = lookup(spec.instance_type)
     assert itype is not None, "the spec check rejects unknown instance types"
     procs, nodes = plan.procs_per_host, len(plan.hosts)
@@ -38,6 +65,7 @@ def sbatch_script(plan: Plan, spec: JobSpec, python: str) -> str:
     logs = Path(plan.job_dir) / "logs"
     directives = [
         f"--job-name={plan.job_id}",
+        *_placement(spec),
         f"--nodes={nodes}",
         f"--ntasks-per-node={procs}",
         f"--cpus-per-task={cpus_per_task}",
@@ -61,8 +89,16 @@ def sbatch_script(plan: Plan, spec: JobSpec, python: str) -> str:
         if spec.checkpoint.preemption_grace and warning < minutes * 60:
             directives.append(f"--signal=TERM@{warning}")
     directives += [f"--output={logs / 'slurm-%j.out'}", f"--chdir={plan.cwd}"]
+    directives += spec.slurm.extra_directives
     # One failed agent ends the step; its peers would otherwise wait for a rendezvous.
-    step += ["--kill-on-bad-exit=1", python, "-m", NODE_MODULE]
+    step.append("--kill-on-bad-exit=1")
+    if spec.slurm.container_image:
+        step += [
+            f"--container-image={spec.slurm.container_image}",
+            f"--container-mounts={','.join(container_mounts(plan, spec))}",
+            f"--container-workdir={plan.cwd}",
+        ]
+    step += [python, "-m", NODE_MODULE]
     step.append(str(Path(plan.job_dir) / "plan.json"))
     return "\n".join(
         [
