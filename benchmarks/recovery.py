@@ -55,11 +55,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 
 import _torchrun
 import torch
+from recovery_counting import first_recovered, lost_steps
 
 REPO = Path(__file__).resolve().parents[1]
 FAULTY = str(REPO / "benchmarks/workloads/faulty.py")
@@ -290,20 +290,6 @@ def _reactions(logs: list[Path]) -> list[float]:
     return found
 
 
-def _first_recovered(last: tuple[float, int], after: list[tuple[float, int]]) -> tuple[float, int]:
-    """The first step of the recovery. A restart goes back to the checkpoint's step: the first
-    step done again (rank 0 may finish the step it was in after the fault first). Without a
-    step done again (torchft: the others never roll back), the step that ends the longest
-    wait after the fault: a step or two may still commit before the loss is seen."""
-    highest = last[1]
-    for t, step in after:
-        if step <= highest:
-            return t, step
-        highest = step
-    waits = [(later[0] - earlier[0], later) for earlier, later in pairwise([last, *after])]
-    return max(waits)[1]
-
-
 @dataclass(frozen=True)
 class Measure:
     detect_s: float
@@ -332,7 +318,7 @@ def measure(cell: Cell, ran: Ran, reference: dict[str, torch.Tensor] | None) -> 
         resumed = ran.resumed_at - fault
         first = next(((t, s) for t, s in after if t >= resumed), after[-1])
     else:
-        first = _first_recovered(max((t, s) for t, s in steps if t < 0), after)
+        first = first_recovered(max((t, s) for t, s in steps if t < 0), after)
     reacted = [t - fault for t in _reactions(ran.agent_logs) if t >= fault]
     exact = None
     if cell.fault.exact and ran.comparable and reference is not None:
@@ -343,7 +329,7 @@ def measure(cell: Cell, ran: Ran, reference: dict[str, torch.Tensor] | None) -> 
     return Measure(
         detect_s=min(reacted) if reacted else float("nan"),
         recover_s=first[0],
-        lost_steps=max(s for t, s in steps if t < first[0]) - (first[1] - 1),
+        lost_steps=lost_steps(steps, first[0]),
         exact=exact,
         steps=steps,
     )
