@@ -5,6 +5,7 @@ submission is not tested."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -15,13 +16,13 @@ from typing import Any
 
 import pytest
 from kubernetes.client import (
+    ApiClient,
     V1ContainerState,
     V1ContainerStateRunning,
     V1ContainerStateTerminated,
     V1ContainerStatus,
     V1ObjectMeta,
     V1Pod,
-    V1PodList,
     V1PodStatus,
 )
 from kubernetes.client.rest import ApiException
@@ -69,15 +70,73 @@ def job(*conditions: tuple[str, str, str]) -> dict[str, Any]:
     }
 
 
+END_OF_SCRIPT_S = 30.0
+"""How long a fake watch stays open once its script is told (a real one: ``timeoutSeconds``)."""
+
+
+class Response:
+    """What the client's ``_preload_content=False`` calls return: urllib3's response."""
+
+    def __init__(self, data: bytes = b"", events: Iterator[bytes] | None = None) -> None:
+        self.data, self.status, self._events = data, 200, events or iter(())
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        return self._events
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+def as_json(obj: Any) -> dict[str, Any]:
+    data: dict[str, Any] = ApiClient().sanitize_for_serialization(obj)
+    return data
+
+
+class Ticks:
+    """The cluster's clock: the pods of tick ``i`` change before the job's state ``i`` (as on a
+    cluster, where the job's conditions follow its pods)."""
+
+    def __init__(self) -> None:
+        self.pods = -1
+        self.job = 0
+        self.changed = threading.Condition()
+        self.closed = threading.Event()
+
+    def pods_at(self, tick: int) -> None:
+        with self.changed:
+            self.pods = max(self.pods, tick)
+            self.changed.notify_all()
+
+    def wait_for_pods(self, tick: int) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: self.pods >= tick or self.closed.is_set(), timeout=10)
+
+    def hold(self) -> Iterator[bytes]:
+        """The end of a watch's script: open until the test ends."""
+        self.closed.wait(END_OF_SCRIPT_S)
+        yield from ()
+
+
+def _event(kind: str, obj: dict[str, Any]) -> bytes:
+    return (json.dumps({"type": kind, "object": obj}) + "\n").encode()
+
+
 class FakeCustom:
-    """``CustomObjectsApi``: records calls, answers ``get`` from a script of job states; each
-    ``get`` is a tick of the cluster's clock (the pods' script follows it)."""
+    """``CustomObjectsApi``: records calls; lists and watches the job through a script of its
+    states (state ``i`` has resourceVersion ``i + 1``); ``get`` answers the latest state."""
 
     def __init__(self, states: list[dict[str, Any]], create_error: Exception | None = None):
         self.states = states
         self.create_error = create_error
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-        self.gets = 0
+        self.ticks = Ticks()
+
+    def _state(self, index: int) -> dict[str, Any]:
+        meta = {"name": JOB_ID, "resourceVersion": str(index + 1)}
+        return {**self.states[index], "metadata": meta}
 
     def create_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
         self.calls.append(("create", args, kwargs))
@@ -87,18 +146,35 @@ class FakeCustom:
 
     def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
         self.calls.append(("get", args, kwargs))
-        self.gets += 1
         if not self.states:
             raise ApiException(status=404, reason="Not Found")
-        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        return self.states[min(self.ticks.job, len(self.states) - 1)]
+
+    def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("watch"):
+            self.calls.append(("watch", args, {"resource_version": kwargs["resource_version"]}))
+            return Response(events=self._watch(int(kwargs["resource_version"])))
+        self.calls.append(("list", args, {"field_selector": kwargs["field_selector"]}))
+        self.ticks.wait_for_pods(0)
+        items = [self._state(0)] if self.states else []
+        body = {"metadata": {"resourceVersion": "1"}, "items": items}
+        return Response(json.dumps(body).encode())
+
+    def _watch(self, version: int) -> Iterator[bytes]:
+        for index in range(version, len(self.states)):
+            self.ticks.wait_for_pods(index)
+            self.ticks.job = index
+            yield _event("MODIFIED", self._state(index))
+        yield from self.ticks.hold()
 
     def delete_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
         self.calls.append(("delete", args, kwargs))
 
 
 class FakeCore:
-    """``CoreV1Api``: the pods of each tick of the cluster's clock (the job's ``get`` calls, the
-    last list staying); each pod's log as lines of bytes."""
+    """``CoreV1Api``: the pods of each tick of the cluster's clock (the last list staying),
+    listed and watched (tick ``i`` has resourceVersion ``i + 1``); each pod's log as lines of
+    bytes."""
 
     def __init__(self, pod_lists: list[list[V1Pod]], logs: dict[str, list[str]]):
         self.pod_lists = pod_lists
@@ -106,10 +182,33 @@ class FakeCore:
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.custom: FakeCustom | None = None
 
-    def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> V1PodList:
-        self.calls.append(("list", args, kwargs))
-        tick = self.custom.gets if self.custom is not None else 0
-        return V1PodList(items=self.pod_lists[min(tick, len(self.pod_lists) - 1)])
+    def _pods(self, tick: int) -> list[dict[str, Any]]:
+        tick = min(tick, len(self.pod_lists) - 1)
+        pods = [as_json(p) for p in self.pod_lists[tick]]
+        for p in pods:
+            p["metadata"]["resourceVersion"] = str(tick + 1)
+        return pods
+
+    def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.custom is not None
+        ticks = self.custom.ticks
+        if kwargs.get("watch"):
+            self.calls.append(("watch", args, {"resource_version": kwargs["resource_version"]}))
+            return Response(events=self._watch(int(kwargs["resource_version"])))
+        self.calls.append(("list", args, {"label_selector": kwargs["label_selector"]}))
+        tick = max(ticks.pods, ticks.job, 0)
+        ticks.pods_at(tick)
+        body = {"metadata": {"resourceVersion": str(tick + 1)}, "items": self._pods(tick)}
+        return Response(json.dumps(body).encode())
+
+    def _watch(self, version: int) -> Iterator[bytes]:
+        assert self.custom is not None
+        for tick in range(version, len(self.pod_lists)):
+            for obj in self._pods(tick):
+                yield _event("MODIFIED", obj)
+            self.custom.ticks.pods_at(tick)
+        self.custom.ticks.pods_at(10**6)  # the last list stays
+        yield from self.custom.ticks.hold()
 
     def read_namespaced_pod_log(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
         self.calls.append(("log", args, kwargs))
@@ -135,6 +234,8 @@ def run(b: KubernetesBackend, request: KubernetesRequest, stop: bool = False) ->
         return b.wait(handle, stopped)
     finally:
         stream.stop()
+        assert b.clients is not None
+        b.clients.custom.ticks.closed.set()  # type: ignore[attr-defined]
 
 
 MASTER, WORKER = f"{JOB_ID}-master-0", f"{JOB_ID}-worker-0"
@@ -289,11 +390,14 @@ def test_wait_deletes_the_job_if_stopped() -> None:
     b, _, _ = backend(custom, FakeCore([[]], {}))
     result = run(b, b.dryrun(p5_spec(), JOB_ID), stop=True)
     assert result.exit_code == 130 and result.interrupted
-    assert custom.calls[-1] == (
-        "delete",
-        ("kubeflow.org", "v1", "ml", "pytorchjobs", JOB_ID),
-        {"propagation_policy": "Foreground"},
-    )
+    # The followers' threads may still list or watch after it: the delete is the one.
+    assert [c for c in custom.calls if c[0] == "delete"] == [
+        (
+            "delete",
+            ("kubeflow.org", "v1", "ml", "pytorchjobs", JOB_ID),
+            {"propagation_policy": "Foreground"},
+        )
+    ]
 
 
 def test_a_restarted_container_s_output_is_followed_again() -> None:
@@ -381,18 +485,18 @@ def test_connect_names_the_missing_context(tmp_path: Path, monkeypatch: pytest.M
 
 
 class FlakyCustom(FakeCustom):
-    """An API server that fails the first ``failures`` job reads with ``error``."""
+    """An API server that fails the first ``failures`` job lists with ``error``."""
 
     def __init__(self, states: list[dict[str, Any]], error: Exception, failures: int) -> None:
         super().__init__(states)
         self.error, self.failures = error, failures
 
-    def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+    def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
         if self.failures:
             self.failures -= 1
-            self.calls.append(("get-failed", args, kwargs))
+            self.calls.append(("list-failed", args, kwargs))
             raise self.error
-        return super().get_namespaced_custom_object(*args, **kwargs)
+        return super().list_namespaced_custom_object(*args, **kwargs)
 
 
 class FlakyCore(FakeCore):
@@ -402,7 +506,7 @@ class FlakyCore(FakeCore):
         super().__init__(pod_lists, {})
         self.error, self.failures = error, failures
 
-    def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> V1PodList:
+    def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
         if self.failures:
             self.failures -= 1
             raise self.error
@@ -438,13 +542,13 @@ def test_wait_rides_out_transient_api_errors_with_back_off(error: Exception) -> 
     b.clock, b.sleep = fake.clock, fake.sleep
     result = run(b, b.dryrun(p5_spec(), JOB_ID))
     assert result.ok, result.summary
-    assert [c[0] for c in custom.calls].count("get-failed") == 4
+    assert [c[0] for c in custom.calls].count("list-failed") == 4
     assert not any(c[0] == "delete" for c in custom.calls)  # the job was left to run
     (outage,) = [line for line in err if "did not answer" in line]  # reported once
-    assert outage.startswith("the API server did not answer reading the job (")
+    assert outage.startswith("the API server did not answer listing the job (")
     assert outage.endswith("asking again for up to 120 s")
-    assert "the API server answers again (reading the job)" in err
-    assert fake.slept == [0.5, 1.0, 2.0, 4.0, 0]  # back-off, then one (test-length) poll
+    assert "the API server answers again (listing the job)" in err
+    assert fake.slept == [0.5, 1.0, 2.0, 4.0]  # back-off
 
 
 def test_pod_logs_skip_a_transient_listing_error_and_stream_at_the_next_poll() -> None:
@@ -479,7 +583,7 @@ def test_a_refusal_while_waiting_is_not_retried() -> None:
     b, _, _ = backend(custom, FakeCore([[]], {}))
     with pytest.raises(ApiException, match="Forbidden"):
         run(b, b.dryrun(p5_spec(), JOB_ID))
-    assert [c[0] for c in custom.calls].count("get-failed") == 1
+    assert [c[0] for c in custom.calls].count("list-failed") == 1
 
 
 def test_sigterm_while_following_deletes_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -487,9 +591,9 @@ def test_sigterm_while_following_deletes_the_job(monkeypatch: pytest.MonkeyPatch
     it into a stop request, and the job is deleted rather than left running."""
 
     class TerminatedCustom(FakeCustom):
-        def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
             os.kill(os.getpid(), signal.SIGTERM)  # arrives while the job is followed
-            return super().get_namespaced_custom_object(*args, **kwargs)
+            return super().list_namespaced_custom_object(*args, **kwargs)
 
     custom = TerminatedCustom([job(("Running", "", ""))])
     core = FakeCore([[pod(MASTER, "Running", "pytorch")]], {})
@@ -505,5 +609,5 @@ def test_sigterm_while_following_deletes_the_job(monkeypatch: pytest.MonkeyPatch
     finally:
         get_backend.cache_clear()
     assert result.interrupted and result.exit_code == 130
-    assert custom.calls[-1][0] == "delete"
+    assert [c[0] for c in custom.calls].count("delete") == 1
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -7,18 +7,23 @@ exact object submitted and whose ``str`` is its YAML (what ``tenter plan --backe
 prints). ``submit`` creates it through the official ``kubernetes`` client (``pip install
 'tenter[kubernetes]'``; imported only here, and only when no client is injected) and keeps the
 request and the job's handle in a job directory on this machine, so that ``tenter
-status|logs|cancel JOB`` reach it like any other job. ``wait`` follows the pods' phases and
-restarts and returns the job's terminal state: exit code 0, 1 when it failed (the earliest
+status|logs|cancel JOB`` reach it like any other job. ``wait`` follows the job and its pods
+by watch (:mod:`~tenter.launch.kubernetes.follow`), reports the pods' phases and restarts, and
+returns the job's terminal state: exit code 0, 1 when it failed (the earliest
 failing container is the root cause), 124 past ``max_run``, 130 when cancelled (the job is then
 deleted). ``logs`` streams the pods that hold the selected ranks, again after a container
 restarts.
 
 The submission path is deliberately thin and is tested against fakes of the client's
-``CustomObjectsApi`` and ``CoreV1Api``; it is not exercised against a live API server in CI.
+``CustomObjectsApi`` and ``CoreV1Api``, and the watch through the real client against a fake
+API server over HTTP; it is not exercised against a live API server in CI.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import queue
 import sys
 import threading
 import time
@@ -47,12 +52,15 @@ from tenter.launch.kubernetes.cluster import (
     pod_states,
     refusal,
 )
+from tenter.launch.kubernetes.follow import Follower, ListCall, Seen
 from tenter.launch.kubernetes.manifests import KINDS
 from tenter.launch.kubernetes.request import KubernetesRequest
 from tenter.spec import JobSpec, SpecError, lookup, processes_per_host
 
 POLL_S = 2.0
-"""How often the job and its pods are read while it runs."""
+"""How often the pods are listed for their logs (a new pod, a restarted container)."""
+STOP_CHECK_S = 0.25
+"""How soon a stop request (Ctrl-C) is seen while the job is followed."""
 LOG_JOIN_S = 10.0
 """How long the log streams get to deliver their last lines once the job ended."""
 
@@ -187,46 +195,77 @@ class KubernetesBackend:
     ) -> JobResult:
         kind = KINDS[request.kind]
         start = self.clock()
-        seen: dict[str, PodState] = {}
-        while True:
-            if stop.is_set():
-                retrying.call(
-                    "deleting the job",
-                    lambda: self._delete(clients, request.kind, request.namespace, request.job_id),
-                )
-                return self._result(request, JobState("Failed", "Interrupted"), [], start, True)
-            pods = retrying.call(
-                "listing the pods",
-                lambda: self._pods(clients, request.kind, request.namespace, request.job_id),
-            )
-            for pod in pods:
-                before = seen.get(pod.name)
-                if before is None or before.phase != pod.phase:
-                    self.err(f"pod {pod.name}: {pod.phase}")
-                if before is not None and pod.restarts > before.restarts:
-                    self.err(
-                        f"pod {pod.name}: restarted ({pod.restarts}), last exit code "
-                        f"{pod.exit_code} {pod.reason}".rstrip()
+        seen: queue.Queue[Seen | BaseException] = queue.Queue()
+        job = functools.partial(
+            clients.custom.list_namespaced_custom_object,
+            *(kind.group, kind.version, request.namespace, kind.plural),
+            field_selector=f"metadata.name={request.job_id}",
+        )
+        pods = self._pod_list_call(clients, request.kind, request.namespace, request.job_id)
+        followers = [
+            Follower(name, call, retrying, seen, self.err).start()
+            for name, call in (("pods", pods), ("job", job))
+        ]
+        known: dict[str, PodState] = {}
+        try:
+            while True:
+                if stop.is_set():
+                    retrying.call(
+                        "deleting the job",
+                        lambda: self._delete(
+                            clients, request.kind, request.namespace, request.job_id
+                        ),
                     )
-                seen[pod.name] = pod
-            obj = retrying.call(
-                "reading the job",
-                lambda: clients.custom.get_namespaced_custom_object(
-                    kind.group, kind.version, request.namespace, kind.plural, request.job_id
-                ),
-            )
-            state = job_state(obj)
-            if state.finished:
-                return self._result(request, state, pods, start, False)
-            self.sleep(self.poll_s)
+                    return self._result(request, JobState("Failed", "Interrupted"), [], start, True)
+                try:
+                    item = seen.get(timeout=STOP_CHECK_S)
+                except queue.Empty:
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                if item.collection == "pods":
+                    self._report_pods(pod_states([item.obj], kind.log_container), known)
+                    continue
+                state = (
+                    JobState("Failed", "Deleted", "the job object was deleted")
+                    if item.event == "DELETED"
+                    else job_state(item.obj)
+                )
+                if state.finished:
+                    # The pods as they are now: their last events may trail the job's.
+                    final = retrying.call("listing the pods", followers[0].list)
+                    states = pod_states(final, kind.log_container)
+                    self._report_pods(states, known)
+                    return self._result(request, state, states, start, False)
+        finally:
+            for follower in followers:
+                follower.stop()
+
+    def _report_pods(self, pods: list[PodState], known: dict[str, PodState]) -> None:
+        """Say what changed: a pod's phase, a restart of its container."""
+        for pod in pods:
+            before = known.get(pod.name)
+            if before is None or before.phase != pod.phase:
+                self.err(f"pod {pod.name}: {pod.phase}")
+            if before is not None and pod.restarts > before.restarts:
+                self.err(
+                    f"pod {pod.name}: restarted ({pod.restarts}), last exit code "
+                    f"{pod.exit_code} {pod.reason}".rstrip()
+                )
+            known[pod.name] = pod
+
+    @staticmethod
+    def _pod_list_call(clients: Clients, kind: str, namespace: str, name: str) -> ListCall:
+        return functools.partial(
+            clients.core.list_namespaced_pod,
+            namespace,
+            label_selector=manifests.pod_selector(kind, name),
+        )
 
     def _pods(self, clients: Clients, kind: str, namespace: str, name: str) -> list[PodState]:
-        return pod_states(
-            clients.core.list_namespaced_pod(
-                namespace, label_selector=manifests.pod_selector(kind, name)
-            ),
-            KINDS[kind].log_container,
-        )
+        response = self._pod_list_call(clients, kind, namespace, name)(_preload_content=False)
+        items = json.loads(response.data).get("items") or []
+        return pod_states(items, KINDS[kind].log_container)
 
     def _result(
         self,

@@ -8,11 +8,15 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tenter.errors import BackendRefusedError, MissingToolError
 from tenter.launch.kubernetes.manifests import JobKind, Manifest
 from tenter.spec import Problem, SpecError
+
+if TYPE_CHECKING:
+    import tenacity
 
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 """API answers that say "not now": throttled, or the server (or a proxy) unavailable."""
@@ -37,6 +41,10 @@ class CustomObjectsApi(Protocol):
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> Any: ...
 
+    def list_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, **kwargs: Any
+    ) -> Any: ...
+
     def delete_namespaced_custom_object(
         self,
         group: str,
@@ -52,7 +60,7 @@ class CustomObjectsApi(Protocol):
 class CoreV1Api(Protocol):
     """The calls tenter makes on ``kubernetes.client.CoreV1Api``."""
 
-    def list_namespaced_pod(self, namespace: str, *, label_selector: str) -> Any: ...
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any: ...
 
     def read_namespaced_pod_log(
         self, name: str, namespace: str, *, container: str, follow: bool, _preload_content: bool
@@ -130,24 +138,29 @@ class PodState:
     finished: float | None = None
 
 
-def pod_states(pod_list: Any, container: str) -> list[PodState]:
-    """Read ``V1PodList`` into PodStates, sorted by name."""
+def _finished_at(text: str | None) -> float | None:
+    return datetime.fromisoformat(text).timestamp() if text else None
+
+
+def pod_states(pods: list[dict[str, Any]], container: str) -> list[PodState]:
+    """Read pods (as the API server sends them: JSON objects) into PodStates, sorted by name."""
     states = []
-    for pod in pod_list.items:
-        status = pod.status
+    for pod in pods:
+        status = pod.get("status") or {}
         restarts, exit_code, reason, finished = 0, None, "", None
-        for c in status.container_statuses or []:
-            if c.name != container:
+        for c in status.get("containerStatuses") or []:
+            if c.get("name") != container:
                 continue
-            restarts = c.restart_count or 0
-            ended = (c.state and c.state.terminated) or (c.last_state and c.last_state.terminated)
-            if ended is not None:
-                exit_code, reason = ended.exit_code, ended.reason or ""
-                finished = ended.finished_at.timestamp() if ended.finished_at else None
-        states.append(
-            PodState(
-                pod.metadata.name, status.phase or "Unknown", restarts, exit_code, reason, finished
+            restarts = c.get("restartCount") or 0
+            ended = (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get(
+                "terminated"
             )
+            if ended:
+                exit_code, reason = ended.get("exitCode"), ended.get("reason") or ""
+                finished = _finished_at(ended.get("finishedAt"))
+        name = pod["metadata"]["name"]
+        states.append(
+            PodState(name, status.get("phase") or "Unknown", restarts, exit_code, reason, finished)
         )
     return sorted(states, key=lambda s: s.name)
 
@@ -180,7 +193,7 @@ def job_state(obj: Manifest) -> JobState:
     )
 
 
-def is_transient(error: Exception) -> bool:
+def is_transient(error: BaseException) -> bool:
     """An error worth asking again after: a status that says "not now", or no answer at all
     (the client's connection errors come from urllib3 and carry no status)."""
     status = getattr(error, "status", None)
@@ -191,42 +204,49 @@ def is_transient(error: Exception) -> bool:
 
 @dataclass
 class Retrying:
-    """Calls to the API server that ride out its transient errors, with exponential back-off,
-    for up to ``RETRY_FOR_S``; the first failure and the recovery are reported through ``say``.
-    (Written here rather than with the client's own urllib3 retries, which retry connecting but
-    not a 503 from a server behind a load balancer, nor across minutes.)"""
+    """Calls to the API server that ride out its transient errors (:func:`is_transient`), with
+    exponential back-off, for up to ``RETRY_FOR_S``: tenacity's retry loop, with the first
+    failure and the recovery reported through ``say``. (The client's own urllib3 retries
+    cover connecting, not a 503 from a server behind a load balancer nor a watch cut in the
+    middle of its stream, nor minutes.) ``clock`` and ``sleep`` are injected for tests."""
 
     say: Callable[[str], None]
     clock: Callable[[], float]
     sleep: Callable[[float], None]
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        failing_since: float | None = None
-        delay = FIRST_RETRY_S
-        while True:
-            try:
-                result = fn()
-            except Exception as e:
-                if not is_transient(e):
-                    raise
-                now = self.clock()
-                if failing_since is None:
-                    failing_since = now
-                    self.say(
-                        f"the API server did not answer {what} ({_describe(e)}); "
-                        f"asking again for up to {RETRY_FOR_S:.0f} s"
-                    )
-                elif now - failing_since > RETRY_FOR_S:
-                    raise
-                self.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_S)
-                continue
-            if failing_since is not None:
-                self.say(f"the API server answers again ({what})")
-            return result
+        import tenacity  # the kubernetes extra's, as the client is
+
+        started = self.clock()
+
+        def out_of_time(state: tenacity.RetryCallState) -> bool:
+            return self.clock() - started > RETRY_FOR_S
+
+        def first_failure(state: tenacity.RetryCallState) -> None:
+            if state.attempt_number == 1 and state.outcome is not None:
+                error = state.outcome.exception()
+                self.say(
+                    f"the API server did not answer {what} ({_describe(error)}); "
+                    f"asking again for up to {RETRY_FOR_S:.0f} s"
+                )
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_transient),
+            wait=tenacity.wait_exponential(
+                multiplier=FIRST_RETRY_S, min=FIRST_RETRY_S, max=MAX_RETRY_S
+            ),
+            stop=out_of_time,
+            sleep=self.sleep,
+            before_sleep=first_failure,
+            reraise=True,
+        )
+        result = retrying(fn)
+        if retrying.statistics.get("attempt_number", 1) > 1:
+            self.say(f"the API server answers again ({what})")
+        return result
 
 
-def _describe(error: Exception) -> str:
+def _describe(error: BaseException | None) -> str:
     status = getattr(error, "status", None)
     reason = getattr(error, "reason", None) or str(error) or type(error).__name__
     return f"{status} {reason}" if status else str(reason)
