@@ -1,8 +1,11 @@
 """The job directory's shared line files, written by several processes at once.
 
 ``logs/index.jsonl`` lists every worker log opened (rank, host, attempt, file stem), for the
-console and the failure report; ``events.jsonl`` the rendezvous rounds and restarts. Kept
-free of torch so that light processes (the mpirun shim) can write them too.
+console and the failure report; ``events.jsonl`` the rendezvous rounds and restarts (and the
+other moments the goodput ledger needs: checkpoints, hangs, heals, stragglers);
+``metrics/rank-<N>.jsonl`` what rank N reported (``tenter.report``) and
+``metrics/steps/rank-<N>.jsonl`` the DDP steps tenter counted on it. Kept free of torch so
+that light processes (the mpirun shim) can write them too.
 """
 
 from __future__ import annotations
@@ -14,6 +17,33 @@ from typing import Any
 
 INDEX_FILE = "index.jsonl"
 EVENTS_FILE = "events.jsonl"
+RANK_DIR = "metrics"
+STEPS_DIR = "steps"
+"""Under RANK_DIR: the DDP steps tenter counted on each rank (``rank-<N>.jsonl``)."""
+
+
+def rank_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
+    return Path(job_dir) / RANK_DIR / f"rank-{rank}.jsonl"
+
+
+class JsonlFollower:
+    """Reads the complete lines appended to a file since the previous call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fp:
+                fp.seek(self._offset)
+                data = fp.read()
+        except FileNotFoundError:
+            return []
+        # A writer may be half-way through its line: leave that for the next call.
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from tenter.contract.isolation import SWITCH_ADDR
 from tenter.contract.plan import HostPlan, Plan
 from tenter.errors import ExitCode, TenterError
+from tenter.goodput.records import LedgerKeeper, record_hang
 from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult
 from tenter.launch import hang, report
@@ -40,6 +41,8 @@ POLL_S = 0.05
 """How often the launcher checks its processes, error files and hang records: often enough
 that a failure stops the job well within a second, rarely enough to leave the cores to the
 ranks."""
+LEDGER_S = 2.0
+"""How often the goodput ledger in the job directory is brought up to date."""
 AGENT_REPORT_S = 1.0
 """How long an agent takes, past the grace period, to kill its workers and write its result."""
 EXIT_BY_STOP = {
@@ -150,6 +153,8 @@ class Supervisor:
         self._store_proc: subprocess.Popen[bytes] | None = None
         """The store's process on the isolated hosts' switch."""
         self._started = time.monotonic()
+        self._ledger: LedgerKeeper | None = None
+        self._next_ledger = 0.0
 
     # ---- what a subclass provides ----
 
@@ -269,6 +274,7 @@ class Supervisor:
                 return "max_run"
             self.events.print_new()
             self.on_tick()
+            self._keep_ledger()
             if self._hung():
                 if self.plan.on_hang == "stop":
                     return "hang"
@@ -291,6 +297,16 @@ class Supervisor:
                     return True
         return False
 
+    def _keep_ledger(self) -> None:
+        """Rewrite ``goodput.json`` every LEDGER_S while the job runs (the summary has the
+        final one)."""
+        if time.monotonic() < self._next_ledger:
+            return
+        self._next_ledger = time.monotonic() + LEDGER_S
+        if self._ledger is None:
+            self._ledger = LedgerKeeper(self.plan.job_dir)
+        self._ledger.write()
+
     def _hung(self) -> bool:
         if not self.plan.hang_timeout or time.monotonic() < self._next_hang_check:
             return False
@@ -299,6 +315,7 @@ class Supervisor:
         verdict = hang.hang_verdict(progress, time.time(), self.plan.hang_timeout)
         if verdict is None:
             return False
+        record_hang(self.plan.job_dir)
         stacks = hang.collect_stacks(progress)
         states = {p.rank: hang.process_state(p.pid) for p in progress}
         text = hang.report(progress, stacks, time.time(), states)
