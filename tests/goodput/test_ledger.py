@@ -138,7 +138,9 @@ def runs(draw):
         }
         kinds = st.sampled_from([HANG, RESTART, "replica_healed"])
         faults = [
-            Fault(draw(st.floats(launch, end)), draw(kinds), draw(st.none() | st.just(frozenset({0}))))
+            Fault(
+                draw(st.floats(launch, end)), draw(kinds), draw(st.none() | st.just(frozenset({0})))
+            )
             for _ in range(draw(st.integers(0, 3)))
         ]
         last = i == count - 1

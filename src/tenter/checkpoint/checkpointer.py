@@ -59,6 +59,7 @@ from tenter.checkpoint.state import rng_state, set_rng_state, snapshot
 from tenter.checkpoint.writer import AsyncWriter
 from tenter.goodput.records import record_checkpoint
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
+from tenter.runtime import steps
 from tenter.runtime.preemption import Preemption
 
 log = logging.getLogger(__name__)
@@ -240,6 +241,7 @@ class Checkpointer:
         # Last, so that nothing above draws from the restored generators.
         set_rng_state(own["rng"])
         self._last_step = latest.step
+        steps.resumed_at(latest.step)
         return latest.step
 
     def maybe_save(self, step: int) -> bool:

@@ -82,6 +82,11 @@ def main(argv: list[str]) -> int:
         from tenter.runtime import watchdog
 
         watchdog.install(watch_file)
+    job_dir = os.environ.get("TENTER_JOB_DIR")
+    if job_dir and os.environ.get("RANK", "").isdigit():
+        from tenter.runtime import steps
+
+        steps.install(job_dir, int(os.environ["RANK"]))
     try:
         run(argv)
     except SystemExit as e:
