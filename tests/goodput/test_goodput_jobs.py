@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tenter.goodput.ledger import PARTS
 from tests.conftest import REPO, assert_nothing_left, tenter
@@ -48,3 +49,43 @@ def test_ledger_counts_restart_and_recomputed_steps_if_worker_killed(tmp_path: P
     status = tenter("status", str(done.job_dir))
     assert f"goodput {100 * ledger['goodput']:.1f} %" in status.stdout
     assert_nothing_left(done.job_dir)
+
+
+def ddp_job(tmp_path: Path, **environment: str) -> Path:
+    """tests/goodput/scripts/ddp_steps.py on 2 hosts x 2 processes (4 ranks)."""
+    script = REPO / "tests" / "goodput" / "scripts" / "ddp_steps.py"
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "entry_point": str(script),
+                "instance_count": 2,
+                "processes_per_host": 2,
+                "environment": environment,
+            }
+        )
+    )
+    return spec
+
+
+def test_straggler_named_within_20_steps_if_rank_sleeps_30_percent_longer(
+    tmp_path: Path,
+) -> None:
+    spec = ddp_job(tmp_path, SLOW_RANK="2", SLOW_EXTRA="0.3", STEPS="30")
+    done = tenter("run", str(spec))
+    assert done.returncode == 0, done.stderr
+    (named,) = done.summary["stragglers"]  # type: ignore[misc]
+    assert (named["rank"], named["host"]) == (2, "algo-2")
+    assert named["step"] <= 20
+    assert f"tenter: straggler: {named['text']}" in done.stderr
+    events = [json.loads(line) for line in (done.job_dir / "events.jsonl").open()]
+    assert [e["rank"] for e in events if e["event"] == "straggler"] == [2]
+    assert_nothing_left(done.job_dir)
+
+
+def test_no_straggler_named_if_job_balanced(tmp_path: Path) -> None:
+    done = tenter("run", str(ddp_job(tmp_path, STEPS="30")))
+    assert done.returncode == 0, done.stderr
+    assert done.summary["stragglers"] == []
+    assert "tenter: straggler:" not in done.stderr
+    assert done.summary["goodput"]["productive_steps"] == 30  # type: ignore[index]

@@ -28,6 +28,7 @@ from typing import Any
 from tenter.contract.plan import Plan
 from tenter.contract.worker import REPLICA_HEALED
 from tenter.goodput.ledger import HANG, RESTART, Fault, Ledger, RunRecords, build_ledger
+from tenter.goodput.stragglers import Straggler
 from tenter.jobdir.layout import PLAN_FILE, SUMMARY_FILE, write_atomic
 from tenter.jobdir.records import (
     EVENTS_FILE,
@@ -41,6 +42,7 @@ from tenter.jobdir.results import read_result
 
 GOODPUT_FILE = "goodput.json"
 CHECKPOINT_EVENT = "checkpoint"
+STRAGGLER_EVENT = "straggler"
 
 
 def record_checkpoint(job_dir: str, rank: int, host: str, step: int, start: float) -> None:
@@ -55,6 +57,13 @@ def record_checkpoint(job_dir: str, rank: int, host: str, step: int, start: floa
             "start": start,
             "time": time.time(),
         },
+    )
+
+
+def record_straggler(job_dir: str, straggler: Straggler) -> None:
+    append_line(
+        Path(job_dir) / EVENTS_FILE,
+        {"event": STRAGGLER_EVENT, **straggler.to_dict(), "time": time.time()},
     )
 
 
@@ -120,6 +129,19 @@ class RunReader:
                 out.append((int(rank), self._new_lines(path)))
         return out
 
+    @property
+    def arrivals(self) -> dict[int, list[tuple[float, int]]]:
+        """Each rank's steps for the straggler rule: when its gradients were ready (the DDP
+        steps tenter counted), else its reports (as of the last :meth:`read`)."""
+        out = {r: list(s) for r, s in self._reported.items() if s}
+        out.update({r: list(s) for r, s in self._counted.items() if s})
+        return out
+
+    @property
+    def hosts(self) -> dict[int, str]:
+        """Each rank's host (in its latest attempt)."""
+        return dict(self._hosts)
+
     def _ranks_on(self, hosts: set[str]) -> frozenset[int]:
         return frozenset(r for r, h in self._hosts.items() if h in hosts)
 
@@ -182,12 +204,14 @@ class LedgerKeeper:
     def __init__(self, job_dir: str | Path) -> None:
         self.reader = RunReader(Path(job_dir))
         self._earlier = [RunReader(path).read() for path in earlier_runs(self.reader)]
+        self.latest: RunRecords | None = None
+        """This run's records as the last ledger saw them."""
 
     def ledger(self, now: float | None = None, final_state: str | None = None) -> Ledger:
         """The ledger at ``now``; ``final_state``: as the run ends now in that state (its
         launcher computes it before it writes the summary)."""
         now = time.time() if now is None else now
-        run = self.reader.read()
+        run = self.latest = self.reader.read()
         if final_state is not None:
             run = dataclasses.replace(run, end=now, state=final_state)
         return build_ledger([*self._earlier, run], now)

@@ -25,7 +25,8 @@ from typing import Any, BinaryIO
 from tenter.contract.isolation import SWITCH_ADDR
 from tenter.contract.plan import HostPlan, Plan
 from tenter.errors import ExitCode, TenterError
-from tenter.goodput.records import LedgerKeeper, record_hang
+from tenter.goodput.records import LedgerKeeper, record_hang, record_straggler
+from tenter.goodput.stragglers import Straggler, StragglerRule, find_stragglers
 from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult
 from tenter.launch import hang, report
@@ -155,6 +156,9 @@ class Supervisor:
         self._started = time.monotonic()
         self._ledger: LedgerKeeper | None = None
         self._next_ledger = 0.0
+        self._straggler_rule = StragglerRule(**plan.stragglers) if plan.stragglers else None  # type: ignore[arg-type]
+        self.stragglers: dict[int, Straggler] = {}
+        """The ranks named stragglers so far (each once)."""
 
     # ---- what a subclass provides ----
 
@@ -299,13 +303,20 @@ class Supervisor:
 
     def _keep_ledger(self) -> None:
         """Rewrite ``goodput.json`` every LEDGER_S while the job runs (the summary has the
-        final one)."""
+        final one), and name the stragglers that appeared."""
         if time.monotonic() < self._next_ledger:
             return
         self._next_ledger = time.monotonic() + LEDGER_S
         if self._ledger is None:
             self._ledger = LedgerKeeper(self.plan.job_dir)
         self._ledger.write()
+        if self._straggler_rule is not None:
+            steps, hosts = self._ledger.reader.arrivals, self._ledger.reader.hosts
+            for straggler in find_stragglers(steps, hosts, self._straggler_rule):
+                if straggler.rank not in self.stragglers:
+                    self.stragglers[straggler.rank] = straggler
+                    record_straggler(self.plan.job_dir, straggler)
+                    say(f"straggler: {straggler.text}")
 
     def _hung(self) -> bool:
         if not self.plan.hang_timeout or time.monotonic() < self._next_hang_check:
@@ -374,6 +385,7 @@ class Supervisor:
             rdzv_endpoint=f"{self.listen_addr}:{self.rdzv_port}",
             extra=extra,
             notes=crashed_at_exit,
+            stragglers=[s.to_dict() for _, s in sorted(self.stragglers.items())],
             lost_hosts=self.lost_hosts,
             oom_kills=None
             if oom_kills_after is None or self._oom_kills_before is None

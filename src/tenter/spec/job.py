@@ -16,6 +16,7 @@ from tenter.spec.distribution import Distribution
 from tenter.spec.elastic import Checkpoint, Elastic
 from tenter.spec.fault_tolerance import FaultTolerance
 from tenter.spec.kubernetes import KubernetesOptions
+from tenter.spec.stragglers import Stragglers
 
 
 def _variable_text(value: object) -> object:
@@ -94,6 +95,8 @@ class JobSpec(StrictModel):
     root or unprivileged user namespaces (docs/isolation.md). ``none``: hosts share this
     machine's network, each on a loopback address of its own."""
     logs: LogOptions = LogOptions()
+    stragglers: Stragglers = Stragglers()
+    """When a rank counts as a straggler (docs/goodput.md)."""
     kubernetes: KubernetesOptions = KubernetesOptions()
     """Image, namespace and volumes of the job on ``backend: kubernetes``."""
 
