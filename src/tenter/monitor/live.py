@@ -19,6 +19,7 @@ memory or GPU.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -40,6 +41,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from tenter.contract.plan import Plan
+from tenter.goodput.ledger import Ledger, summary_line
+from tenter.goodput.records import GOODPUT_FILE, STRAGGLER_EVENT
+from tenter.jobdir.records import EVENTS_FILE
 from tenter.launch.console import read_index, say
 from tenter.monitor.gpu import GpuUsage, Nvml, open_nvml
 from tenter.monitor.records import METRICS_FILE, JsonlFollower, Sample, rank_file
@@ -87,6 +91,10 @@ class Snapshot:
     total_steps: int | None
     eta_s: float | None
     gpus: bool
+    goodput: Ledger | None = None
+    """The goodput ledger as the launcher last kept it (``goodput.json``)."""
+    stragglers: list[str] = field(default_factory=list)
+    """The stragglers named so far, a line each."""
 
     @property
     def reporting(self) -> bool:
@@ -223,6 +231,9 @@ class LiveView:
         self._started = clock()
         self._last_status = self._started
         self._feeds: dict[int, _RankFeed] = {}
+        self._job_dir = Path(plan.job_dir)
+        self._events = JsonlFollower(self._job_dir / EVENTS_FILE)
+        self._named: list[str] = []
         self._processes = _WorkerProcesses(plan.job_id)
         self._nvml: Nvml | None = None
         self.gpu_note = ""
@@ -332,7 +343,20 @@ class LiveView:
                     metrics=dict(feed.metrics),
                 )
             )
-        return _summarise(now, now - self._started, ranks, self._nvml is not None)
+        snapshot = _summarise(now, now - self._started, ranks, self._nvml is not None)
+        return dataclasses.replace(snapshot, goodput=self._ledger(), stragglers=self._stragglers())
+
+    def _ledger(self) -> Ledger | None:
+        try:
+            return Ledger.from_dict(json.loads((self._job_dir / GOODPUT_FILE).read_text()))
+        except (OSError, ValueError, KeyError):
+            return None  # not written yet
+
+    def _stragglers(self) -> list[str]:
+        for event in self._events.read_new():
+            if event.get("event") == STRAGGLER_EVENT:
+                self._named.append(str(event["text"]))
+        return list(self._named)
 
     def _state(
         self, rank: int, entry: dict[str, Any] | None, used: _Usage | None, feed: _RankFeed
@@ -451,7 +475,13 @@ def status_line(snapshot: Snapshot) -> str:
     losses = [r.loss for r in snapshot.ranks if r.loss is not None]
     if losses:
         text += f"; loss {statistics.mean(losses):.4g}"
-    return text
+    return text + "".join(f"\n{line}" for line in _time_lines(snapshot))
+
+
+def _time_lines(snapshot: Snapshot) -> list[str]:
+    """Where the time went so far: goodput, and the stragglers named."""
+    lines = [summary_line(snapshot.goodput)] if snapshot.goodput is not None else []
+    return lines + [f"straggler: {text}" for text in snapshot.stragglers]
 
 
 def render(snapshot: Snapshot) -> RenderableType:
@@ -499,4 +529,8 @@ def render(snapshot: Snapshot) -> RenderableType:
         progress.add_row(bar, _progress(snapshot))
     else:
         progress.add_row(_progress(snapshot))
-    return Group(table, *footer, progress)
+    lines = [
+        f"[bold yellow]{line}[/]" if line.startswith("straggler") else line
+        for line in _time_lines(snapshot)
+    ]
+    return Group(table, *footer, progress, *lines)
