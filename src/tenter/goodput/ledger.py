@@ -224,9 +224,27 @@ def _carve_checkpoints(
 
 def run_timelines(run: RunRecords, now: float, done_before: int | None) -> dict[int, RankTimeline]:
     """Every reporting rank's time line in ``run`` (one of no rank when none reported)."""
-    until = max(run.launch, run.end if run.end is not None else now)
+    until = run_end(run, now)
     ranks = sorted(r for r, steps in run.steps.items() if steps) or [-1]
     return {rank: rank_timeline(run, rank, until, done_before) for rank in ranks}
+
+
+def job_timelines(runs: Sequence[RunRecords], now: float) -> list[dict[int, RankTimeline]]:
+    """Every run's rank time lines, each run knowing the highest step the runs before it
+    reached."""
+    out = []
+    done_before: int | None = None
+    for run in runs:
+        timelines = run_timelines(run, now, done_before)
+        reached = [t.max_step for r, t in timelines.items() if r >= 0 and t.max_step is not None]
+        if reached:
+            done_before = max(reached) if done_before is None else max(done_before, *reached)
+        out.append(timelines)
+    return out
+
+
+def run_end(run: RunRecords, now: float) -> float:
+    return max(run.launch, run.end if run.end is not None else now)
 
 
 def build_ledger(runs: Sequence[RunRecords], now: float) -> Ledger:
@@ -234,12 +252,10 @@ def build_ledger(runs: Sequence[RunRecords], now: float) -> Ledger:
     launch order), at ``now`` for a run still going."""
     parts = dict.fromkeys(PARTS, 0.0)
     productive = lost = ranks = 0
-    done_before: int | None = None
     previous_end: float | None = None
-    for run in runs:
+    for run, timelines in zip(runs, job_timelines(runs, now), strict=True):
         if previous_end is not None and run.launch > previous_end:
             parts["preemption"] += run.launch - previous_end
-        timelines = run_timelines(run, now, done_before)
         for line in timelines.values():
             for s in line.segments:
                 parts[s.part] += (s.end - s.start) / len(timelines)
@@ -248,10 +264,7 @@ def build_ledger(runs: Sequence[RunRecords], now: float) -> Ledger:
             productive += max(line.productive_steps for line in reporting)
             lost += max(line.lost_steps for line in reporting)
             ranks = max(ranks, len(reporting))
-            reached = [line.max_step for line in reporting if line.max_step is not None]
-            if reached:
-                done_before = max(reached) if done_before is None else max(done_before, *reached)
-        previous_end = max(run.launch, run.end if run.end is not None else now)
+        previous_end = run_end(run, now)
     wall = (previous_end - runs[0].launch) if runs and previous_end is not None else 0.0
     return Ledger(wall, parts, productive, lost, [r.job_id for r in runs], ranks)
 

@@ -207,14 +207,17 @@ class LedgerKeeper:
         self.latest: RunRecords | None = None
         """This run's records as the last ledger saw them."""
 
-    def ledger(self, now: float | None = None, final_state: str | None = None) -> Ledger:
-        """The ledger at ``now``; ``final_state``: as the run ends now in that state (its
-        launcher computes it before it writes the summary)."""
-        now = time.time() if now is None else now
+    def runs(self, now: float, final_state: str | None = None) -> list[RunRecords]:
+        """The runs' records; ``final_state``: this run as it ends at ``now`` in that state
+        (its launcher computes the ledger before it writes the summary)."""
         run = self.latest = self.reader.read()
         if final_state is not None:
             run = dataclasses.replace(run, end=now, state=final_state)
-        return build_ledger([*self._earlier, run], now)
+        return [*self._earlier, run]
+
+    def ledger(self, now: float | None = None, final_state: str | None = None) -> Ledger:
+        now = time.time() if now is None else now
+        return build_ledger(self.runs(now, final_state), now)
 
     def write(self, now: float | None = None, final_state: str | None = None) -> Ledger:
         """Recompute the ledger and replace ``goodput.json`` with it."""
