@@ -7,7 +7,7 @@ pre-hook (``register_module_forward_pre_hook``) looks for the first
 script without DDP pays for it during its first :data:`LOOK_FOR_DDP` module calls only). On
 that module, a gradient hook on every parameter notes when the rank's last gradient of the
 step was ready: its *arrival* at the step's all-reduce, before any wait for its peers. At the
-next forward (and at exit) the step's arrival is appended to
+next forward (or when the script returns) the step's arrival is appended to
 ``<job_dir>/metrics/steps/rank-<N>.jsonl`` as ``{"time": arrival, "step": k}``, through a
 buffer (about a microsecond per step). The straggler rule compares these arrivals across
 ranks; the ledger takes them as the rank's steps.
@@ -79,8 +79,14 @@ class StepCounter:
             self._lines.add({"time": self._arrival, "step": self.step})
             self._arrival = None
 
-    def _at_exit(self) -> None:
+    def finish(self) -> None:
+        """The script returned: its last step is done too."""
         self._write()
+        self._lines.flush()
+
+    def _at_exit(self) -> None:
+        # Not the step in progress: a rank leaving on an error (a peer died in that step's
+        # all-reduce) did not finish it.
         self._lines.flush()
 
 
@@ -90,6 +96,12 @@ _counter: StepCounter | None = None
 def install(job_dir: str, rank: int) -> None:
     global _counter
     _counter = StepCounter(Path(job_dir) / RANK_DIR / STEPS_DIR / f"rank-{rank}.jsonl")
+
+
+def finish() -> None:
+    """The script succeeded (the bootstrap): record its last step."""
+    if _counter is not None:
+        _counter.finish()
 
 
 def resumed_at(step: int) -> None:
