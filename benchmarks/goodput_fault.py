@@ -6,7 +6,8 @@ without the fault, in the same run.
 The job: examples/elastic/train.py (48 steps, checkpoints every 10) on 2 hosts x 1 process,
 ``elastic.max_restarts: 1``, under benchmarks/workloads/faulty.py, which logs every step of
 every rank with its wall time; with the fault, rank 1 SIGKILLs itself at step 25 of its first
-attempt (the job restarts from the checkpoint of step 20: steps 21-25 run twice). tenter
+attempt (the job restarts from the checkpoint of step 20: steps 21-25 run twice). Each step
+is made 100 ms longer (faulty.py's STEP_SLEEP_S), so that training is a visible share. tenter
 counts the example's DDP steps itself (it does not call tenter.report).
 
 Prints per run the ledger's wall time against the launcher's duration (``summary.json``'s
@@ -54,6 +55,7 @@ def run_job(work: Path, fault: bool) -> dict[str, float]:
             "FAULT": "kill_worker",
             "FAULT_RANK": "1",
             "FAULT_STEP": "25" if fault else str(10**9),
+            "STEP_SLEEP_S": "0.1",
         },
     }
     path = work / f"{name}.yaml"

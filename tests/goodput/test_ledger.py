@@ -167,3 +167,10 @@ def test_build_ledger_parts_add_up_to_wall_time(records, now):
     assert all(seconds >= -1e-9 for seconds in ledger.parts.values())
     assert math.isclose(sum(ledger.parts.values()), ledger.wall_s, rel_tol=1e-9, abs_tol=1e-6)
     assert 0.0 <= ledger.goodput <= 1.0 + 1e-9
+
+
+def test_build_ledger_counts_a_run_stopped_for_a_hang_as_hang_to_its_end():
+    steps = {0: [(1.0, 1), (2.0, 2)]}
+    ledger = build_ledger([run(steps, end=9.0, state="hang", faults=[Fault(6.0, HANG)])], 9.0)
+    assert ledger.parts["hang"] == pytest.approx(7.0)
+    assert ledger.parts["fault"] == 0.0

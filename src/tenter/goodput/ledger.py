@@ -194,6 +194,8 @@ def _tail(
     if not stepped:
         return [Segment(cursor, until, "startup")]
     in_tail = [f for f in faults if cursor < f.time <= until]
+    if run.end is not None and run.state == HANG:
+        return [Segment(cursor, until, "hang")]  # stopped for it: detection, report and stop
     if in_tail:
         return _split_gap(cursor, until, in_tail)
     if run.end is None:

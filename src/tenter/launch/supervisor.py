@@ -29,7 +29,7 @@ from tenter.goodput.records import LedgerKeeper, record_hang, record_straggler
 from tenter.goodput.stragglers import Straggler, StragglerRule, find_stragglers
 from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult
-from tenter.launch import hang, report
+from tenter.launch import flight_recorder, hang, report
 from tenter.launch.console import EventFeed, say
 from tenter.launch.isolation import hosts as isolated_hosts
 from tenter.launch.isolation.network import HostNetwork
@@ -42,6 +42,8 @@ POLL_S = 0.05
 """How often the launcher checks its processes, error files and hang records: often enough
 that a failure stops the job well within a second, rarely enough to leave the cores to the
 ranks."""
+FLIGHT_RECORDER_WAIT_S = 2.0
+"""How long the hang report waits for the ranks' flight recorders, after their stacks."""
 LEDGER_S = 2.0
 """How often the goodput ledger in the job directory is brought up to date."""
 AGENT_REPORT_S = 1.0
@@ -327,9 +329,15 @@ class Supervisor:
         if verdict is None:
             return False
         record_hang(self.plan.job_dir)
+        asked = flight_recorder.request_dumps(self.plan.job_dir)
         stacks = hang.collect_stacks(progress)
         states = {p.rank: hang.process_state(p.pid) for p in progress}
         text = hang.report(progress, stacks, time.time(), states)
+        answering = {p.rank: p.stem for p in progress if p.state != hang.EXITING}
+        dumps = flight_recorder.collect_dumps(answering, asked, FLIGHT_RECORDER_WAIT_S)
+        found = flight_recorder.culprits(dumps, {p.rank: p.host for p in progress})
+        if found:
+            text += "\n" + "\n".join(found)
         text = f"hang: {verdict}\n{text}"
         (Path(self.plan.job_dir) / "hang-report.txt").write_text(text + "\n")
         self.extra.append(text)

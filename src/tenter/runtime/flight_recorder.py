@@ -17,7 +17,7 @@ import os
 import threading
 from pathlib import Path
 
-from tenter.jobdir.control import control_dir
+from tenter.jobdir.control import FLIGHT_RECORDER_REQUEST, control_dir, flight_recorder_dump
 from tenter.jobdir.layout import write_atomic_bytes
 from tenter.runtime.compat import (
     FLIGHT_RECORDER_BUFFER_VARS,
@@ -28,8 +28,6 @@ from tenter.runtime.compat import (
 
 BUFFER_ENTRIES = 2000
 POLL_S = 0.5
-REQUEST_FILE = "flight-recorder"
-DUMP_SUFFIX = ".fr.pkl"
 
 
 def enable(stem: str, job_dir: str) -> None:
@@ -40,9 +38,9 @@ def enable(stem: str, job_dir: str) -> None:
         os.environ.setdefault(name, value)
     for name in NCCL_DUMP_FILE_VARS:
         os.environ.setdefault(name, f"{stem}.nccl-fr-")
-    request = control_dir(job_dir) / REQUEST_FILE
+    request = control_dir(job_dir) / FLIGHT_RECORDER_REQUEST
     thread = threading.Thread(
-        target=_serve, args=(request, Path(f"{stem}{DUMP_SUFFIX}")), daemon=True
+        target=_serve, args=(request, flight_recorder_dump(stem)), daemon=True
     )
     thread.name = "tenter-flight-recorder"
     thread.start()
