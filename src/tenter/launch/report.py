@@ -387,7 +387,7 @@ def _final_ledger(plan: Plan, state: str) -> dict[str, Any]:
     when its records cannot be read (the summary goes on without it)."""
     try:
         return LedgerKeeper(plan.job_dir).write(final_state=state).to_dict()
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("no goodput ledger for %s: %s", plan.job_id, e)
         return {}
 

@@ -45,7 +45,9 @@ ranks."""
 FLIGHT_RECORDER_WAIT_S = 2.0
 """How long the hang report waits for the ranks' flight recorders, after their stacks."""
 LEDGER_S = 2.0
-"""How often the goodput ledger in the job directory is brought up to date."""
+"""How often the goodput ledger in the job directory is brought up to date (at most)."""
+LEDGER_SHARE = 50
+"""The ledger's interval is at least this many times the time one pass takes."""
 AGENT_REPORT_S = 1.0
 """How long an agent takes, past the grace period, to kill its workers and write its result."""
 EXIT_BY_STOP = {
@@ -306,19 +308,32 @@ class Supervisor:
     def _keep_ledger(self) -> None:
         """Rewrite ``goodput.json`` every LEDGER_S while the job runs (the summary has the
         final one), and name the stragglers that appeared."""
-        if time.monotonic() < self._next_ledger:
+        started = time.monotonic()
+        if started < self._next_ledger:
             return
-        self._next_ledger = time.monotonic() + LEDGER_S
+        try:
+            self._ledger_pass()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            # A full disk, a damaged record: the job goes on without its ledger (said once).
+            self._next_ledger = float("inf")
+            say(f"the goodput ledger is no longer kept: {e!r}")
+            return
+        # A pass reads the records once but reckons over all of them: a long job's passes
+        # are spaced out so that they take at most 1/LEDGER_SHARE of a core.
+        self._next_ledger = started + max(LEDGER_S, LEDGER_SHARE * (time.monotonic() - started))
+
+    def _ledger_pass(self) -> None:
         if self._ledger is None:
             self._ledger = LedgerKeeper(self.plan.job_dir)
         self._ledger.write()
-        if self._straggler_rule is not None:
-            steps, hosts = self._ledger.reader.arrivals, self._ledger.reader.hosts
-            for straggler in find_stragglers(steps, hosts, self._straggler_rule):
-                if straggler.rank not in self.stragglers:
-                    self.stragglers[straggler.rank] = straggler
-                    record_straggler(self.plan.job_dir, straggler)
-                    say(f"straggler: {straggler.text}")
+        if self._straggler_rule is None:
+            return
+        steps, hosts = self._ledger.reader.arrivals, self._ledger.reader.hosts
+        for straggler in find_stragglers(steps, hosts, self._straggler_rule):
+            if straggler.rank not in self.stragglers:
+                self.stragglers[straggler.rank] = straggler
+                record_straggler(self.plan.job_dir, straggler)
+                say(f"straggler: {straggler.text}")
 
     def _hung(self) -> bool:
         if not self.plan.hang_timeout or time.monotonic() < self._next_hang_check:
