@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import random
+import statistics
 
-from tenter.goodput.stragglers import StragglerRule, busy_times, find_stragglers
+from tenter.goodput.stragglers import (
+    StragglerRule,
+    _median_without,
+    busy_times,
+    find_stragglers,
+)
 
 RULE = StragglerRule(window=5, windows=3, ratio=1.15, min_excess_s=0.01)
 HOSTS = {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}
@@ -79,3 +85,13 @@ def test_find_stragglers_counts_only_latest_attempt():
     steps = {r: before[r] + [(t + 100, s) for t, s in after[r]] for r in (0, 1)}
     assert find_stragglers(steps, HOSTS, RULE) == []
     assert [s.rank for s in find_stragglers(before, HOSTS, RULE)] == [1]
+
+
+def test_median_without_is_the_median_of_the_others():
+    rng = random.Random(1)
+    for n in range(2, 12):
+        values = sorted(rng.choice([0.1, 0.2, 0.3, rng.random()]) for _ in range(n))
+        for v in values:
+            others = list(values)
+            others.remove(v)
+            assert _median_without(values, v) == statistics.median(others)

@@ -78,7 +78,7 @@ class RunRecords:
     faults: Sequence[Fault] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Segment:
     start: float
     end: float
@@ -160,7 +160,7 @@ def rank_timeline(
         key=lambda r: r[0],
     )
     for time, step in reports:
-        in_gap = [f for f in faults if cursor < f.time <= time]
+        in_gap = [f for f in faults if cursor < f.time <= time] if faults else []
         resumed = previous is not None and (step <= previous or bool(in_gap))
         if previous is None:
             segments.append(Segment(cursor, time, "startup"))

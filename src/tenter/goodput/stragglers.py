@@ -24,6 +24,7 @@ Only the steps of the ranks' latest attempt count (a restart starts afresh).
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -84,6 +85,18 @@ def _latest_attempt(reports: Sequence[tuple[float, int]]) -> dict[int, float]:
     return out
 
 
+def _median_without(ordered: list[float], value: float) -> float:
+    """The median of ``ordered`` (sorted) less one occurrence of ``value``, in O(log n): the
+    other ranks' median for every rank of a window without sorting them again each time."""
+    i = bisect.bisect_left(ordered, value)
+    n = len(ordered) - 1
+
+    def at(k: int) -> float:  # the k-th of the remaining values
+        return ordered[k if k < i else k + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
 def busy_times(steps: Mapping[int, Sequence[tuple[float, int]]]) -> dict[int, dict[int, float]]:
     """step -> {rank: busy time}, for the steps every rank arrived at (and at the one
     before)."""
@@ -115,8 +128,9 @@ def find_stragglers(
         medians = {
             rank: statistics.median(busy[step][rank] for step in window) for rank in busy[window[0]]
         }
+        ordered_medians = sorted(medians.values())
         for rank, mine in medians.items():
-            others = statistics.median(m for r, m in medians.items() if r != rank)
+            others = _median_without(ordered_medians, mine)
             slow = mine > rule.ratio * others and mine - others > rule.min_excess_s
             streak[rank] = streak.get(rank, 0) + 1 if slow else 0
             if streak[rank] >= rule.windows and rank not in named:
