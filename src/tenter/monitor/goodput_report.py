@@ -1,14 +1,17 @@
-"""``tenter report``'s goodput section: the ledger's parts as a table, and ``goodput.png``, a
+"""Where the time went, shown: the live view's lines (:class:`GoodputFeed`, :func:`time_lines`)
+and ``tenter report``'s goodput section: the ledger's parts as a table, and ``goodput.png``, a
 time line per rank with each piece coloured by its part (docs/goodput.md)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 from tenter.goodput.ledger import PARTS, Ledger, job_timelines, run_end, summary_line
-from tenter.goodput.records import LedgerKeeper
+from tenter.goodput.records import GOODPUT_FILE, STRAGGLER_EVENT, LedgerKeeper
+from tenter.jobdir.records import EVENTS_FILE, JsonlFollower
 
 COLOURS = {
     "startup": "tab:gray",
@@ -21,6 +24,34 @@ COLOURS = {
     "teardown": "lightgray",
 }
 """Each part's colour: green is time that trained."""
+
+
+class GoodputFeed:
+    """What the launcher keeps of a running job's ledger and stragglers, for the live view."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self._job_dir = job_dir
+        self._events = JsonlFollower(job_dir / EVENTS_FILE)
+        self._named: list[str] = []
+
+    def ledger(self) -> Ledger | None:
+        try:
+            return Ledger.from_dict(json.loads((self._job_dir / GOODPUT_FILE).read_text()))
+        except (OSError, ValueError, KeyError):
+            return None  # not written yet
+
+    def stragglers(self) -> list[str]:
+        """The stragglers named so far, a line each."""
+        for event in self._events.read_new():
+            if event.get("event") == STRAGGLER_EVENT:
+                self._named.append(str(event["text"]))
+        return list(self._named)
+
+
+def time_lines(ledger: Ledger | None, stragglers: list[str]) -> list[str]:
+    """Where the time went so far: goodput, and the stragglers named."""
+    lines = [summary_line(ledger)] if ledger is not None else []
+    return lines + [f"straggler: {text}" for text in stragglers]
 
 
 def goodput_section(job_dir: Path, out: Path, pyplot: Any) -> list[str]:

@@ -41,10 +41,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from tenter.contract.plan import Plan
-from tenter.goodput.ledger import Ledger, summary_line
-from tenter.goodput.records import GOODPUT_FILE, STRAGGLER_EVENT
-from tenter.jobdir.records import EVENTS_FILE
+from tenter.goodput.ledger import Ledger
 from tenter.launch.console import read_index, say
+from tenter.monitor.goodput_report import GoodputFeed, time_lines
 from tenter.monitor.gpu import GpuUsage, Nvml, open_nvml
 from tenter.monitor.records import METRICS_FILE, JsonlFollower, Sample, rank_file
 
@@ -231,9 +230,7 @@ class LiveView:
         self._started = clock()
         self._last_status = self._started
         self._feeds: dict[int, _RankFeed] = {}
-        self._job_dir = Path(plan.job_dir)
-        self._events = JsonlFollower(self._job_dir / EVENTS_FILE)
-        self._named: list[str] = []
+        self._goodput = GoodputFeed(Path(plan.job_dir))
         self._processes = _WorkerProcesses(plan.job_id)
         self._nvml: Nvml | None = None
         self.gpu_note = ""
@@ -344,19 +341,9 @@ class LiveView:
                 )
             )
         snapshot = _summarise(now, now - self._started, ranks, self._nvml is not None)
-        return dataclasses.replace(snapshot, goodput=self._ledger(), stragglers=self._stragglers())
-
-    def _ledger(self) -> Ledger | None:
-        try:
-            return Ledger.from_dict(json.loads((self._job_dir / GOODPUT_FILE).read_text()))
-        except (OSError, ValueError, KeyError):
-            return None  # not written yet
-
-    def _stragglers(self) -> list[str]:
-        for event in self._events.read_new():
-            if event.get("event") == STRAGGLER_EVENT:
-                self._named.append(str(event["text"]))
-        return list(self._named)
+        return dataclasses.replace(
+            snapshot, goodput=self._goodput.ledger(), stragglers=self._goodput.stragglers()
+        )
 
     def _state(
         self, rank: int, entry: dict[str, Any] | None, used: _Usage | None, feed: _RankFeed
@@ -479,9 +466,7 @@ def status_line(snapshot: Snapshot) -> str:
 
 
 def _time_lines(snapshot: Snapshot) -> list[str]:
-    """Where the time went so far: goodput, and the stragglers named."""
-    lines = [summary_line(snapshot.goodput)] if snapshot.goodput is not None else []
-    return lines + [f"straggler: {text}" for text in snapshot.stragglers]
+    return time_lines(snapshot.goodput, snapshot.stragglers)
 
 
 def render(snapshot: Snapshot) -> RenderableType:
