@@ -1,7 +1,8 @@
 """Runs a training script (argv[1:]) unchanged, except that every rank appends
 ``<wall time> <step>`` to ``$TIMES_DIR/steps-<rank>`` after each step, and that rank
 FAULT_RANK, on reaching step FAULT_STEP the first time (no ``$TIMES_DIR/fault`` yet), records
-the time there and does FAULT (one of :data:`FAULTS`). For benchmarks/recovery.py; the same
+the time there and does FAULT (one of :data:`FAULTS`); ``STEP_SLEEP_S`` (default 0) makes each
+step that much longer. For benchmarks/recovery.py; the same
 under tenter and torchrun.
 
 A step is seen where the script reports it: ``tenter.checkpoint.Checkpointer.maybe_save``
@@ -73,6 +74,7 @@ steps = open(times / f"steps-{rank}", "a")  # noqa: SIM115 (open for the process
 fault_step = int(os.environ["FAULT_STEP"])
 faulty = rank == os.environ["FAULT_RANK"] and not (times / "fault").exists()
 last_step = -1
+STEP_SLEEP_S = float(os.environ.get("STEP_SLEEP_S", "0"))
 
 
 def record(step: int, everyone: bool = True) -> None:
@@ -84,6 +86,7 @@ def record(step: int, everyone: bool = True) -> None:
     last_step = step
     steps.write(f"{time.time()!r} {step}\n")
     steps.flush()
+    time.sleep(STEP_SLEEP_S)  # a longer step (the example's take milliseconds)
     if faulty and step >= fault_step and everyone:
         faulty = False
         (times / "fault").write_text(repr(time.time()))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+from tenter.jobdir.results import JobResult, write_result
 from tenter.monitor.job_report import step_times, throughput_timeline
 from tenter.monitor.records import Sample
 from tests.conftest import tenter
@@ -29,9 +31,23 @@ def test_report_writes_plots_and_marks_the_straggler() -> None:
     page = (job_dir / "report" / "report.md").read_text()
     assert "| 3 **straggler** | algo-2 | 11 | 352 | 2.0 s | 2.0 s | 16 | 50 | 4 MiB |" in page
     assert "| 0 | algo-1 | 11 | 352 | 1.0 s | 1.0 s | 32 | 50 | 1 MiB |" in page
-    for name in ("throughput.png", "step_times.png", "utilization.png"):
+    for name in ("throughput.png", "step_times.png", "utilization.png", "goodput.png"):
         assert f"]({name})" in page
         assert (job_dir / "report" / name).read_bytes().startswith(PNG)
+
+
+def test_report_shows_goodput_ledger_parts() -> None:
+    plan = fake_job()
+    job_dir = Path(plan.job_dir)
+    os.utime(job_dir / "plan.json", (T0 - 10, T0 - 10))  # launched 10 s before the first step
+    write_result(job_dir, JobResult(plan.job_id, plan.job_dir, 0, 25.0, 2, 2))
+    os.utime(job_dir / "summary.json", (T0 + 15, T0 + 15))  # ended 5 s after step 11
+    done = tenter("report", plan.job_id)
+    assert done.returncode == 0, done.stderr
+    page = (job_dir / "report" / "report.md").read_text()
+    assert "goodput 40.0 %: productive 10.0 s of 25.0 s; startup 10.0 s, teardown 5.0 s" in page
+    assert "| startup | 10.0 | 40.0 % |" in page
+    assert (job_dir / "report" / "goodput.png").read_bytes().startswith(PNG)
 
 
 def test_report_exits_4_naming_job_if_there_is_no_such_job() -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import urllib.request
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tenter.monitor.live import LiveView
+from tenter.goodput.records import LedgerKeeper, record_straggler
+from tenter.goodput.stragglers import Straggler
+from tenter.monitor.live import LiveView, status_line
 from tenter.monitor.prometheus import metric_name
 from tests.monitor.helpers import T0, fake_job
 
@@ -43,3 +47,33 @@ def test_metrics_endpoint_serves_every_rank_in_prometheus_text_format() -> None:
 
 def test_metric_name_keeps_only_characters_prometheus_allows() -> None:
     assert metric_name("grad-norm/layer.1") == "tenter_script_grad_norm_layer_1"
+
+
+def test_metrics_endpoint_serves_goodput_ledger_and_stragglers() -> None:
+    plan = fake_job()
+    job_dir = Path(plan.job_dir)
+    os.utime(job_dir / "plan.json", (T0 - 5, T0 - 5))  # launched 5 s before the first step
+    LedgerKeeper(job_dir).write(now=T0 + 30)
+    straggler = Straggler(rank=2, host="algo-2", step=16, busy_s=0.13, others_s=0.1)
+    record_straggler(plan.job_dir, straggler)
+    view = LiveView(plan, live=False, metrics_port=0, clock=lambda: T0 + 30)
+    try:
+        assert view.metrics_url is not None
+        snapshot = view.poll()
+        with urllib.request.urlopen(view.metrics_url, timeout=30) as response:
+            text = response.read().decode()
+    finally:
+        view.stop()
+    samples = {
+        (s.name, s.labels.get("part")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    # Each rank: 5 s to its first report, then 10 s of steps and 20 s of the step it computes.
+    assert samples["tenter_job_wall_seconds", None] == 35.0
+    assert samples["tenter_job_time_seconds", "startup"] == 5.0
+    assert samples["tenter_job_time_seconds", "productive"] == 30.0
+    assert samples["tenter_job_goodput_ratio", None] == 30.0 / 35.0
+    assert samples["tenter_job_stragglers", None] == 1
+    assert snapshot.stragglers == [straggler.text]
+    assert "goodput 85.7 %: productive 30.0 s of 35.0 s; startup 5.0 s" in status_line(snapshot)

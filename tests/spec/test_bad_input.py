@@ -150,6 +150,16 @@ CASES = [
         "checkpoint.preemption_grace: '30s' is invalid",
         BASE + "checkpoint: {preemption_grace: 30s}\n",
     ),
+    BadInput(
+        "straggler ratio not above 1",
+        "stragglers.ratio: 0.9 is invalid",
+        BASE + "stragglers: {ratio: 0.9}\n",
+    ),
+    BadInput(
+        "straggler field misspelt",
+        "stragglers.windw: unknown field. Did you mean 'window'?",
+        BASE + "stragglers: {windw: 5}\n",
+    ),
     BadInput("spec file over 8 MiB", "is larger than 8 MiB", BASE + "# " + "x" * 9 * 2**20 + "\n"),
 ]
 

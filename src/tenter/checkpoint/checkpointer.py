@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,7 +57,9 @@ from tenter.checkpoint import atomic
 from tenter.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from tenter.checkpoint.state import rng_state, set_rng_state, snapshot
 from tenter.checkpoint.writer import AsyncWriter
+from tenter.goodput.records import record_checkpoint
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
+from tenter.runtime import steps
 from tenter.runtime.preemption import Preemption
 
 log = logging.getLogger(__name__)
@@ -238,6 +241,7 @@ class Checkpointer:
         # Last, so that nothing above draws from the restored generators.
         set_rng_state(own["rng"])
         self._last_step = latest.step
+        steps.resumed_at(latest.step)
         return latest.step
 
     def maybe_save(self, step: int) -> bool:
@@ -266,6 +270,7 @@ class Checkpointer:
         Returns the checkpoint's folder; it is complete on return, or (with ``async_save``)
         once :meth:`wait` returns. Saving the step last saved or resumed does nothing.
         """
+        start = time.time()  # waiting for the previous asynchronous save blocks too
         self.wait()
         name = atomic.checkpoint_name(step)
         if step == self._last_step:
@@ -300,6 +305,10 @@ class Checkpointer:
             self._writer.submit(finish)
             self._pending_step = step
         self._last_step = step
+        job_dir = os.environ.get("TENTER_JOB_DIR")
+        if job_dir:  # for the goodput ledger: the time training stood still for it
+            host = os.environ.get("TENTER_HOST", "")
+            record_checkpoint(job_dir, self._rank, host, step, start)
         return self.dir / name
 
     def wait(self) -> None:

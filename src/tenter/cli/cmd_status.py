@@ -1,7 +1,8 @@
 """``tenter status JOB``: where a job is now, on any backend.
 
 A finished job's outcome is its ``summary.json``; a job still going is asked of its backend
-through the handle in its job directory (its processes on this machine for local and mpi jobs;
+through the handle in its job directory, and its goodput ledger (docs/goodput.md) is computed from
+its records now (its processes on this machine for local and mpi jobs;
 squeue/scontrol/sacct for Slurm; the API server for Kubernetes).
 """
 
@@ -25,6 +26,8 @@ def add_parser(sub: Any) -> None:
 
 
 def show_status(args: argparse.Namespace) -> int:
+    from tenter.goodput.ledger import summary_line
+    from tenter.goodput.records import job_ledger
     from tenter.jobdir.lookup import open_handle
     from tenter.jobdir.results import read_result
     from tenter.launch.api import get_backend
@@ -39,4 +42,5 @@ def show_status(args: argparse.Namespace) -> int:
         return 0
     status = get_backend(handle.backend).status(handle)
     print(f"job {handle.job_id}: {status.text} (backend {handle.backend})")
+    print(summary_line(job_ledger(handle.job_dir)))
     return 0

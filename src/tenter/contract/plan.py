@@ -89,6 +89,8 @@ class Plan:
     max_run: int | None = None
     preemption_grace: int = 30
     """Seconds a preempted job gets for its final checkpoint (the spec's checkpoint field)."""
+    stragglers: dict[str, float] = field(default_factory=dict)
+    """The straggler rule (window, windows, ratio, min_excess_s); empty: no detection."""
     console_ranks: list[int] | None = None
     tag_output: bool = True
     launcher: list[str] = field(default_factory=list)
@@ -321,6 +323,9 @@ def make_plan(
         on_hang=elastic.on_hang,
         max_run=spec.max_run,
         preemption_grace=spec.checkpoint.preemption_grace,
+        stragglers=spec.stragglers.model_dump(exclude={"enabled"})
+        if spec.stragglers.enabled
+        else {},
         console_ranks=spec.logs.ranks,
         tag_output=spec.logs.tag,
         replica_groups=groups,

@@ -3,6 +3,8 @@
     <job_dir>/control/preempt              a preemption was requested: when, by whom, the grace
     <job_dir>/control/stopping-<host>      that host's agent is stopping its workers itself
     <job_dir>/control/preempted-rank-<N>   rank N stopped for the preemption: step, checkpoint
+    <job_dir>/control/flight-recorder      a hang: every rank writes torch's flight recorder to
+                                           <log stem>.fr.pkl (when newer than its last dump)
 
 Files rather than signals: the launcher of a local job does not signal its workers (they run
 in sessions of their own, under their agents), a file is seen by every simulated host and, on
@@ -23,6 +25,12 @@ CONTROL_DIR = "control"
 PREEMPT_REQUEST = "preempt"
 STOPPING_PREFIX = "stopping-"
 PREEMPTED_PREFIX = "preempted-rank-"
+FLIGHT_RECORDER_REQUEST = "flight-recorder"
+
+
+def flight_recorder_dump(stem: str) -> Path:
+    """Where the rank of log stem ``stem`` writes its flight recorder when asked."""
+    return Path(f"{stem}.fr.pkl")
 
 
 def control_dir(job_dir: str | Path) -> Path:

@@ -67,9 +67,14 @@ def create_host(host: HostTree) -> None:
 
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` in one step: a reader sees the old file or the new one, never half."""
+    write_atomic_bytes(path, text.encode())
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
+    """:func:`write_atomic` of bytes."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_bytes(data)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind

@@ -55,6 +55,10 @@ class JobResult:
     """The end-of-job report (root cause first when it failed)."""
     rdzv_endpoint: str = ""
     """Where the rendezvous store listened (released when the job ended)."""
+    goodput: dict[str, Any] = field(default_factory=dict)
+    """The goodput ledger at the job's end (tenter.goodput: parts, goodput, lost steps)."""
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    """The ranks found persistently slower than the others (tenter.goodput.stragglers)."""
 
     @property
     def ok(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import signal
@@ -19,10 +20,13 @@ from typing import Any
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import finished_marker
+from tenter.goodput.ledger import Ledger, summary_line
+from tenter.goodput.records import LedgerKeeper
 from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult, write_result
 from tenter.launch.console import read_index
 
+log = logging.getLogger(__name__)
 AGENT_RESULT = "agent-result.json"
 HOST_RANK = -1
 """The rank of a failure that is a whole host's (its agent died), not one rank's."""
@@ -303,6 +307,8 @@ class Outcome:
     """The kernel's OOM kills during the job; None where it does not say."""
     notes: list[str] = dataclasses.field(default_factory=list)
     """Lines for every summary, succeeded or not (ranks that crashed after finishing)."""
+    stragglers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Stragglers named while the job ran (summary.json), each with its line (``text``)."""
 
 
 def _root_cause_lines(root: Failure, oom_kills: int | None) -> list[str]:
@@ -322,6 +328,13 @@ def _root_cause_lines(root: Failure, oom_kills: int | None) -> list[str]:
     return lines
 
 
+def _time_lines(result: JobResult, indent: str) -> list[str]:
+    """Where the time went: the goodput line, the stragglers named."""
+    lines = [summary_line(Ledger.from_dict(result.goodput))] if result.goodput else []
+    lines += [f"straggler: {s['text']}" for s in result.stragglers]
+    return [indent + line for line in lines]
+
+
 def render_summary(result: JobResult, plan: Plan, outcome: Outcome) -> str:
     """The end-of-job report: the root cause first, with its traceback."""
     head = f"job {result.job_id} "
@@ -337,6 +350,7 @@ def render_summary(result: JobResult, plan: Plan, outcome: Outcome) -> str:
         return "\n".join(
             [
                 head + f"succeeded in {result.duration_s:.1f} s ({size})",
+                *_time_lines(result, "  "),
                 *[f"  host {name} lost: {why}" for name, why in outcome.lost_hosts.items()],
                 *[f"  note: {note}" for note in outcome.notes],
                 f"  model:   {Path(survivor.dir) / 'model'}",
@@ -347,6 +361,7 @@ def render_summary(result: JobResult, plan: Plan, outcome: Outcome) -> str:
     state = f"was {result.state}" if result.state in ("interrupted", "preempted") else "FAILED"
     lines = [
         head + f"{state} after {result.duration_s:.1f} s ({size})",
+        *_time_lines(result, ""),
         *outcome.extra,
         *[f"note: {note}" for note in outcome.notes],
     ]
@@ -367,6 +382,16 @@ def render_summary(result: JobResult, plan: Plan, outcome: Outcome) -> str:
     return "\n".join(lines)
 
 
+def _final_ledger(plan: Plan, state: str) -> dict[str, Any]:
+    """The job's goodput ledger as it ended (``state``), also kept in ``goodput.json``; empty
+    when its records cannot be read (the summary goes on without it)."""
+    try:
+        return LedgerKeeper(plan.job_dir).write(final_state=state).to_dict()
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("no goodput ledger for %s: %s", plan.job_id, e)
+        return {}
+
+
 def record_result(plan: Plan, failures: list[Failure], outcome: Outcome) -> JobResult:
     """The job's result, written where ``tenter status`` and SageMaker-style tooling read it
     (``summary.json``, each host's ``output/success|failure``), so that every backend that
@@ -385,7 +410,9 @@ def record_result(plan: Plan, failures: list[Failure], outcome: Outcome) -> JobR
         failures=failures,
         interrupted=outcome.interrupted,
         rdzv_endpoint=outcome.rdzv_endpoint,
+        stragglers=outcome.stragglers,
     )
+    result = dataclasses.replace(result, goodput=_final_ledger(plan, result.state))
     summary = render_summary(result, plan, outcome)
     why = None if result.ok else failure_reason(result)
     try:

@@ -25,9 +25,11 @@ from typing import Any, BinaryIO
 from tenter.contract.isolation import SWITCH_ADDR
 from tenter.contract.plan import HostPlan, Plan
 from tenter.errors import ExitCode, TenterError
+from tenter.goodput.records import LedgerKeeper, record_hang, record_straggler
+from tenter.goodput.stragglers import Straggler, StragglerRule, find_stragglers
 from tenter.jobdir import layout
 from tenter.jobdir.results import Failure, JobResult
-from tenter.launch import hang, report
+from tenter.launch import flight_recorder, hang, report
 from tenter.launch.console import EventFeed, say
 from tenter.launch.isolation import hosts as isolated_hosts
 from tenter.launch.isolation.network import HostNetwork
@@ -40,6 +42,12 @@ POLL_S = 0.05
 """How often the launcher checks its processes, error files and hang records: often enough
 that a failure stops the job well within a second, rarely enough to leave the cores to the
 ranks."""
+FLIGHT_RECORDER_WAIT_S = 2.0
+"""How long the hang report waits for the ranks' flight recorders, after their stacks."""
+LEDGER_S = 2.0
+"""How often the goodput ledger in the job directory is brought up to date (at most)."""
+LEDGER_SHARE = 50
+"""The ledger's interval is at least this many times the time one pass takes."""
 AGENT_REPORT_S = 1.0
 """How long an agent takes, past the grace period, to kill its workers and write its result."""
 EXIT_BY_STOP = {
@@ -150,6 +158,11 @@ class Supervisor:
         self._store_proc: subprocess.Popen[bytes] | None = None
         """The store's process on the isolated hosts' switch."""
         self._started = time.monotonic()
+        self._ledger: LedgerKeeper | None = None
+        self._next_ledger = 0.0
+        self._straggler_rule = StragglerRule(**plan.stragglers) if plan.stragglers else None  # type: ignore[arg-type]
+        self.stragglers: dict[int, Straggler] = {}
+        """The ranks named stragglers so far (each once)."""
 
     # ---- what a subclass provides ----
 
@@ -269,6 +282,7 @@ class Supervisor:
                 return "max_run"
             self.events.print_new()
             self.on_tick()
+            self._keep_ledger()
             if self._hung():
                 if self.plan.on_hang == "stop":
                     return "hang"
@@ -291,6 +305,36 @@ class Supervisor:
                     return True
         return False
 
+    def _keep_ledger(self) -> None:
+        """Rewrite ``goodput.json`` every LEDGER_S while the job runs (the summary has the
+        final one), and name the stragglers that appeared."""
+        started = time.monotonic()
+        if started < self._next_ledger:
+            return
+        try:
+            self._ledger_pass()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            # A full disk, a damaged record: the job goes on without its ledger (said once).
+            self._next_ledger = float("inf")
+            say(f"the goodput ledger is no longer kept: {e!r}")
+            return
+        # A pass reads the records once but reckons over all of them: a long job's passes
+        # are spaced out so that they take at most 1/LEDGER_SHARE of a core.
+        self._next_ledger = started + max(LEDGER_S, LEDGER_SHARE * (time.monotonic() - started))
+
+    def _ledger_pass(self) -> None:
+        if self._ledger is None:
+            self._ledger = LedgerKeeper(self.plan.job_dir)
+        self._ledger.write()
+        if self._straggler_rule is None:
+            return
+        steps, hosts = self._ledger.reader.arrivals, self._ledger.reader.hosts
+        for straggler in find_stragglers(steps, hosts, self._straggler_rule):
+            if straggler.rank not in self.stragglers:
+                self.stragglers[straggler.rank] = straggler
+                record_straggler(self.plan.job_dir, straggler)
+                say(f"straggler: {straggler.text}")
+
     def _hung(self) -> bool:
         if not self.plan.hang_timeout or time.monotonic() < self._next_hang_check:
             return False
@@ -299,9 +343,16 @@ class Supervisor:
         verdict = hang.hang_verdict(progress, time.time(), self.plan.hang_timeout)
         if verdict is None:
             return False
+        record_hang(self.plan.job_dir)
+        asked = flight_recorder.request_dumps(self.plan.job_dir)
         stacks = hang.collect_stacks(progress)
         states = {p.rank: hang.process_state(p.pid) for p in progress}
         text = hang.report(progress, stacks, time.time(), states)
+        answering = {p.rank: p.stem for p in progress if p.state != hang.EXITING}
+        dumps = flight_recorder.collect_dumps(answering, asked, FLIGHT_RECORDER_WAIT_S)
+        found = flight_recorder.culprits(dumps, {p.rank: p.host for p in progress})
+        if found:
+            text += "\n" + "\n".join(found)
         text = f"hang: {verdict}\n{text}"
         (Path(self.plan.job_dir) / "hang-report.txt").write_text(text + "\n")
         self.extra.append(text)
@@ -357,6 +408,7 @@ class Supervisor:
             rdzv_endpoint=f"{self.listen_addr}:{self.rdzv_port}",
             extra=extra,
             notes=crashed_at_exit,
+            stragglers=[s.to_dict() for _, s in sorted(self.stragglers.items())],
             lost_hosts=self.lost_hosts,
             oom_kills=None
             if oom_kills_after is None or self._oom_kills_before is None

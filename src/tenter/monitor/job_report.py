@@ -6,6 +6,8 @@ Writes into ``<job_dir>/report/``:
   time, samples/s, mean CPU, peak memory), stragglers marked, and the plots below;
 - ``throughput.png``: samples/s of the whole job over time (from ``tenter.report``);
 - ``step_times.png``: each rank's distribution of step times: a straggler's box sits higher;
+- ``goodput.png``: where the time went: each rank's time line coloured by the goodput
+  ledger's parts (start-up, productive steps, checkpoints, faults, lost work...);
 - ``utilization.png``: CPU (and GPU) busy per rank over time, and memory (from the live
   view's ``metrics.jsonl``; absent when the job ran without it).
 
@@ -26,6 +28,7 @@ from typing import Any
 
 from tenter.contract.plan import Plan
 from tenter.launch.console import read_index
+from tenter.monitor.goodput_report import goodput_section
 from tenter.monitor.live import format_bytes, format_duration
 from tenter.monitor.records import Sample, read_metrics, read_rank_samples
 
@@ -254,6 +257,7 @@ def write_report(job_dir: Path) -> Path:
         ("step_times.png", "Step times", _plot_step_times(ranks, slow, out / "step_times.png")),
         ("utilization.png", "Utilization", _plot_utilization(metrics, out / "utilization.png")),
     ]
+    lines += goodput_section(job_dir, out, _pyplot())
     for name, title, written in plots:
         if written:
             lines += [f"## {title}", "", f"![{title}]({name})", ""]

@@ -19,6 +19,7 @@ memory or GPU.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -40,7 +41,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from tenter.contract.plan import Plan
+from tenter.goodput.ledger import Ledger
 from tenter.launch.console import read_index, say
+from tenter.monitor.goodput_report import GoodputFeed, time_lines
 from tenter.monitor.gpu import GpuUsage, Nvml, open_nvml
 from tenter.monitor.records import METRICS_FILE, JsonlFollower, Sample, rank_file
 
@@ -87,6 +90,10 @@ class Snapshot:
     total_steps: int | None
     eta_s: float | None
     gpus: bool
+    goodput: Ledger | None = None
+    """The goodput ledger as the launcher last kept it (``goodput.json``)."""
+    stragglers: list[str] = field(default_factory=list)
+    """The stragglers named so far, a line each."""
 
     @property
     def reporting(self) -> bool:
@@ -223,6 +230,7 @@ class LiveView:
         self._started = clock()
         self._last_status = self._started
         self._feeds: dict[int, _RankFeed] = {}
+        self._goodput = GoodputFeed(Path(plan.job_dir))
         self._processes = _WorkerProcesses(plan.job_id)
         self._nvml: Nvml | None = None
         self.gpu_note = ""
@@ -332,7 +340,10 @@ class LiveView:
                     metrics=dict(feed.metrics),
                 )
             )
-        return _summarise(now, now - self._started, ranks, self._nvml is not None)
+        snapshot = _summarise(now, now - self._started, ranks, self._nvml is not None)
+        return dataclasses.replace(
+            snapshot, goodput=self._goodput.ledger(), stragglers=self._goodput.stragglers()
+        )
 
     def _state(
         self, rank: int, entry: dict[str, Any] | None, used: _Usage | None, feed: _RankFeed
@@ -451,7 +462,11 @@ def status_line(snapshot: Snapshot) -> str:
     losses = [r.loss for r in snapshot.ranks if r.loss is not None]
     if losses:
         text += f"; loss {statistics.mean(losses):.4g}"
-    return text
+    return text + "".join(f"\n{line}" for line in _time_lines(snapshot))
+
+
+def _time_lines(snapshot: Snapshot) -> list[str]:
+    return time_lines(snapshot.goodput, snapshot.stragglers)
 
 
 def render(snapshot: Snapshot) -> RenderableType:
@@ -499,4 +514,8 @@ def render(snapshot: Snapshot) -> RenderableType:
         progress.add_row(bar, _progress(snapshot))
     else:
         progress.add_row(_progress(snapshot))
-    return Group(table, *footer, progress)
+    lines = [
+        f"[bold yellow]{line}[/]" if line.startswith("straggler") else line
+        for line in _time_lines(snapshot)
+    ]
+    return Group(table, *footer, progress, *lines)

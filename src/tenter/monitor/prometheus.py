@@ -162,11 +162,29 @@ def _job_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
             snapshot.eta_s,
         ),
     }
+    ledger = snapshot.goodput
+    if ledger is not None:
+        values["tenter_job_goodput_ratio"] = ("Productive time / wall time so far.", ledger.goodput)
+        values["tenter_job_wall_seconds"] = ("Wall time of the job so far.", ledger.wall_s)
+        values["tenter_job_lost_steps"] = (
+            "Steps computed again after a resume.",
+            ledger.lost_steps,
+        )
+    values["tenter_job_stragglers"] = ("Ranks named stragglers so far.", len(snapshot.stragglers))
     for name, (doc, value) in values.items():
         if value is not None:
             family = GaugeMetricFamily(name, doc, labels=["job_id"])
             family.add_metric([job_id], value)
             yield family
+    if ledger is not None:
+        parts = GaugeMetricFamily(
+            "tenter_job_time_seconds",
+            "Wall time so far by the goodput ledger's part (they add up to the wall time).",
+            labels=["job_id", "part"],
+        )
+        for part, seconds in ledger.parts.items():
+            parts.add_metric([job_id, part], seconds)
+        yield parts
 
 
 class MetricsServer:

@@ -11,18 +11,24 @@ report; only what the script passed is present). A restarted rank appends to the
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RANK_DIR = "metrics"
+from tenter.jobdir.records import RANK_DIR, JsonlFollower, rank_file
+
+__all__ = [
+    "METRICS_FILE",
+    "RANK_DIR",
+    "JsonlFollower",
+    "Sample",
+    "rank_file",
+    "read_metrics",
+    "read_rank_samples",
+]
+
 METRICS_FILE = "metrics.jsonl"
-
-
-def rank_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
-    return Path(job_dir) / RANK_DIR / f"rank-{rank}.jsonl"
 
 
 @dataclass(frozen=True)
@@ -46,26 +52,6 @@ class Sample:
             total_steps=data.get("total_steps"),
             metrics=data.get("metrics", {}),
         )
-
-
-class JsonlFollower:
-    """Reads the complete lines appended to a file since the previous call."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-
-    def read_new(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as fp:
-                fp.seek(self._offset)
-                data = fp.read()
-        except FileNotFoundError:
-            return []
-        # A writer may be half-way through its line: leave that for the next call.
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
 
 
 def read_rank_samples(job_dir: str | os.PathLike[str]) -> dict[int, list[Sample]]:

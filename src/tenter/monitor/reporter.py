@@ -22,62 +22,12 @@ keywords (``lr=...``, ``epoch=...``) are recorded as numbers too.
 
 from __future__ import annotations
 
-import atexit
-import json
 import os
-import threading
 import time
 from typing import SupportsFloat
 
-from tenter.monitor.records import rank_file
-
-FLUSH_S = 0.5
-FLUSH_RECORDS = 4096
-"""Write early when this many records wait (a script reporting many thousand times a second)."""
-
-
-class Reporter:
-    """One rank's buffered writer of report records."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = path
-        self._records: list[dict[str, object]] = []
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def add(self, record: dict[str, object]) -> None:
-        with self._lock:
-            self._records.append(record)
-            full = len(self._records) >= FLUSH_RECORDS
-        if self._thread is None:
-            # Started on first use: a script that never reports gets no thread.
-            self._thread = threading.Thread(target=self._flush_forever, daemon=True)
-            self._thread.name = "tenter-report"
-            self._thread.start()
-            atexit.register(self.flush)
-        if full:
-            self.flush()
-
-    def flush(self) -> None:
-        with self._lock:
-            records, self._records = self._records, []
-        if not records:
-            return
-        text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        # One O_APPEND write: a reader never sees half of a flush's lines interleaved with
-        # another process's (a restarted rank appends to the same file).
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-
-    def _flush_forever(self) -> None:
-        while True:
-            time.sleep(FLUSH_S)
-            self.flush()
-
+from tenter.jobdir.records import BufferedLines as Reporter
+from tenter.jobdir.records import rank_file
 
 _reporter: Reporter | None = None
 _checked = False

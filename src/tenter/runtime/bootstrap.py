@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
 from tenter.contract.torchrun import finished_marker
-from tenter.runtime import warm
+from tenter.runtime import steps, warm
 
 
 def run(argv: list[str]) -> None:
@@ -53,6 +53,7 @@ def run(argv: list[str]) -> None:
 
 def _finish() -> None:
     """The script returned: say so, then release what it left for interpreter teardown."""
+    steps.finish()
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:
         try:
@@ -82,6 +83,9 @@ def main(argv: list[str]) -> int:
         from tenter.runtime import watchdog
 
         watchdog.install(watch_file)
+    job_dir = os.environ.get("TENTER_JOB_DIR")
+    if job_dir and os.environ.get("RANK", "").isdigit():
+        steps.install(job_dir, int(os.environ["RANK"]))
     try:
         run(argv)
     except SystemExit as e:

@@ -8,8 +8,9 @@ cooperation at read time: a rank blocked inside a collective, or sleeping, still
 where it was. ``SIGUSR1`` makes faulthandler write every thread's Python stack to
 ``<stem>.stacks`` from C, which also works while the main thread is blocked in C++.
 
-Collectives issued from C++ (DDP's gradient all-reduce) are not seen one by one; the DDP
-step count covers them.
+Collectives issued from C++ (DDP's gradient all-reduce) are not seen one by one here; the DDP
+step count covers them, and torch's flight recorder, turned on here
+(:mod:`tenter.runtime.flight_recorder`), records every one with its sequence number.
 
 A rank that leaves (``destroy_process_group``, or the interpreter's exit) records ``exiting``:
 the launcher neither counts a slow teardown as a hang nor asks it for stacks. At exit SIGUSR1 is
@@ -31,6 +32,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from tenter.runtime import flight_recorder
 
 RECORD_BYTES = 4096
 STARTED, EXITING = "started", "exiting"
@@ -101,6 +104,9 @@ def _watched(record: ProgressRecord, name: str, fn: Callable[..., Any]) -> Calla
 
 
 def install(path: str) -> None:
+    job_dir = os.environ.get("TENTER_JOB_DIR")
+    if job_dir:
+        flight_recorder.enable(path.removesuffix(".watch"), job_dir)
     record = ProgressRecord(path)
     for name in COLLECTIVES:
         if hasattr(dist, name):

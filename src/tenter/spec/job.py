@@ -19,6 +19,7 @@ from tenter.spec.kubernetes import KubernetesOptions
 from tenter.spec.mpi_options import MpiOptions
 from tenter.spec.mpirun import MpirunOptions
 from tenter.spec.slurm import SlurmOptions
+from tenter.spec.stragglers import Stragglers
 
 
 def _variable_text(value: object) -> object:
@@ -97,6 +98,8 @@ class JobSpec(StrictModel):
     root or unprivileged user namespaces (docs/isolation.md). ``none``: hosts share this
     machine's network, each on a loopback address of its own."""
     logs: LogOptions = LogOptions()
+    stragglers: Stragglers = Stragglers()
+    """When a rank counts as a straggler (docs/goodput.md)."""
     kubernetes: KubernetesOptions = KubernetesOptions()
     """Image, namespace and volumes of the job on ``backend: kubernetes``."""
     slurm: SlurmOptions = SlurmOptions()

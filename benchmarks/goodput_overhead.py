@@ -1,0 +1,145 @@
+"""Cost of the goodput ledger and the straggler rule, against the same job without them.
+
+    python benchmarks/goodput_overhead.py [--steps 2000] [--ranks 64] [--ledger-steps 2000]
+
+On the ranks (what a step pays): two ranks over gloo, each with three identical DDP MLPs; the
+first is counted by tenter's step counter exactly as in a job (tenter.runtime.steps: the
+module hook, a gradient hook per parameter, a buffered line per step), the other two are not.
+Steps rotate between them, so that load from elsewhere hits all alike. Prints rank 0's median
+step time of each (B: counted, A and A': not), B / A, and A' / A: the noise of the comparison
+on this machine (on a shared 2-core machine it is larger than the cost). So the counter's own
+work per step is also timed directly: its hooks of one step (one forward hook, one gradient
+hook per parameter, one buffered line), called in a loop, against the median step.
+
+In the launcher (what the job directory's reader pays, off the ranks' critical path): one
+ledger and straggler pass over ``--ranks`` ranks of ``--ledger-steps`` steps each, as the
+launcher does every LEDGER_S seconds, against that interval: the share of one core it takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+
+def rank_main(steps: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from tenter.runtime import steps as step_counter
+
+    dist.init_process_group("gloo")
+    step_counter.install(os.environ["TENTER_JOB_DIR"], dist.get_rank())
+    torch.manual_seed(0)
+
+    def mlp() -> DistributedDataParallel:
+        return DistributedDataParallel(
+            nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256))
+        )
+
+    names = ("counted", "plain", "control")
+    models = {name: mlp() for name in names}  # the first to run is the one counted
+    optimizers = {n: torch.optim.SGD(m.parameters(), lr=0.01) for n, m in models.items()}
+    x = torch.randn(64, 256)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for step in range(steps):
+        name = names[step % 3]
+        started = time.perf_counter()
+        optimizers[name].zero_grad()
+        models[name](x).square().mean().backward()
+        optimizers[name].step()
+        times[name].append(time.perf_counter() - started)
+    if dist.get_rank() == 0:
+        counted, plain, control = (statistics.median(times[n][10:]) * 1e3 for n in names)
+        print(f"ranks: step time without (A): {plain:.3f} ms, again without (A'): {control:.3f} ms")
+        print(f"ranks: step time with    (B): {counted:.3f} ms")
+        print(f"ranks: B / A: {counted / plain:.4f}; A' / A (noise): {control / plain:.4f}")
+        hooks_s = hook_cost(models["counted"])
+        print(
+            f"ranks: the counter's hooks of one step: {hooks_s * 1e6:.1f} us = "
+            f"{hooks_s * 1e3 / plain:.3%} of a step (target < 1 %)"
+        )
+    dist.destroy_process_group()
+
+
+def hook_cost(model: Any) -> float:
+    """Seconds the step counter's hooks take per step of ``model`` (already counted)."""
+    from tenter.runtime import steps as step_counter
+
+    counter = step_counter._counter
+    assert counter is not None
+    params = [p for p in model.parameters() if p.requires_grad]
+    rounds = 20_000
+    started = time.perf_counter()
+    for _ in range(rounds):
+        counter._forward(model, (object(),))
+        for p in params:
+            counter._grad_ready(p)
+    return (time.perf_counter() - started) / rounds
+
+
+def launcher_pass(ranks: int, steps: int) -> None:
+    from tenter.goodput.ledger import RunRecords, build_ledger
+    from tenter.goodput.stragglers import StragglerRule, find_stragglers
+    from tenter.launch.supervisor import LEDGER_S
+
+    reports = {
+        r: [(100.0 + 0.1 * s + 0.001 * r, s) for s in range(1, steps + 1)] for r in range(ranks)
+    }
+    run = RunRecords("bench", 0.0, None, "running", reports)
+    hosts = {r: f"algo-{r // 8 + 1}" for r in range(ranks)}
+    passes = 3
+    started = time.perf_counter()
+    for _ in range(passes):
+        build_ledger([run], now=100.0 + 0.1 * steps + 1)
+        find_stragglers(reports, hosts, StragglerRule())
+    each = (time.perf_counter() - started) / passes
+    print(
+        f"launcher: one ledger + straggler pass over {ranks} ranks x {steps} steps: "
+        f"{each * 1e3:.1f} ms every {LEDGER_S:.0f} s = {each / LEDGER_S:.2%} of one core"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--ledger-steps", type=int, default=2000)
+    parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank is not None:
+        rank_main(args.steps)
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as job_dir:
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "WORLD_SIZE": "2",
+            "OMP_NUM_THREADS": "1",
+            "TENTER_JOB_DIR": job_dir,
+        }
+        argv = [sys.executable, __file__, "--steps", str(args.steps)]
+        ranks = [
+            subprocess.Popen([*argv, "--rank", str(r)], env={**env, "RANK": str(r)})
+            for r in range(2)
+        ]
+        codes = [p.wait() for p in ranks]
+    launcher_pass(args.ranks, args.ledger_steps)
+    sys.exit(max(codes))
+
+
+if __name__ == "__main__":
+    main()

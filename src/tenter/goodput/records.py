@@ -1,0 +1,231 @@
+"""The ledger's inputs, read from the job directory, and the ledger kept there
+(``goodput.json``).
+
+Everything comes from files that every backend's job directory has, whichever agent runs the
+hosts: ``plan.json`` (its time of writing is the launch), ``summary.json`` (the outcome; its
+time of writing is the end), the ranks' step reports (``metrics/rank-<N>.jsonl``, or the DDP
+steps tenter counted itself, ``metrics/steps/rank-<N>.jsonl``), ``logs/index.jsonl`` (which
+rank ran on which host) and ``events.jsonl``: restarts and rendezvous rounds (the agents),
+torchft heals, hangs (the launcher) and blocking checkpoint saves (the ranks)::
+
+    {"event": "checkpoint", "rank": 0, "host": "algo-1", "step": 50, "start": 17.2, "time": 17.9}
+    {"event": "hang", "time": 31.0}
+
+A preempted job resumed by a new run (same job name, same checkpoint directory, launched after
+the preempted run ended) continues its ledger: the earlier runs are found beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from tenter.contract.plan import Plan
+from tenter.contract.worker import REPLICA_HEALED
+from tenter.goodput.ledger import HANG, RESTART, Fault, Ledger, RunRecords, build_ledger
+from tenter.goodput.stragglers import Straggler
+from tenter.jobdir.layout import PLAN_FILE, SUMMARY_FILE, write_atomic
+from tenter.jobdir.records import (
+    EVENTS_FILE,
+    INDEX_FILE,
+    RANK_DIR,
+    STEPS_DIR,
+    JsonlFollower,
+    append_line,
+)
+from tenter.jobdir.results import read_result
+
+GOODPUT_FILE = "goodput.json"
+CHECKPOINT_EVENT = "checkpoint"
+STRAGGLER_EVENT = "straggler"
+
+
+def record_checkpoint(job_dir: str, rank: int, host: str, step: int, start: float) -> None:
+    """A rank's blocking checkpoint save of ``step``, which began at ``start``, just ended."""
+    append_line(
+        Path(job_dir) / EVENTS_FILE,
+        {
+            "event": CHECKPOINT_EVENT,
+            "rank": rank,
+            "host": host,
+            "step": step,
+            "start": start,
+            "time": time.time(),
+        },
+    )
+
+
+def record_straggler(job_dir: str, straggler: Straggler) -> None:
+    append_line(
+        Path(job_dir) / EVENTS_FILE,
+        {"event": STRAGGLER_EVENT, **straggler.to_dict(), "time": time.time()},
+    )
+
+
+def record_hang(job_dir: str) -> None:
+    """The launcher found the job hung (the ledger's hang part ends here)."""
+    append_line(Path(job_dir) / EVENTS_FILE, {"event": HANG, "host": "", "time": time.time()})
+
+
+class RunReader:
+    """One run's records, read again as they grow (only the lines added since the last call)."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = job_dir
+        self.plan = Plan.from_json((job_dir / PLAN_FILE).read_text())
+        self.launch = os.stat(job_dir / PLAN_FILE).st_mtime
+        self._followers: dict[Path, JsonlFollower] = {}
+        self._reported: dict[int, list[tuple[float, int]]] = defaultdict(list)
+        self._counted: dict[int, list[tuple[float, int]]] = defaultdict(list)
+        self._checkpoints: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        self._events: list[dict[str, Any]] = []
+        self._hosts: dict[int, str] = {}
+
+    def _new_lines(self, path: Path) -> list[dict[str, Any]]:
+        follower = self._followers.setdefault(path, JsonlFollower(path))
+        return follower.read_new()
+
+    def read(self) -> RunRecords:
+        for rank, lines in self._rank_files(self.job_dir / RANK_DIR):
+            self._reported[rank] += [
+                (float(d["time"]), int(d["step"])) for d in lines if "step" in d
+            ]
+        for rank, lines in self._rank_files(self.job_dir / RANK_DIR / STEPS_DIR):
+            self._counted[rank] += [(float(d["time"]), int(d["step"])) for d in lines]
+        for entry in self._new_lines(self.job_dir / "logs" / INDEX_FILE):
+            self._hosts[int(entry["rank"])] = str(entry["host"])
+        for event in self._new_lines(self.job_dir / EVENTS_FILE):
+            if event.get("event") == CHECKPOINT_EVENT:
+                self._checkpoints[int(event["rank"])].append((event["start"], event["time"]))
+            else:
+                self._events.append(event)
+        result = read_result(self.job_dir)
+        end = os.stat(self.job_dir / SUMMARY_FILE).st_mtime if result is not None else None
+        # A rank's own reports where it made them; else the DDP steps tenter counted.
+        steps = {r: list(s) for r, s in self._counted.items()}
+        steps.update({r: list(s) for r, s in self._reported.items() if s})
+        return RunRecords(
+            job_id=self.plan.job_id,
+            launch=self.launch,
+            end=end,
+            state=result.state if result is not None else "running",
+            steps=steps,
+            checkpoints={r: list(c) for r, c in self._checkpoints.items()},
+            faults=self._faults(),
+        )
+
+    def _rank_files(self, folder: Path) -> list[tuple[int, list[dict[str, Any]]]]:
+        if not folder.is_dir():
+            return []
+        out = []
+        for path in folder.glob("rank-*.jsonl"):
+            rank = path.stem.removeprefix("rank-")
+            if rank.isdigit():
+                out.append((int(rank), self._new_lines(path)))
+        return out
+
+    @property
+    def arrivals(self) -> dict[int, list[tuple[float, int]]]:
+        """Each rank's steps for the straggler rule: when its gradients were ready (the DDP
+        steps tenter counted), else its reports (as of the last :meth:`read`)."""
+        out = {r: list(s) for r, s in self._reported.items() if s}
+        out.update({r: list(s) for r, s in self._counted.items() if s})
+        return out
+
+    @property
+    def hosts(self) -> dict[int, str]:
+        """Each rank's host (in its latest attempt)."""
+        return dict(self._hosts)
+
+    def _ranks_on(self, hosts: set[str]) -> frozenset[int]:
+        return frozenset(r for r, h in self._hosts.items() if h in hosts)
+
+    def _faults(self) -> list[Fault]:
+        """Restarts and rejoins (an agent's new rendezvous round after its first), heals and
+        hangs, each with the ranks it stopped."""
+        groups: dict[int, set[str]] = defaultdict(set)
+        for host in self.plan.hosts:
+            groups[host.replica_group].add(host.name)
+        out = []
+        for e in self._events:
+            kind = e.get("event")
+            if kind == HANG:
+                out.append(Fault(float(e["time"]), HANG))
+            elif kind == RESTART or (kind == "rendezvous" and int(e.get("attempt", 0)) > 0):
+                out.append(Fault(float(e["time"]), RESTART, self._ranks_on({str(e["host"])})))
+            elif kind == REPLICA_HEALED:
+                hosts = groups.get(int(e.get("group") or 0), set())
+                out.append(Fault(float(e["time"]), REPLICA_HEALED, self._ranks_on(hosts)))
+        return out
+
+
+def _job_name(job_id: str) -> str:
+    """``digits-20260101-120000-ab12`` -> ``digits`` (see tenter.contract.plan.new_job_id)."""
+    parts = job_id.rsplit("-", 3)
+    return parts[0] if len(parts) == 4 else job_id
+
+
+def earlier_runs(reader: RunReader) -> list[Path]:
+    """The preempted runs this run resumes, the first first: beside it, with its job name and
+    checkpoint directory, each ended (preempted) before the next was launched."""
+    name, checkpoints = _job_name(reader.plan.job_id), reader.plan.checkpoint_dir
+    candidates = []
+    for path in reader.job_dir.parent.glob(f"{name}-*"):
+        if path == reader.job_dir or not (path / SUMMARY_FILE).is_file():
+            continue
+        try:
+            plan = Plan.from_json((path / PLAN_FILE).read_text())
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if _job_name(plan.job_id) == name and plan.checkpoint_dir == checkpoints:
+            candidates.append((os.stat(path / SUMMARY_FILE).st_mtime, path))
+    chain: list[Path] = []
+    before = reader.launch
+    for ended, path in sorted(candidates, reverse=True):
+        result = read_result(path)
+        if ended > before:
+            continue
+        if result is None or result.state != "preempted":
+            break
+        chain.insert(0, path)
+        before = os.stat(path / PLAN_FILE).st_mtime
+    return chain
+
+
+class LedgerKeeper:
+    """Keeps a job's ledger in its job directory: the earlier runs read once, this run's
+    records followed as they grow."""
+
+    def __init__(self, job_dir: str | Path) -> None:
+        self.reader = RunReader(Path(job_dir))
+        self._earlier = [RunReader(path).read() for path in earlier_runs(self.reader)]
+        self.latest: RunRecords | None = None
+        """This run's records as the last ledger saw them."""
+
+    def runs(self, now: float, final_state: str | None = None) -> list[RunRecords]:
+        """The runs' records; ``final_state``: this run as it ends at ``now`` in that state
+        (its launcher computes the ledger before it writes the summary)."""
+        run = self.latest = self.reader.read()
+        if final_state is not None:
+            run = dataclasses.replace(run, end=now, state=final_state)
+        return [*self._earlier, run]
+
+    def ledger(self, now: float | None = None, final_state: str | None = None) -> Ledger:
+        now = time.time() if now is None else now
+        return build_ledger(self.runs(now, final_state), now)
+
+    def write(self, now: float | None = None, final_state: str | None = None) -> Ledger:
+        """Recompute the ledger and replace ``goodput.json`` with it."""
+        ledger = self.ledger(now, final_state)
+        write_atomic(self.reader.job_dir / GOODPUT_FILE, json.dumps(ledger.to_dict(), indent=2))
+        return ledger
+
+
+def job_ledger(job_dir: str | Path, now: float | None = None) -> Ledger:
+    """A job's ledger from its records, now (for ``tenter status`` and ``tenter report``)."""
+    return LedgerKeeper(job_dir).ledger(now)

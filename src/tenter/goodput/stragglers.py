@@ -1,0 +1,138 @@
+"""Stragglers: the rank that is persistently slower than the others, named from the step
+times tenter already has, with no change to the training script.
+
+In lock-step data parallelism every rank waits for the slowest at each all-reduce, so the
+ranks' step *periods* are equal and say nothing. What differs is when each rank *arrives*: the
+moment its own part of step k is done (its last gradient ready, as tenter counts DDP steps;
+else its ``tenter.report`` of the step). A rank's **busy time** of step k is
+
+    busy_r(k) = arrival_r(k) - max over ranks q of arrival_q(k - 1)
+
+the time from the moment every rank had finished step k-1 (the earliest the all-reduce could
+start, and so the earliest anyone could go on) to this rank's arrival at step k. A rank that
+computes, loads data or sleeps longer than the others arrives later at every step: its busy
+time is the whole period, the others' the period less their wait for it.
+
+The rule (:class:`StragglerRule`, the job spec's ``stragglers``): over a window of ``window``
+steps, a rank's median busy time is compared with the median of the other ranks' medians; it
+is slow in that window when it is above ``ratio`` times that AND more than ``min_excess_s``
+seconds above it (small steps jitter by scheduling alone). Slow in ``windows`` consecutive
+windows, it is named. Medians make one late step (a checkpoint, a page fault) count for
+nothing; the two thresholds and the consecutive windows make a balanced job stay unflagged.
+Only the steps of the ranks' latest attempt count (a restart starts afresh).
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class StragglerRule:
+    window: int = 5
+    """Steps per window."""
+    windows: int = 3
+    """Consecutive slow windows before a rank is named."""
+    ratio: float = 1.15
+    """How many times the other ranks' median busy time a slow rank's is, at least."""
+    min_excess_s: float = 0.01
+    """How many seconds per step a slow rank's busy time is above the others', at least."""
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    host: str
+    step: int
+    """The step at which the rule named it (the last of its slow windows)."""
+    busy_s: float
+    """Its median busy time per step, in the last window."""
+    others_s: float
+    """The other ranks' median busy time per step, in the same window."""
+
+    @property
+    def ratio(self) -> float:
+        return self.busy_s / self.others_s if self.others_s > 0 else float("inf")
+
+    @property
+    def text(self) -> str:
+        return (
+            f"rank {self.rank} on {self.host} is {self.ratio:.2f}x slower than the other ranks "
+            f"({1000 * self.busy_s:.1f} ms vs {1000 * self.others_s:.1f} ms per step, "
+            f"up to step {self.step})"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {**asdict(self), "ratio": round(self.ratio, 4), "text": self.text}
+
+
+def _latest_attempt(reports: Sequence[tuple[float, int]]) -> dict[int, float]:
+    """step -> arrival time, of the reports after the rank's last restart (a step number that
+    did not rise)."""
+    out: dict[int, float] = {}
+    previous: int | None = None
+    for time, step in reports:
+        if previous is not None and step <= previous:
+            out = {}
+        out[step] = time
+        previous = step
+    return out
+
+
+def _median_without(ordered: list[float], value: float) -> float:
+    """The median of ``ordered`` (sorted) less one occurrence of ``value``, in O(log n): the
+    other ranks' median for every rank of a window without sorting them again each time."""
+    i = bisect.bisect_left(ordered, value)
+    n = len(ordered) - 1
+
+    def at(k: int) -> float:  # the k-th of the remaining values
+        return ordered[k if k < i else k + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
+def busy_times(steps: Mapping[int, Sequence[tuple[float, int]]]) -> dict[int, dict[int, float]]:
+    """step -> {rank: busy time}, for the steps every rank arrived at (and at the one
+    before)."""
+    arrivals = {rank: _latest_attempt(reports) for rank, reports in steps.items() if reports}
+    if len(arrivals) < 2:
+        return {}
+    common = set.intersection(*(set(a) for a in arrivals.values()))
+    out = {}
+    for step in sorted(common):
+        if step - 1 in common:
+            ready = max(a[step - 1] for a in arrivals.values())
+            out[step] = {rank: a[step] - ready for rank, a in arrivals.items()}
+    return out
+
+
+def find_stragglers(
+    steps: Mapping[int, Sequence[tuple[float, int]]],
+    hosts: Mapping[int, str],
+    rule: StragglerRule,
+) -> list[Straggler]:
+    """The ranks slow in ``rule.windows`` consecutive windows of steps, each as of the first
+    step at which the rule named it (whenever the records are read, the same answer)."""
+    busy = busy_times(steps)
+    ordered = sorted(busy)
+    streak: dict[int, int] = {}
+    named: dict[int, Straggler] = {}
+    for first in range(0, len(ordered) - rule.window + 1, rule.window):
+        window = ordered[first : first + rule.window]
+        medians = {
+            rank: statistics.median(busy[step][rank] for step in window) for rank in busy[window[0]]
+        }
+        ordered_medians = sorted(medians.values())
+        for rank, mine in medians.items():
+            others = _median_without(ordered_medians, mine)
+            slow = mine > rule.ratio * others and mine - others > rule.min_excess_s
+            streak[rank] = streak.get(rank, 0) + 1 if slow else 0
+            if streak[rank] >= rule.windows and rank not in named:
+                named[rank] = Straggler(rank, hosts.get(rank, "?"), window[-1], mine, others)
+    return sorted(named.values(), key=lambda s: s.rank)

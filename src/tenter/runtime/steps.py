@@ -1,0 +1,110 @@
+"""The DDP steps of a rank, counted without any code in the training script: the goodput
+ledger's and the straggler rule's steps for scripts that do not call ``tenter.report``.
+
+Installed by the bootstrap in every tenter job. Through public hooks only: a global forward
+pre-hook (``register_module_forward_pre_hook``) looks for the first
+``DistributedDataParallel`` module to run, then hooks that module alone and goes away (a
+script without DDP pays for it during its first :data:`LOOK_FOR_DDP` module calls only). On
+that module, a gradient hook on every parameter notes when the rank's last gradient of the
+step was ready: its *arrival* at the step's all-reduce, before any wait for its peers. At the
+next forward (or when the script returns) the step's arrival is appended to
+``<job_dir>/metrics/steps/rank-<N>.jsonl`` as ``{"time": arrival, "step": k}``, through a
+buffer (about a microsecond per step). The straggler rule compares these arrivals across
+ranks; the ledger takes them as the rank's steps.
+
+A restarted rank counts on from the step its :class:`~tenter.checkpoint.Checkpointer`
+resumed (:func:`resumed_at`), so that the ledger tells steps computed again from new ones.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.hooks import RemovableHandle
+
+from tenter.jobdir.records import RANK_DIR, STEPS_DIR, BufferedLines
+
+LOOK_FOR_DDP = 10_000
+"""Module calls after which a script that has not run a DDP module is assumed to have none."""
+
+
+class StepCounter:
+    def __init__(self, path: Path) -> None:
+        self._lines = BufferedLines(path)
+        self.step = 0
+        self._arrival: float | None = None
+        self._calls = 0
+        self._ddp: DistributedDataParallel | None = None
+        self._last_args: Any = None
+        self._finder: RemovableHandle | None = nn.modules.module.register_module_forward_pre_hook(
+            self._look
+        )
+        atexit.register(self._at_exit)
+
+    def _look(self, module: nn.Module, args: Any) -> None:
+        self._calls += 1
+        if isinstance(module, DistributedDataParallel):
+            self._watch(module, args)
+        if (self._ddp is not None or self._calls >= LOOK_FOR_DDP) and self._finder is not None:
+            self._finder.remove()
+            self._finder = None
+
+    def _watch(self, ddp: DistributedDataParallel, args: Any) -> None:
+        self._ddp = ddp
+        ddp.register_forward_pre_hook(self._forward)
+        for param in ddp.parameters():
+            if param.requires_grad:
+                param.register_post_accumulate_grad_hook(self._grad_ready)  # type: ignore[no-untyped-call]
+        self._forward(ddp, args)
+
+    def _grad_ready(self, param: torch.Tensor) -> None:
+        self._arrival = time.time()
+
+    def _forward(self, module: nn.Module, args: Any) -> None:
+        """A forward begins: the step before it is done."""
+        if not module.training or args is self._last_args:
+            return  # evaluation is no step; the finder and the module's hook saw one forward
+        self._last_args = args
+        self._write()
+        self.step += 1
+
+    def _write(self) -> None:
+        if self._arrival is not None:
+            self._lines.add({"time": self._arrival, "step": self.step})
+            self._arrival = None
+
+    def finish(self) -> None:
+        """The script returned: its last step is done too."""
+        self._write()
+        self._lines.flush()
+
+    def _at_exit(self) -> None:
+        # Not the step in progress: a rank leaving on an error (a peer died in that step's
+        # all-reduce) did not finish it.
+        self._lines.flush()
+
+
+_counter: StepCounter | None = None
+
+
+def install(job_dir: str, rank: int) -> None:
+    global _counter
+    _counter = StepCounter(Path(job_dir) / RANK_DIR / STEPS_DIR / f"rank-{rank}.jsonl")
+
+
+def finish() -> None:
+    """The script succeeded (the bootstrap): record its last step."""
+    if _counter is not None:
+        _counter.finish()
+
+
+def resumed_at(step: int) -> None:
+    """The training goes on after ``step`` (a checkpoint's): count from there."""
+    if _counter is not None:
+        _counter.step = step

@@ -1,0 +1,176 @@
+"""The ledger's pure function: its parts always add up to the wall time, and each kind of
+record lands in its part."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tenter.goodput.ledger import (
+    HANG,
+    RESTART,
+    Fault,
+    Ledger,
+    RunRecords,
+    build_ledger,
+    summary_line,
+)
+
+
+def run(steps, *, launch=0.0, end=None, state="succeeded", checkpoints=None, faults=(), job_id="j"):
+    return RunRecords(
+        job_id=job_id,
+        launch=launch,
+        end=end,
+        state=state,
+        steps=steps,
+        checkpoints=checkpoints or {},
+        faults=list(faults),
+    )
+
+
+def test_build_ledger_splits_startup_steps_and_teardown_if_clean_run():
+    steps = {0: [(2.0, 1), (3.0, 2), (4.0, 3)], 1: [(3.0, 1), (4.0, 2), (5.0, 3)]}
+    ledger = build_ledger([run(steps, end=6.0)], now=100.0)
+    # rank 0: startup 2, productive 2, teardown 2; rank 1: startup 3, productive 2, teardown 1
+    assert ledger.parts["startup"] == pytest.approx(2.5)
+    assert ledger.parts["productive"] == pytest.approx(2.0)
+    assert ledger.parts["teardown"] == pytest.approx(1.5)
+    assert ledger.wall_s == 6.0
+    assert ledger.goodput == pytest.approx(2 / 6)
+    assert (ledger.productive_steps, ledger.lost_steps, ledger.ranks) == (3, 0, 2)
+
+
+def test_build_ledger_counts_recomputed_steps_as_lost_if_resumed_from_checkpoint():
+    # steps 1..5, a restart at 5.5, resumed from the checkpoint of step 3: 4 and 5 again.
+    reports = [(1.0, 1), (2.0, 2), (3.0, 3), (4.0, 4), (5.0, 5)]
+    reports += [(8.0, 4), (9.0, 5), (10.0, 6)]
+    faults = [Fault(5.5, RESTART, frozenset({0}))]
+    ledger = build_ledger([run({0: reports}, end=10.0, faults=faults)], now=10.0)
+    assert ledger.parts["fault"] == pytest.approx(3.0)  # 5.0 .. 8.0 (step 4's first redo)
+    assert ledger.parts["lost"] == pytest.approx(1.0)  # step 5 again
+    assert ledger.parts["productive"] == pytest.approx(5.0)  # steps 2-5, then 6
+    assert ledger.lost_steps == 2
+    assert ledger.productive_steps == 6
+
+
+def test_build_ledger_marks_checkpoint_saves_inside_steps():
+    steps = {0: [(1.0, 1), (3.0, 2), (4.0, 3)]}
+    ledger = build_ledger([run(steps, end=4.0, checkpoints={0: [(1.5, 2.5)]})], now=9.0)
+    assert ledger.parts["checkpoint"] == pytest.approx(1.0)
+    assert ledger.parts["productive"] == pytest.approx(2.0)
+
+
+def test_build_ledger_splits_hang_then_recovery_if_hang_restarted():
+    steps = {0: [(1.0, 1), (2.0, 2), (12.0, 1), (13.0, 2)]}
+    faults = [Fault(7.0, HANG)]
+    ledger = build_ledger([run(steps, end=13.0, faults=faults)], now=13.0)
+    assert ledger.parts["hang"] == pytest.approx(5.0)
+    assert ledger.parts["fault"] == pytest.approx(5.0)
+    assert ledger.parts["lost"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("state", "part"),
+    [("hang", "hang"), ("preempted", "preemption"), ("failed", "fault"), ("succeeded", "teardown")],
+)
+def test_build_ledger_names_the_end_by_state(state, part):
+    ledger = build_ledger([run({0: [(1.0, 1), (2.0, 2)]}, end=5.0, state=state)], now=9.0)
+    assert ledger.parts[part] == pytest.approx(3.0)
+
+
+def test_build_ledger_continues_across_preempted_run_and_resume():
+    first = run({0: [(1.0, 1), (2.0, 2), (3.0, 3)]}, end=4.0, state="preempted", job_id="a")
+    # resumed from the checkpoint of step 2: step 3 again, then 4
+    second = run({0: [(12.0, 3), (13.0, 4)]}, launch=10.0, end=14.0, job_id="b")
+    ledger = build_ledger([first, second], now=20.0)
+    assert ledger.wall_s == 14.0
+    assert ledger.parts["preemption"] == pytest.approx(1.0 + 6.0)  # its end, then the wait
+    assert ledger.parts["startup"] == pytest.approx(1.0 + 2.0)
+    assert ledger.lost_steps == 1
+    assert ledger.runs == ["a", "b"]
+
+
+def test_build_ledger_counts_running_job_until_now():
+    ledger = build_ledger([run({0: [(1.0, 1)]}, end=None, state="running")], now=3.0)
+    assert ledger.wall_s == 3.0
+    assert ledger.parts["productive"] == pytest.approx(2.0)  # the step it computes
+
+
+def test_build_ledger_is_all_startup_if_no_rank_reported():
+    ledger = build_ledger([run({}, end=5.0)], now=9.0)
+    assert ledger.parts["startup"] == 5.0
+    assert ledger.ranks == 0
+    assert "no rank reported" in summary_line(ledger)
+
+
+def test_ledger_round_trips_through_its_dict():
+    ledger = build_ledger([run({0: [(1.0, 1), (2.0, 2)]}, end=3.0)], now=3.0)
+    assert Ledger.from_dict(ledger.to_dict()) == ledger
+
+
+# -- the property: whatever the records, the parts add up to the wall time -----------------
+
+times = st.floats(min_value=0.0, max_value=1000.0, allow_nan=False)
+
+
+@st.composite
+def runs(draw):
+    count = draw(st.integers(1, 3))
+    out, launch = [], 0.0
+    for i in range(count):
+        launch += draw(times)
+        end = launch + draw(times)
+        ranks = draw(st.integers(0, 3))
+        steps = {
+            r: [
+                (draw(st.floats(launch - 5, end + 5)), draw(st.integers(0, 30)))
+                for _ in range(draw(st.integers(0, 12)))
+            ]
+            for r in range(ranks)
+        }
+        saves = {
+            r: [(a, a + draw(st.floats(0, 20))) for a in draw(st.lists(times, max_size=3))]
+            for r in range(ranks)
+        }
+        kinds = st.sampled_from([HANG, RESTART, "replica_healed"])
+        faults = [
+            Fault(
+                draw(st.floats(launch, end)), draw(kinds), draw(st.none() | st.just(frozenset({0})))
+            )
+            for _ in range(draw(st.integers(0, 3)))
+        ]
+        last = i == count - 1
+        state = draw(st.sampled_from(["succeeded", "failed", "hang", "preempted", "max_run"]))
+        out.append(
+            run(
+                steps,
+                launch=launch,
+                end=None if last and draw(st.booleans()) else end,
+                state="preempted" if not last else state,
+                checkpoints=saves,
+                faults=faults,
+                job_id=str(i),
+            )
+        )
+        launch = end
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs(), st.floats(0, 5000))
+def test_build_ledger_parts_add_up_to_wall_time(records, now):
+    ledger = build_ledger(records, now)
+    assert all(seconds >= -1e-9 for seconds in ledger.parts.values())
+    assert math.isclose(sum(ledger.parts.values()), ledger.wall_s, rel_tol=1e-9, abs_tol=1e-6)
+    assert 0.0 <= ledger.goodput <= 1.0 + 1e-9
+
+
+def test_build_ledger_counts_a_run_stopped_for_a_hang_as_hang_to_its_end():
+    steps = {0: [(1.0, 1), (2.0, 2)]}
+    ledger = build_ledger([run(steps, end=9.0, state="hang", faults=[Fault(6.0, HANG)])], 9.0)
+    assert ledger.parts["hang"] == pytest.approx(7.0)
+    assert ledger.parts["fault"] == 0.0
