@@ -96,9 +96,7 @@ class AgentHooks(LocalElasticAgent):
 class WorkerProcess(SubprocessHandler):
     """torch's handle on one worker process, which tenter starts itself."""
 
-    def popen(
-        self, args: tuple[str, ...], env: dict[str, str], stdout: Any, stderr: Any
-    ) -> Any:
+    def popen(self, args: tuple[str, ...], env: dict[str, str], stdout: Any, stderr: Any) -> Any:
         """Start the worker: ``stdout``/``stderr`` are the open files torch chose (or None)."""
         raise NotImplementedError
 
