@@ -1,6 +1,6 @@
 # The two commands the README starts with: `make demo` and `make test`.
 # Both create .venv on first use; torch is pinned to the CPU build so that
-# no multi-GB CUDA wheel is ever pulled (the package itself only asks torch>=2.5).
+# no multi-GB CUDA wheel is ever pulled (the package itself asks torch>=2.7,<2.16).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

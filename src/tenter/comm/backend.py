@@ -32,13 +32,14 @@ from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import AllreduceOptions
+from torch.distributed import AllreduceOptions
 
 from tenter.comm.compat import (
     TRAMPOLINE_OWNS_WORK,
     ProcessGroupBase,
     add_old_method_names,
     call_by_any_name,
+    use_backend_for_cpu,
 )
 from tenter.comm.errors import CommShutdownError
 from tenter.comm.routing import COLLECTIVES
@@ -89,9 +90,7 @@ class TenterProcessGroup(ProcessGroupBase):  # type: ignore[misc]
         # and DeviceMesh resolve groups by name) and reports no device; registering gloo
         # for CPU fixes both. Collectives still come here: Python callers find these
         # methods first and C++ callers reach them through torch's trampoline.
-        self._register_backend(
-            torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, self._gloo
-        )
+        use_backend_for_cpu(self, self._gloo)
         self._recent: collections.deque[object] | None = (
             None if TRAMPOLINE_OWNS_WORK else collections.deque(maxlen=8)
         )
@@ -326,7 +325,7 @@ def create_backend(dist_opts: Any, backend_opts: Any = None) -> TenterProcessGro
 
 def register() -> None:
     """Register ``"tenter"`` with torch.distributed (idempotent)."""
-    if BACKEND_NAME.upper() in dist.Backend._plugins:
+    if dist.is_backend_available(BACKEND_NAME):
         return
     dist.Backend.register_backend(
         BACKEND_NAME, create_backend, extended_api=True, devices=["cpu", "cuda"]

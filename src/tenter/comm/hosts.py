@@ -14,8 +14,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import (
-    AllgatherOptions,
+from torch.distributed import (
     AllreduceOptions,
     AllToAllOptions,
     BarrierOptions,
@@ -26,6 +25,7 @@ from torch._C._distributed_c10d import (
 )
 
 from tenter.comm.algorithms import ShmCollectives
+from tenter.comm.compat import AllgatherOptions, gloo_all_gather_into
 from tenter.comm.descriptors import Reduction
 
 
@@ -96,7 +96,7 @@ class HostsCollectives:
             lists = [list(outs)] if outs else []
             self._gloo.gather(lists, [inp], _rooted(GatherOptions(), root)).wait()
         elif matrix is not None:
-            self._gloo._allgather_base(matrix.view(-1), inp, AllgatherOptions()).wait()
+            gloo_all_gather_into(self._gloo, matrix.view(-1), inp).wait()
         else:
             self._gloo.allgather([list(outs)], [inp], AllgatherOptions()).wait()
 

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-from torch._C._distributed_c10d import (
-    AllgatherOptions,
+from torch.distributed import (
     AllreduceOptions,
     AllToAllOptions,
     BarrierOptions,
@@ -36,7 +35,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from tenter.comm.compat import method_names
+from tenter.comm.compat import AllgatherOptions, method_names
 from tenter.comm.descriptors import Reduction
 from tenter.comm.tensors import Flat, Tensors, expect, flats, reduction, same_dtype, split_rows
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroupGloo
+from torch.distributed import ProcessGroupGloo
 
 from tenter.comm.algorithms import ShmCollectives
+from tenter.comm.compat import gloo_options, set_nccl_timeout
 from tenter.comm.fences import Fences, this_machine_fences
 from tenter.comm.hosts import HostsCollectives
 from tenter.comm.routing import CpuCollectives
@@ -79,10 +80,7 @@ def _gloo_options(timeout: datetime.timedelta) -> Any:
     addr = os.environ.get("TENTER_HOST_ADDR")
     if not addr:
         return timeout
-    opts = getattr(ProcessGroupGloo, "_Options")()  # noqa: B009  # private, not in the stubs
-    opts._timeout = timeout
-    opts._devices = [ProcessGroupGloo.create_device(hostname=addr)]
-    return opts
+    return gloo_options(timeout, addr)
 
 
 @dataclass
@@ -146,7 +144,7 @@ def build_group(
     if torch.cuda.is_available() and dist.is_nccl_available():
         # Communicators are created lazily by NCCL, so this costs nothing for CPU jobs.
         nccl_opts = dist.ProcessGroupNCCL.Options()
-        nccl_opts._timeout = timeout
+        set_nccl_timeout(nccl_opts, timeout)
         nccl = dist.ProcessGroupNCCL(dist.PrefixStore("tenter/nccl", store), rank, size, nccl_opts)
     return GroupParts(topo, cpu, shm, channel, gloo, nccl)
 

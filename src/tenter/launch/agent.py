@@ -26,13 +26,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import torch.distributed.elastic.multiprocessing.api as torch_processes
 from torch.distributed.elastic.agent.server.api import (
     RunResult,
     Worker,
@@ -40,21 +40,16 @@ from torch.distributed.elastic.agent.server.api import (
     WorkerSpec,
     WorkerState,
 )
-from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, SignalException
 from torch.distributed.elastic.multiprocessing.subprocess_handler import SubprocessHandler
-from torch.distributed.elastic.rendezvous import (
-    RendezvousError,
-    RendezvousParameters,
-    dynamic_rendezvous,
-)
+from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
-from torch.distributed.elastic.rendezvous.utils import _delay
 
 from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
 from tenter.contract.torchrun import finished_marker
 from tenter.jobdir.control import request_preemption, stopping_marker
 from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
+from tenter.launch import compat
 from tenter.launch.console import read_index
 from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
 from tenter.launch.report import AGENT_RESULT
@@ -68,12 +63,6 @@ every round, restarts included, then ends up to two seconds after its last host 
 a running host sees a host waiting to join up to a second late. A tenter job's store serves
 a few hosts, each reading it at most every 0.05 s while waiting and every 0.1 s (the
 agent's monitor interval) while running."""
-
-
-def _rendezvous_delay(seconds: float | tuple[float, float]) -> None:
-    # torch's dynamic rendezvous asks for 1 s between polls of the state, and for random
-    # delays (a tuple) to skew the first joins; only the poll is shortened.
-    _delay(RDZV_POLL_S if seconds == 1 else seconds)
 
 
 @dataclass(frozen=True)
@@ -99,7 +88,8 @@ class HostLogsSpecs(LogsSpecs):
     opened is listed in ``logs/index.jsonl`` for the launcher's console and report."""
 
     def __init__(self, plan: Plan, host: HostPlan) -> None:
-        super().__init__(log_dir=str(Path(plan.job_dir) / "logs"))
+        self._log_dir = str(Path(plan.job_dir) / "logs")
+        super().__init__(log_dir=self._log_dir)
         self._plan, self._host = plan, host
         # An agent restarted on a host (after a partition) goes on from its predecessor's
         # rounds: its files must not overwrite theirs.
@@ -113,7 +103,7 @@ class HostLogsSpecs(LogsSpecs):
 
     @property
     def root_log_dir(self) -> str:
-        return str(self._root_log_dir)
+        return self._log_dir
 
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         stems = {}
@@ -137,7 +127,7 @@ class HostLogsSpecs(LogsSpecs):
         )
 
 
-class HostAgent(LocalElasticAgent):
+class HostAgent(compat.AgentHooks):
     """torch's local agent, telling the launcher about rendezvous rounds and restarts."""
 
     def __init__(self, plan: Plan, host: HostPlan, spec: WorkerSpec, pool: WarmPool | None) -> None:
@@ -153,8 +143,7 @@ class HostAgent(LocalElasticAgent):
             self._events, {"event": event, "host": self._host, "time": time.time(), **fields}
         )
 
-    def _rendezvous(self, worker_group: WorkerGroup) -> None:
-        super()._rendezvous(worker_group)
+    def after_rendezvous(self, worker_group: WorkerGroup) -> None:
         self.logs.attempt += 1
         hosts = worker_group.group_world_size or 0
         self._event(
@@ -165,8 +154,8 @@ class HostAgent(LocalElasticAgent):
             attempt=self.logs.attempt,
         )
 
-    def _assign_worker_ranks(
-        self, store: Any, group_rank: int, group_world_size: int, spec: WorkerSpec
+    def assign_ranks(
+        self, group_rank: int, group_world_size: int, spec: WorkerSpec
     ) -> list[Worker]:
         """Every host runs ``procs_per_host`` workers of one role: the ranks follow from the
         group rank, without torch's exchange through the store (which waits for the slowest
@@ -178,33 +167,33 @@ class HostAgent(LocalElasticAgent):
             for local in range(spec.local_world_size)
         ]
 
-    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+    def before_monitor(self) -> None:
         if self._pool is not None:
             self._pool.fill_when_due()
-        result: RunResult = super()._monitor_workers(worker_group)
-        return result
 
-    def _restart_workers(self, worker_group: WorkerGroup) -> None:
-        self._event("restart", remaining=self._remaining_restarts)
-        super()._restart_workers(worker_group)
+    def before_restart(self, remaining_restarts: int) -> None:
+        self._event("restart", remaining=remaining_restarts)
 
-    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
-        """Stop the workers: ``death_sig``, then SIGKILL after tenter's grace period (torch's
-        is 30 s). Further stop signals are ignored meanwhile: torch raises on them out of its
-        wait, which skipped the SIGKILL and left the workers of a script that traps SIGTERM
-        running after their agent. The workers are told it is a stop, not a preemption."""
+    stop_grace_s = math.ceil(STOP_GRACE_S)  # torch's is 30 s; before torch 2.12 it stays so
+
+    @contextmanager
+    def stopping_workers(self) -> Iterator[None]:
+        """While torch stops the workers (its signal, then SIGKILL after the grace period),
+        further stop signals are ignored: torch raises on them out of its wait, which skipped
+        the SIGKILL and left the workers of a script that traps SIGTERM running after their
+        agent. The workers are told it is a stop, not a preemption."""
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
         self._stopping.parent.mkdir(exist_ok=True)
         self._stopping.touch()
         try:
-            super()._shutdown(death_sig, timeout=math.ceil(STOP_GRACE_S))
+            yield
         finally:
             self._stopping.unlink(missing_ok=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
 
-class WorkerDyingWithAgent(SubprocessHandler):
+class WorkerDyingWithAgent(compat.WorkerProcess):
     """torch's worker process, which the kernel SIGKILLs if its agent dies (a SIGKILLed agent
     runs no cleanup; its workers, in sessions of their own, would otherwise live on); a warm
     spare of the host's pool when one can stand in for it."""
@@ -220,16 +209,18 @@ class WorkerDyingWithAgent(SubprocessHandler):
         self._pool, self._crashed_at_exit = pool, crashed_at_exit
         super().__init__(*args, **kwargs)
 
-    def _popen(self, args: tuple[str, ...], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def popen(
+        self, args: tuple[str, ...], env: dict[str, str], stdout: Any, stderr: Any
+    ) -> subprocess.Popen[bytes]:
         proc = self._pool and self._pool.take(
-            args, env, *(None if f is None else f.name for f in (self._stdout, self._stderr))
+            args, env, *(None if f is None else f.name for f in (stdout, stderr))
         )
         if not proc:
             proc = subprocess.Popen(
                 args=args,
                 env=env,
-                stdout=self._stdout,
-                stderr=self._stderr,
+                stdout=stdout,
+                stderr=stderr,
                 start_new_session=True,  # as torch's: the agent signals each worker's group
                 preexec_fn=dies_with_parent(signal.SIGKILL),
             )
@@ -263,7 +254,7 @@ def preempting_handler(plan: Plan, host: HostPlan) -> Callable[[int, FrameType |
     """torch's stop-signal handler, for an agent whose SIGTERM comes from the scheduler: a
     SIGTERM writes the preemption request and arms a timer for the grace period, at whose end
     the workers are stopped as that SIGTERM would have (other signals stop them at once)."""
-    stop_now = torch_processes._terminate_process_handler
+    stop_now = compat.torch_stop_handler()
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if signum != signal.SIGTERM:
@@ -303,10 +294,7 @@ def run_host(plan: Plan, host: HostPlan, rdzv_port: int, pool: WarmPool | None) 
         keep_alive_interval=plan.keep_alive_s,
     )
     rdzv_handler = rdzv_registry.get_rendezvous_handler(params)
-    if isinstance(rdzv_handler, dynamic_rendezvous.DynamicRendezvousHandler):
-        holder = rdzv_handler._state_holder
-        if isinstance(holder, dynamic_rendezvous._BackendRendezvousStateHolder):
-            holder._cache_duration = 0  # see RDZV_POLL_S
+    compat.read_state_afresh(rdzv_handler)  # see RDZV_POLL_S
     spec = WorkerSpec(
         role="default",
         local_world_size=plan.procs_per_host,
@@ -365,12 +353,11 @@ def main(argv: list[str]) -> int:
     def worker_handler(*args: Any, **kwargs: Any) -> SubprocessHandler:
         return WorkerDyingWithAgent(*args, pool=pool, crashed_at_exit=crashed_at_exit, **kwargs)
 
-    torch_processes.get_subprocess_handler = worker_handler
-    dynamic_rendezvous._delay = _rendezvous_delay
+    compat.use_worker_processes(worker_handler)
+    compat.poll_rendezvous_every(RDZV_POLL_S)
     if plan.backend != "local" and plan.preemption_grace:
         # torch installs its handler by this name when the workers start.
-        handler = preempting_handler(plan, host)
-        torch_processes._terminate_process_handler = handler  # type: ignore[assignment]
+        compat.replace_stop_handler(preempting_handler(plan, host))
     try:
         result = run_host(plan, host, int(rdzv_port), pool)
         # What the report notes (the launcher sees this host succeed).

@@ -110,7 +110,7 @@ def _sendrecv(call: Call) -> None:
         work.wait()
 
 
-# torch 2.13 renamed the tensor forms (the old names warn); tenter supports torch>=2.5.
+# torch 2.13 renamed the tensor forms (the old names warn); tenter supports torch 2.7 to 2.15.
 _all_gather_tensor = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 

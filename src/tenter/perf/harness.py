@@ -23,6 +23,7 @@ from torch.torch_version import TorchVersion
 import tenter
 from tenter.perf import report, results_json
 from tenter.perf.collectives import Call, Collective, Geometry
+from tenter.perf.compat import nccl_premul_sum
 from tenter.perf.options import PerfOptions
 from tenter.perf.report import DeviceInfo, Half, IterStats, Row
 from tenter.perf.resources import MemoryProbe, PerfError, check_memory, gather_devices
@@ -208,7 +209,7 @@ def unsupported(backend: str, type_name: str, op_name: str | None) -> str | None
 
 def _reduce_op(op_name: str | None, rank: int) -> dist.ReduceOp | dist.ReduceOp.RedOpType | None:
     if op_name == "mulsum":
-        return dist._make_nccl_premul_sum(float(premul_factor(rank)))
+        return nccl_premul_sum(float(premul_factor(rank)))
     return _OPS[op_name] if op_name else None
 
 

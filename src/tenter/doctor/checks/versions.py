@@ -14,7 +14,7 @@ def _versions(ctx: Context) -> CheckResult:
     if build.version is None:
         return CheckResult.fail(
             f"Python {platform.python_version()}, torch not installed",
-            "pip install torch (tenter needs torch>=2.5)",
+            "pip install torch (tenter needs torch>=2.7,<2.16)",
         )
     found = (
         f"Python {platform.python_version()}, torch {build.version}, "
