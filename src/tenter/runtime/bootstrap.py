@@ -10,6 +10,9 @@ teardown (interpreter finalisation with torch loaded can take a second): the lau
 watches for it to stop the job at once and to name the root cause with its traceback.
 Scripts need no ``@record`` decorator of their own.
 
+Every worker, fresh or warm, is titled with the user's command line (:func:`title`, through
+``setproctitle``): ``ps`` shows ``python train.py --lr 0.1``, not the bootstrap.
+
 ``python -m tenter.runtime.bootstrap --warm [MODULE...]`` is a warm worker: it imports what a
 worker imports (and MODULEs), then waits for its rank's handoff from the agent and runs it as above
 (:mod:`tenter.runtime.warm`).
@@ -28,15 +31,18 @@ from __future__ import annotations
 import faulthandler
 import os
 import runpy
+import shlex
 import sys
 import time
 import traceback
 
+import setproctitle
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
 from tenter.contract.torchrun import finished_marker
 from tenter.runtime import warm
+from tenter.runtime.preemption import Preempted
 
 
 def run(argv: list[str]) -> None:
@@ -68,6 +74,13 @@ def _finish() -> None:
     faulthandler.disable()
 
 
+def title(argv: list[str]) -> str:
+    """The process title of a worker running ``argv``: the user's command line, as ``python
+    SCRIPT ARGS`` or ``python -m MODULE ARGS`` would show it, so that ``ps``, ``top``,
+    ``nvidia-smi`` and ``pkill -f SCRIPT`` name the script rather than the bootstrap."""
+    return shlex.join([os.path.basename(sys.executable), *argv])
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == [warm.WAIT_FLAG]:
         warm.preload(argv[1:])
@@ -75,6 +88,7 @@ def main(argv: list[str]) -> int:
         if handoff is None:  # a spare no rank needed
             return 0
         argv = warm.become(handoff)
+    setproctitle.setproctitle(title(argv))
     handler = get_error_handler()
     handler.initialize()  # a fatal signal (SIGSEGV...) also leaves a Python stack in the file
     watch_file = os.environ.get("TENTER_WATCH_FILE")
@@ -84,6 +98,9 @@ def main(argv: list[str]) -> int:
         watchdog.install(watch_file)
     try:
         run(argv)
+    except Preempted:  # stopped after the preemption's final checkpoint: done, as a return
+        _finish()
+        return 0
     except SystemExit as e:
         if e.code in (None, 0):
             _finish()
