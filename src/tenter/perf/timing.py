@@ -75,12 +75,15 @@ def time_calls(
             starts.append(marks.mark())
             if not paired and len(starts) > 1:
                 stops.append(starts[-1])  # iterations share boundaries otherwise
-        for _ in range(opts.agg_iters):
-            call()
-            if opts.blocking:
+        if opts.blocking:
+            for _ in range(opts.agg_iters):
+                call()
                 sync()
-            if opts.blocking == 1:
-                barrier()
+                if opts.blocking == 1:
+                    barrier()
+        else:  # the default: nothing between the calls, as in torch's eager loop
+            for _ in range(opts.agg_iters):
+                call()
         if paired:
             if marks:
                 stops.append(marks.mark())

@@ -41,6 +41,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
 from tenter.contract.torchrun import finished_marker
+from tenter.contract.worker import BOOTSTRAP
 from tenter.runtime import warm
 from tenter.runtime.preemption import Preempted
 
@@ -81,14 +82,31 @@ def title(argv: list[str]) -> str:
     return shlex.join([os.path.basename(sys.executable), *argv])
 
 
+def set_title(text: str) -> None:
+    """Title this process ``text``, within its arguments' memory: setproctitle's default would
+    also take the environment's, and ``/proc/PID/environ`` (by which tenter finds a job's
+    processes) would read empty. A fresh worker's arguments hold its title (the bootstrap's
+    are longer); a warm one's end with :data:`tenter.runtime.warm.TITLE_ROOM`."""
+    before = os.environ.get("SPT_NOENV")
+    os.environ["SPT_NOENV"] = "1"  # read once, by the first call
+    try:
+        setproctitle.setproctitle(text)
+    finally:
+        if before is None:
+            del os.environ["SPT_NOENV"]
+        else:
+            os.environ["SPT_NOENV"] = before
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == [warm.WAIT_FLAG]:
+        set_title(title(["-m", BOOTSTRAP, *(a for a in argv if a.strip())]))  # no TITLE_ROOM
         warm.preload(argv[1:])
         handoff = warm.receive()
         if handoff is None:  # a spare no rank needed
             return 0
         argv = warm.become(handoff)
-    setproctitle.setproctitle(title(argv))
+    set_title(title(argv))
     handler = get_error_handler()
     handler.initialize()  # a fatal signal (SIGSEGV...) also leaves a Python stack in the file
     watch_file = os.environ.get("TENTER_WATCH_FILE")

@@ -40,9 +40,16 @@ finds them loaded, one that does not has them in ``sys.modules`` all the same. T
 a job's start import nothing more: they are needed at once, by scripts that may not."""
 
 
+TITLE_ROOM = " " * 4096
+"""A spare's last argument: room for the title of the worker it becomes. A process title is
+written over the process's arguments (``/proc/PID/cmdline``); the bootstrap keeps it within
+them, leaving ``/proc/PID/environ`` whole (tenter finds a job's processes by it)."""
+
+
 def preload(modules: list[str]) -> None:
     for module in modules:
-        importlib.import_module(module)
+        if module.strip():  # not the TITLE_ROOM
+            importlib.import_module(module)
 
 
 @dataclass(frozen=True)
