@@ -63,6 +63,8 @@ def time_calls(
     barrier: Callable[[], None],
 ) -> Timed:
     """Run and time the half's iterations on this rank (the ranks start together)."""
+    if not opts.blocking and not opts.per_iter_timing:
+        return _time_back_to_back(call, opts.iters * opts.agg_iters, sync)
     marks = _Marks(device) if opts.per_iter_timing else None
     paired = opts.blocking == 3  # -z 3: each iteration has its own stop, before the barrier
     starts: list[int] = []
@@ -75,15 +77,12 @@ def time_calls(
             starts.append(marks.mark())
             if not paired and len(starts) > 1:
                 stops.append(starts[-1])  # iterations share boundaries otherwise
-        if opts.blocking:
-            for _ in range(opts.agg_iters):
-                call()
+        for _ in range(opts.agg_iters):
+            call()
+            if opts.blocking:
                 sync()
-                if opts.blocking == 1:
-                    barrier()
-        else:  # the default: nothing between the calls, as in torch's eager loop
-            for _ in range(opts.agg_iters):
-                call()
+            if opts.blocking == 1:
+                barrier()
         if paired:
             if marks:
                 stops.append(marks.mark())
@@ -101,3 +100,14 @@ def time_calls(
             marks.seconds(a, b) / opts.agg_iters for a, b in zip(starts, stops, strict=True)
         ]
     return Timed(seconds=wall, cpu_seconds=cpu, per_iter=per_iter)
+
+
+def _time_back_to_back(call: Callable[[], None], calls: int, sync: Callable[[], None]) -> Timed:
+    """The default (no ``-z``, no ``-I``): the calls back to back, nothing between them, as
+    torch's own eager loop runs them (benchmarks/perf_harness_overhead.py compares the two)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    cpu = (time.perf_counter() - start) / calls
+    sync()
+    return Timed(seconds=(time.perf_counter() - start) / calls, cpu_seconds=cpu, per_iter=None)

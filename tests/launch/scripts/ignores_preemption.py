@@ -12,13 +12,13 @@ from torch import nn
 import tenter
 from tenter.checkpoint import Checkpointer
 
-tenter.init()
-model = nn.Linear(4, 4)
+device = tenter.init()  # a GPU of the rank's own under local_gpu (tests/gpu)
+model = nn.Linear(4, 4).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 ckpt = Checkpointer(model, optimizer, every=1000)
 step = ckpt.resume()
 while True:
-    dist.all_reduce(torch.ones(1))
+    dist.all_reduce(torch.ones(1, device=device))
     step += 1
     if step == 3:
         print(f"ready {os.environ['RANK']}", flush=True)
