@@ -62,6 +62,7 @@ def test_plan_gives_each_host_its_own_gpus_if_the_ranks_fit(
     fake_gpus(gpus)
     data = plan(*args, DUMP_ENV)
     assert host_gpus(data) == [(ids, ",".join(ids)) for ids in expected]
+    assert [h["env"]["SM_NUM_GPUS"] for h in data["hosts"]] == [str(len(i)) for i in expected]
     assert data["gpu_note"] == ""
     text = tenter("plan", *args, DUMP_ENV).stdout
     assert "gpus        one per rank: each host sees its own as cuda:0, cuda:1, ..." in text
@@ -112,6 +113,7 @@ def test_plan_runs_a_cpu_job_without_gpus_if_its_ranks_outnumber_them(
     fake_gpus(gpus)
     data = plan(*args, DUMP_ENV)
     assert host_gpus(data) == [([], "")] * len(data["hosts"])
+    assert {h["env"]["SM_NUM_GPUS"] for h in data["hosts"]} == {"0"}
     assert CPU_NOTE in data["gpu_note"]
 
 

@@ -13,6 +13,7 @@ that two jobs on one machine never clash.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from tenter.contract import isolation, sagemaker, torchrun, worker
 from tenter.contract.fabric import LOOPBACK_NIC
-from tenter.spec import JobSpec, lookup, processes_per_host
+from tenter.spec import InstanceType, JobSpec, lookup, processes_per_host
 from tenter.spec.catalog import detect_local
 from tenter.spec.gpus import GPU_INSTANCE_TYPE, GpuPlacement, cpu_note, place_gpus
 from tenter.spec.limits import MAX_SIMULATED_HOSTS
@@ -301,7 +302,11 @@ def make_plan(
                 index=index,
                 addr=addr,
                 dir=str(host_dir),
-                env=_with_gpus(worker.host_env(spec, itype, procs, where), gpus, index),
+                env=_with_gpus(
+                    worker.host_env(spec, _host_type(itype, gpus, index), procs, where),
+                    gpus,
+                    index,
+                ),
                 files={
                     f"input/config/{fname}": json.dumps(content, indent=2)
                     for fname, content in config.items()
@@ -353,6 +358,14 @@ def make_plan(
         if gpus is not None and gpus.without_gpus
         else "",
     )
+
+
+def _host_type(itype: InstanceType, gpus: GpuPlacement | None, host: int) -> InstanceType:
+    """What a simulated host of a ``local`` type has: its share of the machine's GPUs (what
+    ``SM_NUM_GPUS`` says); a catalog type keeps the catalog's (a rehearsal of that type)."""
+    if gpus is None or not gpus.machine_gpus or not itype.is_local:
+        return itype
+    return dataclasses.replace(itype, gpus=len(gpus.hosts[host]), gpu_ids=gpus.hosts[host])
 
 
 def _with_gpus(env: dict[str, str], gpus: GpuPlacement | None, host: int) -> dict[str, str]:
