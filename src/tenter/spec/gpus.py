@@ -53,15 +53,21 @@ def place_gpus(visible: tuple[str, ...], hosts: int, procs: int, *, required: bo
     """Slice the machine's ``visible`` GPUs over ``hosts`` simulated hosts of ``procs`` ranks.
 
     Raises :class:`TooFewGpus` when ``required`` and there is not one GPU per rank."""
-    ranks = hosts * procs
     gpus = len(visible)
-    if ranks <= gpus:
+    why = refusal(gpus, hosts, procs, required=required)
+    if why is not None:
+        raise TooFewGpus(why)
+    if hosts * procs <= gpus:
         return GpuPlacement(
             tuple(tuple(visible[h * procs : (h + 1) * procs]) for h in range(hosts)), gpus
         )
-    if required:
-        raise TooFewGpus(fitting_message(gpus, hosts, procs))
     return GpuPlacement(tuple(() for _ in range(hosts)), gpus)
+
+
+def refusal(gpus: int, hosts: int, procs: int, *, required: bool) -> str | None:
+    """Why ``hosts x procs`` ranks cannot have ``gpus`` GPUs, or None: :func:`place_gpus`'s
+    rule alone, in constant time (the spec check runs it on any input, however large)."""
+    return fitting_message(gpus, hosts, procs) if required and hosts * procs > gpus else None
 
 
 def _count(n: int, one: str, many: str) -> str:

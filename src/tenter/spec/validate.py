@@ -206,16 +206,13 @@ def _gpu_problems(spec: JobSpec, itype: catalog.InstanceType, procs: int) -> lis
     """A job that asks for a GPU per rank (``local_gpu``; a catalog GPU type) and has more
     ranks than GPUs; a ``local`` job is never refused: its ranks then run on the CPU."""
     if itype.is_local:
-        try:
-            gpus.place_gpus(
-                itype.gpu_ids,
-                planned_hosts(spec) if spec.backend == "local" else 1,
-                procs,
-                required=itype.name == gpus.GPU_INSTANCE_TYPE,
-            )
-        except gpus.TooFewGpus as e:
-            return [Problem("processes_per_host", str(e))]
-        return []
+        why = gpus.refusal(
+            itype.gpus,
+            planned_hosts(spec) if spec.backend == "local" else 1,
+            procs,
+            required=itype.name == gpus.GPU_INSTANCE_TYPE,
+        )
+        return [] if why is None else [Problem("processes_per_host", why)]
     if itype.gpus > 0 and procs > itype.gpus:
         return [
             Problem(
