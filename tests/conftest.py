@@ -12,15 +12,31 @@ import resource
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tenter.spec.catalog import GPU_LISTING_ENV
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).parent / "launch" / "scripts"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` (the GPU check suite, ``make test-gpu``) skip without CUDA."""
+    cuda_tests = [item for item in items if item.get_closest_marker("cuda")]
+    if not cuda_tests:
+        return
+    import torch  # only when such tests are collected: the CLI tests need no torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (the GPU check suite: make test-gpu)")
+    for item in cuda_tests:
+        item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +47,24 @@ def tenter_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
     return home
+
+
+@pytest.fixture
+def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[int], Path]:
+    """``fake_gpus(n)``: this machine shows ``n`` GPUs to tenter's catalog (a stand-in for
+    the driver's /proc/driver/nvidia/gpus listing, one entry per GPU, as the driver names
+    them by PCI address), and no CUDA_VISIBLE_DEVICES narrows them."""
+
+    def make(count: int) -> Path:
+        listing = tmp_path / f"nvidia-gpus-{count}"
+        listing.mkdir()
+        for index in range(count):
+            (listing / f"0000:{index + 0x18:02x}:00.0").mkdir()
+        monkeypatch.setenv(GPU_LISTING_ENV, str(listing))
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        return listing
+
+    return make
 
 
 def own_children() -> list[psutil.Process]:

@@ -110,6 +110,8 @@ def run_world(
         common = {
             **os.environ,
             "WORLD_SIZE": str(size),
+            # One host, as torchrun's: tenter.device() gives a rank a GPU only when each has one.
+            "LOCAL_WORLD_SIZE": str(size),
             "TENTER_JOB_ID": job_id,
             STORE_PORT_VAR: str(store.port),
             "OMP_NUM_THREADS": "1",
@@ -149,7 +151,12 @@ def _ranks(
                 procs.append(
                     subprocess.Popen(
                         [sys.executable, __file__, str(workdir)],
-                        env={**common, "RANK": str(rank), **(rank_env(rank) if rank_env else {})},
+                        env={
+                            **common,
+                            "RANK": str(rank),
+                            "LOCAL_RANK": str(rank),
+                            **(rank_env(rank) if rank_env else {}),
+                        },
                         stdout=log,
                         stderr=subprocess.STDOUT,
                     )

@@ -96,6 +96,9 @@ def main() -> None:
         tenter.print0(
             f"epoch {epoch + 1:3d}  loss {total[0] / total[1]:.4f}  test accuracy {accuracy:.4f}"
         )
+        if tenter.preempted():  # SIGTERM (collective: every rank stops at the same epoch)
+            tenter.print0(f"preempted after epoch {epoch + 1}: stopping")
+            return
 
     if tenter.is_main():
         model_dir = Path(os.environ.get("SM_MODEL_DIR", "model"))

@@ -114,9 +114,12 @@ def main() -> None:
                 print(f"step {step:3d}  loss {loss.item():.3f}", flush=True)
         if ckpt and ckpt.maybe_save(step + 1):
             tenter.print0(f"saved checkpoint at step {step + 1}", flush=True)
+            if ckpt.preempted:  # SIGTERM: that was the final checkpoint; stop on every rank
+                tenter.print0(f"preempted at step {step + 1}: stopping", flush=True)
+                break
     if ckpt:
         ckpt.close()
-    if reporter and losses:  # none when resumed at the last step
+    if reporter and losses and not (ckpt and ckpt.preempted):  # none when resumed at the end
         window = min(5, len(losses))
         result = {
             "pp": info.pp_size,

@@ -219,6 +219,10 @@ def main(argv: list[str] | None = None) -> None:
         schedule.step()
         accuracy = evaluate(model, val_loader, device)
         tenter.print0(f"epoch {epoch + 1:3d}  {took:.1f} s  top-1 {accuracy:.4f}")
+        if tenter.preempted():  # SIGTERM (collective: every rank stops at the same epoch)
+            tenter.print0(f"preempted after epoch {epoch + 1}: stopping")
+            dist.destroy_process_group()
+            return
     if tenter.is_main():
         model_dir = Path(os.environ.get("SM_MODEL_DIR", "model"))
         model_dir.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from tenter.checkpoint import Checkpointer
+from tenter.runtime.preemption import Preempted
 
 
 def sigterm_one_rank(rank: int, world_size: int, root: Path, signalled_at: int) -> dict[str, Any]:
@@ -33,3 +34,21 @@ def sigterm_one_rank(rank: int, world_size: int, root: Path, signalled_at: int) 
         ckpt.maybe_save(step)
     ckpt.close()
     return {"step": step, "preempted": ckpt.preempted}
+
+
+def ignore_preempted(rank: int, world_size: int, root: Path, signalled_at: int) -> dict[str, Any]:
+    """Call maybe_save at every step and never read ``preempted`` (rank 1 gets a SIGTERM after
+    step ``signalled_at``): the Checkpointer ends the loop. Returns what stopped it."""
+    model = DistributedDataParallel(nn.Linear(4, 2))
+    ckpt = Checkpointer(model, dir=root / "ckpt", every=100)
+    step = 0
+    try:
+        while step < 50:
+            step += 1
+            model(torch.ones(8, 4)).sum().backward()
+            if rank == 1 and step == signalled_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+            ckpt.maybe_save(step)
+    except Preempted as stop:
+        return {"step": stop.step, "code": stop.code, "preempted": ckpt.preempted}
+    return {"step": step, "code": None, "preempted": ckpt.preempted}

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from preempt_workers import sigterm_one_rank
+from preempt_workers import ignore_preempted, sigterm_one_rank
 from torch import nn
 
 from tenter.checkpoint import Checkpointer
+from tenter.errors import ExitCode
 from tenter.jobdir import control
 from tenter.runtime import preemption
 from tests.world import run_world
@@ -80,6 +81,15 @@ def test_every_rank_stops_at_the_step_after_one_rank_was_signalled(tmp_path: Pat
     assert world.values() == [{"step": 6, "preempted": True}] * 2
     assert latest_step(tmp_path / "ckpt") == 6
     assert [(r["rank"], r["step"]) for r in control.preempted_ranks(tmp_path)] == [(0, 6), (1, 6)]
+
+
+def test_a_loop_that_ignores_preempted_is_stopped_at_its_next_maybe_save(tmp_path: Path) -> None:
+    env = {"TENTER_JOB_DIR": str(tmp_path), "TENTER_HOST": "algo-1", preemption.GRACE_ENV: "30"}
+    world = run_world(ignore_preempted, 2, args=(tmp_path, 5), env=env)
+    # The final checkpoint at step 6; the next maybe_save (step 7) ends the rank with 75.
+    assert world.values() == [{"step": 7, "code": ExitCode.PREEMPTED, "preempted": True}] * 2
+    manifest = json.loads((tmp_path / "ckpt" / "manifest.json").read_text())
+    assert [c["step"] for c in manifest["checkpoints"]] == [6]
 
 
 RANK = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +197,7 @@ def test_bad_flag_exits_2_with_a_hint_not_the_usage(
     assert not tenter_home.exists()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="counts this machine's GPUs: needs CUDA")
+@pytest.mark.cuda
 def test_nproc_per_node_gpu_counts_the_gpus_torchrun_counts(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -206,9 +207,23 @@ def test_nproc_per_node_gpu_counts_the_gpus_torchrun_counts(
         )
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without GPUs")
-def test_nproc_per_node_gpu_exits_2_if_this_machine_has_none(
+@pytest.mark.parametrize(("gpus", "hosts", "per_host"), [(1, 1, 1), (8, 1, 8), (8, 2, 4)])
+def test_nproc_per_node_gpu_counts_each_hosts_share_of_the_gpus(
     capsys: pytest.CaptureFixture[str],
+    fake_gpus: Callable[[int], Path],
+    gpus: int,
+    hosts: int,
+    per_host: int,
 ) -> None:
+    fake_gpus(gpus)
+    for kind in ("gpu", "auto"):
+        plan = plan_of(capsys, "--hosts", str(hosts), "--nproc-per-node", kind)
+        assert plan["procs_per_host"] == per_host
+
+
+def test_nproc_per_node_gpu_exits_2_if_this_machine_has_none(
+    capsys: pytest.CaptureFixture[str], fake_gpus: Callable[[int], Path]
+) -> None:
+    fake_gpus(0)
     assert main(["plan", "--nproc-per-node", "gpu", SCRIPT]) == 2
     assert "--nproc-per-node: gpu: local has no GPUs; give a number" in capsys.readouterr().err

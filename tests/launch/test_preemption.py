@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,6 +128,31 @@ def test_a_job_that_does_not_stop_within_the_grace_period_is_stopped(
         "checkpoint was not made in time" in out
     )
     assert json.loads((job.job_dir / "summary.json").read_text())["state"] == "preempted"
+    assert_nothing_left(job.job_dir)
+
+
+def test_a_loop_that_ignores_preempted_stops_at_its_next_maybe_save(
+    tmp_path: Path, tenter_home: Path
+) -> None:
+    # ignores_preemption.py calls maybe_save at every step and never reads ckpt.preempted:
+    # the call after the final checkpoint ends each rank, well inside the grace period
+    # (before the fix the ranks saved at every step until the grace period ran out).
+    grace = 120
+    job = started(
+        tmp_path, tenter_home, "ignores_preemption.py", checkpoint={"preemption_grace": grace}
+    )
+    signalled = time.monotonic()
+    job.proc.send_signal(signal.SIGTERM)
+    out = job.finish(timeout=grace)
+    assert job.proc.returncode == ExitCode.PREEMPTED, out
+    assert time.monotonic() - signalled < grace / 2, out
+    final = re.search(r"^preempted: final checkpoint at step (\d+) in \d+\.\d s$", out, re.M)
+    assert final, out
+    manifest = json.loads((job.job_dir / "checkpoints" / "manifest.json").read_text())
+    assert [c["step"] for c in manifest["checkpoints"]] == [int(final[1])]  # one, the final
+    assert "after the loop" not in out
+    summary = json.loads((job.job_dir / "summary.json").read_text())
+    assert summary["state"] == "preempted" and summary["failures"] == []
     assert_nothing_left(job.job_dir)
 
 

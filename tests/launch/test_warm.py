@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tenter.launch.processes import env_of
-from tests.conftest import Background, assert_nothing_left, tenter
+from tests.conftest import SCRIPTS, Background, assert_nothing_left, tenter
 from tests.launch.specs import write_spec
 
 pytestmark = pytest.mark.slow
@@ -131,4 +131,37 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     # The live view finds a warm worker's rank (its /proc environment is the spare's).
     metrics = [json.loads(line) for line in (job.job_dir / "metrics.jsonl").open()]
     assert any(m["rank"] == 0 and m.get("rss_bytes") for m in metrics)
+    assert_nothing_left(job.job_dir)
+
+
+@pytest.mark.parametrize("warm", ["1", "0"])
+def test_a_worker_is_titled_with_the_users_command_line_warm_or_fresh(
+    tmp_path: Path, tenter_home: Path, monkeypatch: pytest.MonkeyPatch, warm: str
+) -> None:
+    monkeypatch.setenv("TENTER_WARM_WORKERS", warm)
+    release = tmp_path / "release"
+    spec = write_spec(
+        tmp_path,
+        "titled.py",
+        args=["--lr", "0.1", "--name", "a b"],
+        environment={"RELEASE_FILE": str(release)},
+    )
+    job = Background("run", str(spec), home=tenter_home)
+    try:
+        job.wait_for("ready")
+        pid = int(job.lines[-1].rsplit(" ", 1)[1])
+        script = str(SCRIPTS / "titled.py")
+        title = f"python {script} --lr 0.1 --name 'a b'"
+        # As ps, top and pkill -f read it.
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode()
+        assert cmdline.split("\0")[0] == title
+        assert " ".join(psutil.Process(pid).cmdline()).strip() == title
+        environ = psutil.Process(pid).environ()  # whole: tenter finds a job's processes by it
+        assert environ["TENTER_JOB_ID"] == job.job_dir.name
+        # A warm worker's initial environment is its spare's (the agent's), without a rank.
+        assert ("RANK" in environ) == (warm == "0")
+    finally:
+        release.touch()
+    out = job.finish(timeout=120)
+    assert job.proc.returncode == 0, out
     assert_nothing_left(job.job_dir)

@@ -413,7 +413,7 @@ def test_tenter_perf_runs_as_a_tenter_job(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: NCCL, CUDA events")
+@pytest.mark.cuda
 def test_cuda_paths_run_with_zero_wrong_on_nccl() -> None:
     """mulsum (PREMUL_SUM), fp8 and per-iteration CUDA-event timing exist only on CUDA."""
     nranks = torch.cuda.device_count()

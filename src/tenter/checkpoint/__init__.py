@@ -8,6 +8,8 @@
     step = ckpt.resume()          # 0 on a fresh start; else everything is restored
     ...
     ckpt.maybe_save(step)         # after each step: saves every 50
+    if ckpt.preempted:            # SIGTERM: the final checkpoint is saved; end the loop
+        break
 
 See ``docs/checkpoint.md`` for the layout on disk, the commit protocol and the guarantees.
 """

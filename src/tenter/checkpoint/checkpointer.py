@@ -60,7 +60,7 @@ from tenter.checkpoint.writer import AsyncWriter
 from tenter.goodput.records import record_checkpoint
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
 from tenter.runtime import steps
-from tenter.runtime.preemption import Preemption
+from tenter.runtime.preemption import Preempted, Preemption
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -247,12 +247,26 @@ class Checkpointer:
     def maybe_save(self, step: int) -> bool:
         """Save when ``step`` is a multiple of ``every``, or now if the job is being preempted
         (agreed by all ranks in one small all-reduce; the save is then complete on return and
-        :attr:`preempted` True); return whether it saved."""
+        :attr:`preempted` True); return whether it saved.
+
+        Called again after the preemption's final checkpoint (the loop did not stop on
+        :attr:`preempted`), it ends the rank: it raises :class:`Preempted` (exit status 75)
+        rather than save again and run out the grace period."""
         if self.every is None:
             raise ValueError(
                 "maybe_save() needs the interval: pass Checkpointer(..., every=N) or set the "
                 "job spec's checkpoint.every"
             )
+        if self.preempted:
+            if self._rank == 0:
+                log.warning(
+                    "the job was preempted and its final checkpoint saved at step %s: "
+                    "maybe_save(%s) stops the rank (end the loop on ckpt.preempted)",
+                    self._last_step,
+                    step,
+                )
+            self.close()
+            raise Preempted(step)
         if self._preemption.agreed():
             path = self.save(step)
             self.wait()

@@ -109,6 +109,7 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
     from tenter import session  # imports torch: only once the flags are known good
     from tenter.cli.options import stderr
     from tenter.spec import load
+    from tenter.spec.gpus import GPU_INSTANCE_TYPE
 
     spec, _ = load(
         {
@@ -118,6 +119,8 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
             "instance_count": args.hosts,
             "processes_per_host": args.procs_per_host,
             "backend": args.launcher,
+            # CUDA buffers need a GPU per rank: refused before launch when they do not fit.
+            **({"instance_type": GPU_INSTANCE_TYPE} if opts.device == "cuda" else {}),
             "isolation": args.isolation,
             "logs": {"ranks": [0], "tag": False},
         },

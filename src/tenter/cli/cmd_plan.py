@@ -116,6 +116,10 @@ def render(plan: Plan) -> str:
             f"isolation   {plan.isolation}: each host in namespaces of its own (hostname, "
             f"{HOST_NIC}, /dev/shm) on a private bridge at {SWITCH_ADDR}"
         )
+    if plan.gpu_note:
+        lines.append(f"gpus        {plan.gpu_note}")
+    elif any(host.gpus for host in plan.hosts):
+        lines.append("gpus        one per rank: each host sees its own as cuda:0, cuda:1, ...")
     if plan.max_run:
         lines.append(f"max run     {plan.max_run} s")
     if plan.launcher:
@@ -125,7 +129,8 @@ def render(plan: Plan) -> str:
     lines += ["", "environment of every process:", *_env_lines(common, "  ")]
     for host in plan.hosts:
         group = f"  replica group {host.replica_group}" if plan.replica_groups else ""
-        lines += ["", f"host {host.name} ({host.addr})  {host.dir}{group}"]
+        gpus = "" if host.gpus is None else f"  GPUs {','.join(host.gpus) or 'none'}"
+        lines += ["", f"host {host.name} ({host.addr})  {host.dir}{group}{gpus}"]
         lines += _env_lines({k: v for k, v in host.env.items() if k not in common}, "  ")
         for rank in host.ranks:
             own = {k: v for k, v in rank.env.items() if k not in common}

@@ -16,6 +16,8 @@ import re
 from typing import Any
 
 from tenter.spec import InstanceType, JobSpec, Problem, SpecError, lookup, processes_per_host
+from tenter.spec.gpus import GPU_INSTANCE_TYPE
+from tenter.spec.validate import planned_hosts
 
 START_METHODS = ("spawn", "fork", "forkserver")
 NPROC_KINDS = ("auto", "cpu", "gpu")
@@ -250,15 +252,17 @@ def _std(value: str, flag: str, procs: int) -> dict[int, int]:
     raise _problem(flag, f"'{value}' is not 0-3 or LOCAL_RANK:0-3,... (1 stdout, 2 stderr, 3 both)")
 
 
-def resolved_procs(nproc: str, itype: InstanceType) -> int:
-    """``--nproc-per-node auto|cpu|gpu`` counted as torchrun counts them on the job's hosts."""
+def resolved_procs(nproc: str, itype: InstanceType, hosts: int) -> int:
+    """``--nproc-per-node auto|cpu|gpu`` counted as torchrun counts them on the job's hosts
+    (simulated hosts: each host's share of this machine's GPUs)."""
     # torchrun counts the CPUs this process may use (its affinity), not the machine's.
     cpus = len(os.sched_getaffinity(0)) if itype.is_local else itype.cpus
     if nproc == "gpu" and not itype.gpus:
         raise _problem("--nproc-per-node", f"gpu: {itype.name} has no GPUs; give a number")
     if nproc == "cpu" or not itype.gpus:
         return cpus
-    return itype.gpus
+    # Fewer GPUs than hosts: one each, which `gpu` then refuses, saying what fits.
+    return max(1, itype.gpus // hosts) if itype.is_local else itype.gpus
 
 
 def console_overrides(args: argparse.Namespace, spec: JobSpec) -> tuple[dict[str, Any], list[str]]:
@@ -270,8 +274,11 @@ def console_overrides(args: argparse.Namespace, spec: JobSpec) -> tuple[dict[str
     assert itype is not None, "the spec check rejects unknown instance types"
     procs = processes_per_host(spec, itype)
     if args.nproc_per_node in NPROC_KINDS:
-        procs = resolved_procs(args.nproc_per_node, itype)
+        procs = resolved_procs(args.nproc_per_node, itype, planned_hosts(spec))
         out["processes_per_host"] = procs
+        if args.nproc_per_node == "gpu" and spec.instance_type == "local":
+            # A GPU per rank, asked for: refused before launch when they do not fit.
+            out["instance_type"] = GPU_INSTANCE_TYPE
     if not (args.redirects or args.tee or args.local_ranks_filter):
         return out, notes
     if args.ranks:

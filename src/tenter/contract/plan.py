@@ -13,6 +13,7 @@ that two jobs on one machine never clash.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -21,8 +22,11 @@ from pathlib import Path
 
 from tenter.contract import isolation, sagemaker, torchrun, worker
 from tenter.contract.fabric import LOOPBACK_NIC
-from tenter.spec import JobSpec, lookup, processes_per_host
+from tenter.spec import InstanceType, JobSpec, lookup, processes_per_host
+from tenter.spec.catalog import detect_local
+from tenter.spec.gpus import GPU_INSTANCE_TYPE, GpuPlacement, cpu_note, place_gpus
 from tenter.spec.limits import MAX_SIMULATED_HOSTS
+from tenter.spec.validate import planned_hosts
 
 RDZV_PORT = "${rdzv_port}"
 MASTER_PORT = "${master_port}"
@@ -61,6 +65,9 @@ class HostPlan:
     ranks: list[RankPlan]
     replica_group: int = 0
     """The torchft replica group of the host (``fault_tolerance``; else 0)."""
+    gpus: list[str] | None = None
+    """The GPUs of this simulated host (its ``CUDA_VISIBLE_DEVICES``; empty: none, its ranks
+    run on the CPU); None: the host's own (a cluster's hosts, a machine without GPUs)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,9 @@ class Plan:
     isolation: str = "none"
     """``network``: the launcher runs each host in namespaces of its own
     (:mod:`tenter.contract.isolation`); ``none``: on this machine's network."""
+    gpu_note: str = ""
+    """What the launcher says once when the machine's GPUs are too few for one per rank and
+    the ranks run without them (:func:`tenter.spec.gpus.cpu_note`)."""
 
     @property
     def world_size(self) -> int:
@@ -190,12 +200,15 @@ def make_plan(
     *,
     addrs: list[str] | None = None,
     network_interface: str = LOOPBACK_NIC,
+    gpus: GpuPlacement | None = None,
 ) -> Plan:
     """The plan of a validated, path-resolved spec.
 
     Cluster backends (mpirun, Slurm) pass the hosts' real ``addrs`` and ``network_interface``;
     by default the hosts are simulated on this machine's loopback interface, or with
-    ``isolation: network`` on a private network (:mod:`tenter.contract.isolation`)."""
+    ``isolation: network`` on a private network (:mod:`tenter.contract.isolation`), and share
+    its GPUs as ``gpus`` says (default: :func:`tenter.spec.gpus.place_gpus` over every host
+    the job may have, its spares too)."""
     elastic = spec.elastic
     spare = range(spec.instance_count + 1, (elastic.max_hosts or 0) + 1) if addrs is None else ()
     itype = lookup(spec.instance_type)
@@ -205,6 +218,13 @@ def make_plan(
     names = sagemaker.host_names(spec.instance_count)
     simulated = addrs is None
     isolated = simulated and spec.isolation == "network"
+    if simulated and gpus is None:
+        gpus = place_gpus(
+            detect_local().gpu_ids,
+            planned_hosts(spec),
+            procs,
+            required=spec.instance_type == GPU_INSTANCE_TYPE,
+        )
     if isolated:
         addrs = [isolation.host_addr(i) for i in range(spec.instance_count)]
         network_interface = isolation.HOST_NIC
@@ -284,7 +304,11 @@ def make_plan(
                 index=index,
                 addr=addr,
                 dir=str(host_dir),
-                env=worker.host_env(spec, itype, procs, where),
+                env=_with_gpus(
+                    worker.host_env(spec, _host_type(itype, gpus, index), procs, where),
+                    gpus,
+                    index,
+                ),
                 files={
                     f"input/config/{fname}": json.dumps(content, indent=2)
                     for fname, content in config.items()
@@ -296,6 +320,7 @@ def make_plan(
                 },
                 ranks=ranks,
                 replica_group=group,
+                gpus=None if gpus is None or not gpus.machine_gpus else list(gpus.hosts[index]),
             )
         )
     return Plan(
@@ -309,7 +334,9 @@ def make_plan(
         rdzv_endpoint=elastic.rendezvous.endpoint
         or f"{isolation.SWITCH_ADDR if isolated else '127.0.0.1'}:{RDZV_PORT}",
         instance_type=spec.instance_type,
-        spare_hosts=[_spare_host(spec, job_id, tenter_home, python, count) for count in spare],
+        spare_hosts=[
+            _spare_host(spec, job_id, tenter_home, python, count, procs, gpus) for count in spare
+        ],
         checkpoint_dir=checkpoint_dir,
         # torch's name for the etcd backend of its dynamic rendezvous (the one that orders
         # hosts by address, as c10d does).
@@ -332,15 +359,46 @@ def make_plan(
         min_replicas=ft.min_replicas if ft else 0,
         lighthouse=lighthouse,
         isolation="network" if isolated else "none",
+        gpu_note=cpu_note(gpus.machine_gpus, len(gpus.hosts), procs)
+        if gpus is not None and gpus.without_gpus
+        else "",
     )
 
 
-def _spare_host(spec: JobSpec, job_id: str, tenter_home: Path, python: str, count: int) -> HostPlan:
-    """Host ``count`` of the job, as it is when it joins the ``count - 1`` before it."""
+def _host_type(itype: InstanceType, gpus: GpuPlacement | None, host: int) -> InstanceType:
+    """What a simulated host of a ``local`` type has: its share of the machine's GPUs (what
+    ``SM_NUM_GPUS`` says); a catalog type keeps the catalog's (a rehearsal of that type)."""
+    if gpus is None or not gpus.machine_gpus or not itype.is_local:
+        return itype
+    return dataclasses.replace(itype, gpus=len(gpus.hosts[host]), gpu_ids=gpus.hosts[host])
+
+
+def _with_gpus(env: dict[str, str], gpus: GpuPlacement | None, host: int) -> dict[str, str]:
+    """The host's environment with its GPUs; a ``CUDA_VISIBLE_DEVICES`` of the spec's own
+    ``environment`` stands."""
+    visible = gpus.visible_devices(host) if gpus is not None else None
+    if visible is None or "CUDA_VISIBLE_DEVICES" in env:
+        return env
+    return {**env, "CUDA_VISIBLE_DEVICES": visible}
+
+
+def _spare_host(
+    spec: JobSpec,
+    job_id: str,
+    tenter_home: Path,
+    python: str,
+    count: int,
+    procs: int,
+    gpus: GpuPlacement | None,
+) -> HostPlan:
+    """Host ``count`` of the job, as it is when it joins the ``count - 1`` before it (on
+    the GPUs planned for it with the others)."""
     grown = spec.model_copy(
         update={
             "instance_count": count,
+            # the job's, which a default (a share of the GPUs) would count on fewer hosts
+            "processes_per_host": procs,
             "elastic": spec.elastic.model_copy(update={"max_hosts": None}),
         }
     )
-    return make_plan(grown, job_id, tenter_home, python).hosts[-1]
+    return make_plan(grown, job_id, tenter_home, python, gpus=gpus).hosts[-1]

@@ -43,6 +43,9 @@ PLACEMENT = frozenset(
         "MASTER_ADDR",
         "MASTER_PORT",
         "TORCHFT_LIGHTHOUSE",
+        # which of the machine's GPUs a simulated host has (tenter.spec.gpus), and how many
+        "CUDA_VISIBLE_DEVICES",
+        "SM_NUM_GPUS",
         # threads per rank: simulated hosts share one machine's cores
         "OMP_NUM_THREADS",
         # paths on the host

@@ -59,7 +59,10 @@ class JobContext:
 
     @property
     def gpu_job(self) -> bool:
-        return self.instance_type.gpus > 0
+        """The job asks for a GPU per process: a GPU instance type or ``local_gpu``, not
+        ``local``, whose ranks run on the CPU where the GPUs are too few
+        (:mod:`tenter.spec.gpus`)."""
+        return self.instance_type.gpus > 0 and self.instance_type.name != "local"
 
     @property
     def efa(self) -> bool:

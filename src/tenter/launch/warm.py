@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from tenter.contract.worker import BOOTSTRAP
 from tenter.launch.processes import dies_with_parent
-from tenter.runtime.warm import PRELOAD, WAIT_FLAG, Handoff
+from tenter.runtime.warm import PRELOAD, TITLE_ROOM, WAIT_FLAG, Handoff
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class WarmPool:
     def _start(self, preload: Sequence[str]) -> Spare:
         env, cwd = dict(os.environ), os.getcwd()
         proc = subprocess.Popen(
-            [*self.command, WAIT_FLAG, *preload],
+            [*self.command, WAIT_FLAG, *preload, TITLE_ROOM],
             env=env,
             stdin=subprocess.PIPE,  # the handoff; stdout and stderr: the agent's log
             start_new_session=True,  # as a fresh worker's: the agent signals its group

@@ -44,6 +44,7 @@ from tenter.parallel.mapping import (
 from tenter.parallel.partition import Partition, balance
 from tenter.parallel.pipeline import Blocks, LossFn, Pipeline, build_pipeline
 from tenter.parallel.tensor_parallel import apply_tp, tp_plan
+from tenter.runtime import api
 
 __all__ = [
     "ParallelConfig",
@@ -60,6 +61,7 @@ __all__ = [
     "dp_size",
     "layout",
     "mesh",
+    "mesh_device_type",
     "pipeline",
     "pp_rank",
     "pp_size",
@@ -118,12 +120,46 @@ def mesh(
             "tenter.parallel.mesh() needs the process group: call tenter.init() first"
         )
     cfg = config(pp=pp, dp_shard=dp_shard, tp=tp, placement=placement)
-    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    available = torch.cuda.is_available()
+    device_type = mesh_device_type(
+        device_type,
+        cuda_available=available,
+        visible_gpus=torch.cuda.device_count() if available else 0,
+        local_rank=api.local_rank(),
+        local_world_size=api.local_world_size(),
+    )
     dims = cfg.dims(dist.get_world_size(), device_type)
     if cfg.random_seed is not None:
         torch.manual_seed(cfg.random_seed)
     _current.config, _current.dims = cfg, dims
     return dims.mesh
+
+
+def mesh_device_type(
+    requested: str | None,
+    *,
+    cuda_available: bool,
+    visible_gpus: int,
+    local_rank: int,
+    local_world_size: int,
+) -> str:
+    """The mesh's device type: ``requested``, else ``cuda`` when this rank has a GPU of its
+    own (:func:`tenter.runtime.api.own_gpu`), else ``cpu``. A CUDA mesh on ranks that share
+    GPUs is refused here: NCCL would abort the ranks ("Duplicate GPU detected")."""
+    own = api.own_gpu(cuda_available, visible_gpus, local_rank, local_world_size)
+    if requested is None:
+        return "cpu" if own is None else "cuda"
+    if requested == "cuda" and own is None:
+        why = (
+            "CUDA is not available"
+            if not cuda_available
+            else f"{local_world_size} ranks on this host and {visible_gpus} visible GPUs"
+        )
+        raise ValueError(
+            f"device_type='cuda' needs a GPU per rank and this rank has none of its own "
+            f"({why}); run at most one process per GPU, or leave device_type out for a CPU mesh"
+        )
+    return requested
 
 
 def pipeline(

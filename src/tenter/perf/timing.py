@@ -63,6 +63,8 @@ def time_calls(
     barrier: Callable[[], None],
 ) -> Timed:
     """Run and time the half's iterations on this rank (the ranks start together)."""
+    if not opts.blocking and not opts.per_iter_timing:
+        return _time_back_to_back(call, opts.iters * opts.agg_iters, sync)
     marks = _Marks(device) if opts.per_iter_timing else None
     paired = opts.blocking == 3  # -z 3: each iteration has its own stop, before the barrier
     starts: list[int] = []
@@ -98,3 +100,14 @@ def time_calls(
             marks.seconds(a, b) / opts.agg_iters for a, b in zip(starts, stops, strict=True)
         ]
     return Timed(seconds=wall, cpu_seconds=cpu, per_iter=per_iter)
+
+
+def _time_back_to_back(call: Callable[[], None], calls: int, sync: Callable[[], None]) -> Timed:
+    """The default (no ``-z``, no ``-I``): the calls back to back, nothing between them, as
+    torch's own eager loop runs them (benchmarks/perf_harness_overhead.py compares the two)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    cpu = (time.perf_counter() - start) / calls
+    sync()
+    return Timed(seconds=(time.perf_counter() - start) / calls, cpu_seconds=cpu, per_iter=None)

@@ -38,8 +38,11 @@ def main(argv: list[str] | None = None, collectives: Mapping[str, Collective] = 
         opts = options_from_args(args.collective, args)
     except ValueError as e:
         parser.error(str(e))
-    if opts.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: this process sees no CUDA device; pass --device cpu")
+    if opts.device == "cuda" and runtime.device().type != "cuda":
+        parser.error(
+            "--device cuda: this rank has no GPU of its own (no CUDA device, or more ranks "
+            "on this host than GPUs); pass --device cpu, or run one rank per GPU"
+        )
     backend = opts.backend or ("nccl" if opts.device == "cuda" else "gloo")
     device = runtime.device() if opts.device == "cuda" else torch.device("cpu")
     before_init = resources.memory_in_use(device) if opts.memory_report else None

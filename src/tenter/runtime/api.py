@@ -61,26 +61,47 @@ def print0(*args: Any, **kwargs: Any) -> None:
         print(*args, **kwargs)
 
 
+def own_gpu(
+    cuda_available: bool, visible_gpus: int, local_rank: int, local_world_size: int
+) -> int | None:
+    """The index of this rank's own GPU, or None: run on the CPU.
+
+    A rank has a GPU of its own when CUDA works and its visible devices hold one per local
+    rank (tenter gives each simulated host its own as ``CUDA_VISIBLE_DEVICES``; torchrun's
+    ranks see their node's). With fewer GPUs than local ranks, ranks sharing a GPU would make
+    NCCL fail ("Duplicate GPU detected"), so none of them takes one: the job runs on the CPU,
+    as the launcher said."""
+    if not cuda_available or local_world_size > visible_gpus or local_rank >= visible_gpus:
+        return None
+    return local_rank
+
+
+def _own_gpu() -> int | None:
+    available = torch.cuda.is_available()
+    count = torch.cuda.device_count() if available else 0
+    return own_gpu(available, count, local_rank(), local_world_size())
+
+
 def default_backend() -> str:
     """The job's choice (``TENTER_PG_BACKEND``), else NCCL for CUDA tensors with gloo for
-    CPU tensors when CUDA is present, else gloo."""
+    CPU tensors when this rank has a GPU of its own, else gloo."""
     chosen = os.environ.get("TENTER_PG_BACKEND")
     if chosen:
         return chosen
-    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    return "cpu:gloo,cuda:nccl" if _own_gpu() is not None else "gloo"
 
 
 def device() -> torch.device:
-    """This rank's device: ``cuda:<local rank>`` when CUDA is present, else the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", local_rank() % torch.cuda.device_count())
-    return torch.device("cpu")
+    """This rank's device: ``cuda:<local rank>`` when this rank has a GPU of its own
+    (:func:`own_gpu`), else the CPU."""
+    index = _own_gpu()
+    return torch.device("cpu") if index is None else torch.device("cuda", index)
 
 
 def init(backend: str | None = None, timeout: datetime.timedelta | None = None) -> torch.device:
     """Initialise the default process group for this job and return this rank's device.
 
-    Sets the CUDA device from the local rank first (one process per GPU). Idempotent.
+    Sets the CUDA device first when the rank has a GPU of its own (:func:`device`). Idempotent.
     """
     dev = device()
     if dev.type == "cuda":

@@ -10,6 +10,9 @@ teardown (interpreter finalisation with torch loaded can take a second): the lau
 watches for it to stop the job at once and to name the root cause with its traceback.
 Scripts need no ``@record`` decorator of their own.
 
+Every worker, fresh or warm, is titled with the user's command line (:func:`title`, through
+``setproctitle``): ``ps`` shows ``python train.py --lr 0.1``, not the bootstrap.
+
 ``python -m tenter.runtime.bootstrap --warm [MODULE...]`` is a warm worker: it imports what a
 worker imports (and MODULEs), then waits for its rank's handoff from the agent and runs it as above
 (:mod:`tenter.runtime.warm`).
@@ -28,15 +31,19 @@ from __future__ import annotations
 import faulthandler
 import os
 import runpy
+import shlex
 import sys
 import time
 import traceback
 
+import setproctitle
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
 from tenter.contract.torchrun import finished_marker
+from tenter.contract.worker import BOOTSTRAP
 from tenter.runtime import steps, warm
+from tenter.runtime.preemption import Preempted
 
 
 def run(argv: list[str]) -> None:
@@ -69,13 +76,38 @@ def _finish() -> None:
     faulthandler.disable()
 
 
+def title(argv: list[str]) -> str:
+    """The process title of a worker running ``argv``: the user's command line, as ``python
+    SCRIPT ARGS`` or ``python -m MODULE ARGS`` would show it, so that ``ps``, ``top``,
+    ``nvidia-smi`` and ``pkill -f SCRIPT`` name the script rather than the bootstrap."""
+    return shlex.join([os.path.basename(sys.executable), *argv])
+
+
+def set_title(text: str) -> None:
+    """Title this process ``text``, within its arguments' memory: setproctitle's default would
+    also take the environment's, and ``/proc/PID/environ`` (by which tenter finds a job's
+    processes) would read empty. A fresh worker's arguments hold its title (the bootstrap's
+    are longer); a warm one's end with :data:`tenter.runtime.warm.TITLE_ROOM`."""
+    before = os.environ.get("SPT_NOENV")
+    os.environ["SPT_NOENV"] = "1"  # read once, by the first call
+    try:
+        setproctitle.setproctitle(text)
+    finally:
+        if before is None:
+            del os.environ["SPT_NOENV"]
+        else:
+            os.environ["SPT_NOENV"] = before
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == [warm.WAIT_FLAG]:
+        set_title(title(["-m", BOOTSTRAP, *(a for a in argv if a.strip())]))  # no TITLE_ROOM
         warm.preload(argv[1:])
         handoff = warm.receive()
         if handoff is None:  # a spare no rank needed
             return 0
         argv = warm.become(handoff)
+    set_title(title(argv))
     handler = get_error_handler()
     handler.initialize()  # a fatal signal (SIGSEGV...) also leaves a Python stack in the file
     watch_file = os.environ.get("TENTER_WATCH_FILE")
@@ -88,6 +120,9 @@ def main(argv: list[str]) -> int:
         steps.install(job_dir, int(os.environ["RANK"]))
     try:
         run(argv)
+    except Preempted:  # stopped after the preemption's final checkpoint: done, as a return
+        _finish()
+        return 0
     except SystemExit as e:
         if e.code in (None, 0):
             _finish()

@@ -33,9 +33,22 @@ from types import FrameType
 import torch
 import torch.distributed as dist
 
+from tenter.errors import ExitCode
 from tenter.jobdir import control
 
 GRACE_ENV = "TENTER_PREEMPTION_GRACE"
+
+
+class Preempted(SystemExit):
+    """Ends a rank that goes on after its preemption's final checkpoint (a loop that never
+    reads ``Checkpointer.preempted``): raised at its next ``maybe_save``, so that it neither
+    saves again nor runs out the grace period. Its status is the preemption's, 75; tenter's
+    bootstrap ends the rank as finished (exit 0) and the job as preempted (75)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(ExitCode.PREEMPTED)
+        self.step = step
+
 
 _signalled = False
 """This process received a SIGTERM that asks for a preemption."""

@@ -11,9 +11,10 @@ Taken over exactly: ``os.environ`` (the C environment too), the working director
 (``/dev/null``, as the agent's own), stdout and stderr (the rank's files, truncated as the
 agent's ``open(path, "w")`` does), and, by the bootstrap, ``sys.argv`` and ``sys.path[0]``.
 The process is the one the agent started, so ``os.getpid()``, signals, the exit status,
-the parent-death signal and the session are a fresh worker's. What differs: the
-process's initial environment and command line as the kernel shows them
-(``/proc/PID/environ``, ``/proc/PID/cmdline``) are the spare's, and modules the bootstrap
+the parent-death signal and the session are a fresh worker's; its title (``ps``,
+``/proc/PID/cmdline``) is the user's command line, as a fresh worker's (the bootstrap sets it).
+What differs: the process's initial environment as the kernel shows it
+(``/proc/PID/environ``) is the spare's, and modules the bootstrap
 imports (torch) were imported before the rank's variables were set; the agent only hands a
 spare a rank whose variables differ from its own in ones read after start-up
 (:data:`tenter.launch.warm.PER_WORKER`).
@@ -39,9 +40,16 @@ finds them loaded, one that does not has them in ``sys.modules`` all the same. T
 a job's start import nothing more: they are needed at once, by scripts that may not."""
 
 
+TITLE_ROOM = " " * 4096
+"""A spare's last argument: room for the title of the worker it becomes. A process title is
+written over the process's arguments (``/proc/PID/cmdline``); the bootstrap keeps it within
+them, leaving ``/proc/PID/environ`` whole (tenter finds a job's processes by it)."""
+
+
 def preload(modules: list[str]) -> None:
     for module in modules:
-        importlib.import_module(module)
+        if module.strip():  # not the TITLE_ROOM
+            importlib.import_module(module)
 
 
 @dataclass(frozen=True)

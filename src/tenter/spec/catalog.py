@@ -27,6 +27,8 @@ class InstanceType:
     efa: int = 0
     gpu_rdma: bool = False
     neuron_cores: int = 0
+    gpu_ids: tuple[str, ...] = ()
+    """This machine's visible GPUs (``local`` types), as ``CUDA_VISIBLE_DEVICES`` names them."""
 
     @property
     def is_local(self) -> bool:
@@ -62,25 +64,33 @@ def lookup(name: str) -> InstanceType | None:
     return _catalog().get(canonical_name(name))
 
 
-def _visible_gpus(proc_root: Path = Path("/proc")) -> int:
-    """GPUs the NVIDIA driver exposes, narrowed by CUDA_VISIBLE_DEVICES.
+GPU_LISTING_ENV = "TENTER_NVIDIA_GPUS_DIR"
+"""A test hook: a directory that stands in for the driver's ``/proc/driver/nvidia/gpus`` (one
+entry per GPU), so that the GPU rules are tested on machines without GPUs."""
+
+
+def _visible_gpus(proc_root: Path = Path("/proc")) -> tuple[str, ...]:
+    """The GPUs the NVIDIA driver exposes, narrowed by CUDA_VISIBLE_DEVICES, as the ids a
+    process's CUDA_VISIBLE_DEVICES names them by.
 
     Read from /proc rather than by importing torch: the CLI validates specs in
     well under a second, and importing torch costs more than that.
     """
-    gpu_dir = proc_root / "driver" / "nvidia" / "gpus"
+    gpu_dir = Path(os.environ.get(GPU_LISTING_ENV) or proc_root / "driver" / "nvidia" / "gpus")
     count = len(list(gpu_dir.iterdir())) if gpu_dir.is_dir() else 0
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        count = min(count, len([d for d in visible.split(",") if d.strip()]))
-    return count
+    if visible is None:
+        return tuple(str(i) for i in range(count))
+    return tuple(d.strip() for d in visible.split(",") if d.strip())[:count]
 
 
 def detect_local(name: str = "local") -> InstanceType:
     """This machine, described as an instance type."""
+    gpu_ids = _visible_gpus()
     return InstanceType(
         name=name,
-        gpus=_visible_gpus(),
+        gpus=len(gpu_ids),
         cpus=os.cpu_count() or 1,
         memory_gib=round(psutil.virtual_memory().total / 2**30, 1),
+        gpu_ids=gpu_ids,
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tenter.spec import catalog, limits
+from tenter.spec import catalog, gpus, limits
 from tenter.spec.backend_rules import backend_problems
 from tenter.spec.errors import MAX_SHOWN, Problem, SpecError, did_you_mean, show
 from tenter.spec.job import JobSpec
@@ -190,12 +190,39 @@ def parse(data: dict[str, Any]) -> tuple[JobSpec, list[Problem], list[Problem]]:
 
 
 def processes_per_host(spec: JobSpec, itype: catalog.InstanceType) -> int:
-    """The effective processes per host: the spec's, MPI's, or one per GPU (1 without GPUs)."""
-    return (
-        spec.processes_per_host
-        or spec.distribution.mpi.processes_per_host
-        or (itype.gpus if itype.gpus > 0 else 1)
-    )
+    """The effective processes per host: the spec's, MPI's, or one per GPU (1 without GPUs).
+
+    Simulated hosts of a ``local`` type share this machine's GPUs: each host's share counts."""
+    shared = itype.is_local and spec.backend == "local"
+    per_host = itype.gpus // planned_hosts(spec) if shared else itype.gpus
+    return spec.processes_per_host or spec.distribution.mpi.processes_per_host or max(1, per_host)
+
+
+def planned_hosts(spec: JobSpec) -> int:
+    """Every host the job may have: its hosts, and those an elastic job may add."""
+    return max(spec.instance_count, spec.elastic.max_hosts or 0)
+
+
+def _gpu_problems(spec: JobSpec, itype: catalog.InstanceType, procs: int) -> list[Problem]:
+    """A job that asks for a GPU per rank (``local_gpu``; a catalog GPU type) and has more
+    ranks than GPUs; a ``local`` job is never refused: its ranks then run on the CPU."""
+    if itype.is_local:
+        why = gpus.refusal(
+            itype.gpus,
+            planned_hosts(spec) if spec.backend == "local" else 1,
+            procs,
+            required=itype.name == gpus.GPU_INSTANCE_TYPE,
+        )
+        return [] if why is None else [Problem("processes_per_host", why)]
+    if itype.gpus > 0 and procs > itype.gpus:
+        return [
+            Problem(
+                "processes_per_host",
+                f"{procs} processes per host exceed the {itype.gpus} GPUs of "
+                f"{itype.name}; use at most {itype.gpus} (one process per GPU)",
+            )
+        ]
+    return []
 
 
 def _environment_problems(environment: dict[str, str]) -> list[Problem]:
@@ -399,14 +426,7 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
             )
         procs = processes_per_host(spec, itype)
         world = procs * spec.instance_count
-        if itype.gpus > 0 and procs > itype.gpus:
-            errors.append(
-                Problem(
-                    "processes_per_host",
-                    f"{procs} processes per host exceed the {itype.gpus} GPUs of "
-                    f"{itype.name}; use at most {itype.gpus} (one process per GPU)",
-                )
-            )
+        errors += _gpu_problems(spec, itype, procs)
         if spec.process_group_backend == "nccl" and itype.gpus == 0:
             errors.append(
                 Problem(

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -47,11 +48,12 @@ def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TENTER_STOP_GRACE_S", str(GRACE_S))
 
 
-def test_plan_shows_the_hosts_addresses_interface_and_store_on_the_bridge(
-    monkeypatch: pytest.MonkeyPatch,
+def test_plan_shows_the_hosts_addresses_interface_gpus_and_store_on_the_bridge(
+    monkeypatch: pytest.MonkeyPatch, fake_gpus: Callable[[int], Path]
 ) -> None:
     # A fixed home: the plan's long values are cut at a length that must not depend on where
-    # the test runs. A plan creates nothing there.
+    # the test runs. A plan creates nothing there. Eight GPUs, whatever this machine has.
+    fake_gpus(8)
     home = Path("/nonexistent/tenter-home")
     monkeypatch.setenv("TENTER_HOME", str(home))
     done = tenter(

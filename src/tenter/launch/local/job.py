@@ -42,6 +42,8 @@ class LocalJob(Supervisor):
         self.faults = NetworkFaults(self)
 
     def start_processes(self) -> None:
+        if self.plan.gpu_note:
+            say(self.plan.gpu_note)
         for host in self.plan.hosts:
             self._start_agent(host)
 
