@@ -271,8 +271,14 @@ AGENT_REACTION = re.compile(
     r"^[IWE](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) .*"
     r"(failed \(exitcode|Detected \d+ new nodes|attempts to join the next round)"
 )
-"""A torch elastic agent's log line (the same under tenter and torchrun) saying it noticed a
-change: ``I1123 23:32:18.069000 PID file:line] ...``, in local time."""
+"""A torch elastic log line saying an agent noticed a change: ``I1123 23:32:18.069000 PID
+file:line] ...``, in local time (torchrun's agent; torch's rendezvous under either)."""
+TENTER_AGENT_REACTION = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) tenter\.launch\.agent\S*: "
+    r".*(failed \(exit code|hosts wait to join)"
+)
+"""tenter's agent's own line for the same: ``2026-11-23 23:32:18,069 tenter.launch.agent.host:
+rank 1 (pid N) failed (exit code -9)``, in local time."""
 
 
 def _reactions(logs: list[Path]) -> list[float]:
@@ -287,6 +293,11 @@ def _reactions(logs: list[Path]) -> list[float]:
                     f"{year}-{month}-{day} {clock}", "%Y-%m-%d %H:%M:%S.%f"
                 )
                 found.append(when.timestamp())
+            ours = TENTER_AGENT_REACTION.match(line)
+            if ours:
+                clock, millis = ours.group(1, 2)
+                when = datetime.datetime.strptime(clock, "%Y-%m-%d %H:%M:%S")
+                found.append(when.timestamp() + int(millis) / 1000)
     return found
 
 

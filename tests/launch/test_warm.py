@@ -58,7 +58,9 @@ def test_a_restarted_worker_runs_warm_and_starts_as_a_fresh_one(
     first = [f"rank-{r}.stdout" for r in range(4)]
     restarted = [f"rank-{r}.algo-{r // 2 + 1}.attempt-1.stdout" for r in range(4)]
     assert sorted(warm_starts) == sorted(first + restarted)
-    assert all(record["warm"] for record in warm_starts.values())
+    # Spares never delay the first start: they are started once the first workers run.
+    assert not any(warm_starts[key]["warm"] for key in first)
+    assert all(warm_starts[key]["warm"] for key in restarted)
     assert not any(record["warm"] for record in fresh_starts.values())
     for key, fresh in fresh_starts.items():
         warm_start = {**warm_starts[key], "warm": False}
@@ -118,7 +120,7 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     job.wait_for("ready")
     job_id = job.job_dir.name
     start = json.loads((job.job_dir / "start/rank-0.stdout.json").read_text())
-    assert start["warm"]
+    assert not start["warm"]  # the first start never waits for a spare
     spare = _wait_for_spare(job_id, {start["pid"]})
     psutil.Process(spare).send_signal(signal.SIGKILL)
     _wait_for_spare(job_id, {start["pid"], spare})

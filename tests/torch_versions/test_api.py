@@ -46,7 +46,17 @@ def test_tenter_uses_enough_of_torch_for_the_check_to_mean_something() -> None:
     symbols = {u.symbol for u in uses.uses}
     assert len(symbols) > 150
     assert "torch.distributed.elastic.rendezvous.RendezvousParameters" in symbols
-    assert {s.name for s in uses.subclasses} >= {"AgentHooks", "WorkerProcess"}
+    assert uses.subclasses, "subclasses of torch classes (comm's backend) are read too"
+
+
+def test_no_subclass_of_a_torch_elastic_class() -> None:
+    """tenter's host agent is its own (tenter.launch.agent), on torch's public elastic API."""
+    elastic = [
+        f"{s.where} {s.name}({', '.join(s.bases)})"
+        for s in tenter_uses().subclasses
+        if any("torch.distributed.elastic" in base for base in s.bases)
+    ]
+    assert elastic == []
 
 
 def test_no_private_torch_name_outside_the_compatibility_modules() -> None:

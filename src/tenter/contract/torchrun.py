@@ -1,9 +1,10 @@
-"""The torchrun environment, per rank: what torch elastic's local agent sets for a worker.
+"""The torchrun environment, per rank: what torchrun's agent sets for a worker.
 
 ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``ROLE_RANK``,
-``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_*``. On the local and Slurm backends torch's
-agent sets them itself (the plan shows the same values); the mpirun shim sets them from this
-function; on Kubernetes, torchrun in the pod does.
+``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_*``. On the local and Slurm backends tenter's
+host agent (:mod:`tenter.launch.agent`) sets them from this function with the values of each
+rendezvous round (the plan shows the first round's); the mpirun shim sets them from it too; on
+Kubernetes, torchrun in the pod does.
 """
 
 from __future__ import annotations

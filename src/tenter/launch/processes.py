@@ -48,6 +48,27 @@ def dies_with_parent(sig: signal.Signals, starter: int | None = None) -> Callabl
     return arm
 
 
+WORKER_DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
+"""Signals a worker starts with at their default disposition, as torchrun's workers do: an
+agent started in the background by a shell inherits SIGINT and SIGQUIT ignored, and an
+ignored signal stays ignored across ``exec``."""
+
+
+def worker_preexec(nice: int = 0) -> Callable[[], None]:
+    """The ``preexec_fn`` of a worker (or a warm spare): default dispositions for the stop
+    signals, the kernel's SIGKILL when its agent dies, and ``nice`` added to its niceness."""
+    dies = dies_with_parent(signal.SIGKILL)
+
+    def prepare() -> None:
+        for sig in WORKER_DEFAULT_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        if nice:
+            os.nice(nice)
+        dies()
+
+    return prepare
+
+
 def env_of(proc: psutil.Process, name: str) -> str | None:
     try:
         return proc.environ().get(name)

@@ -10,10 +10,10 @@ from typing import Any
 def serve_store(host: str, listener: socket.socket) -> Any:
     """The rendezvous store, serving on ``listener``'s socket: the kernel picked the port
     and the store takes the socket over, so no other process can take the port between
-    choosing and binding it. torch's default (libuv) store takes a listening socket only
-    from torch 2.8 (pytorch#150215); older torch gets the legacy store, which always could."""
-    import torch
+    choosing and binding it; the store listens on the socket's address only."""
     import torch.distributed as dist
+
+    from tenter.launch import compat
 
     return dist.TCPStore(
         host,
@@ -22,7 +22,7 @@ def serve_store(host: str, listener: socket.socket) -> Any:
         master_listen_fd=listener.detach(),
         wait_for_workers=False,
         timeout=timedelta(seconds=300),
-        use_libuv=torch.__version__ >= "2.8",
+        use_libuv=compat.TCPSTORE_LIBUV_TAKES_LISTEN_FD,
     )
 
 

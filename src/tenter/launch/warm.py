@@ -13,8 +13,14 @@ A worker is started fresh (the slow way, with the same result) when no spare can
 for it: warm workers are off (``TENTER_WARM_WORKERS=0``), the command is not tenter's
 bootstrap under this Python, the working directory differs, or the environment differs from
 the spare's in a variable that may be read at start-up (only :data:`PER_WORKER` may
-differ). Spares used are replaced once the restarted workers had :data:`REFILL_DELAY_S` to
-start: on a machine with few cores, importing torch competes with their first steps.
+differ).
+
+Spares never delay a start: the pool is first filled :data:`REFILL_DELAY_S` after the job's
+first workers started (fresh), and spares used are replaced as long after the restarted
+workers started; spares run at :data:`SPARE_NICE` (on a machine with few cores, importing
+torch competes with the workers' first steps). A worker that was a spare keeps that
+niceness: lowering it again needs a privilege agents do not have, and all of a host's
+restarted workers share it.
 """
 
 from __future__ import annotations
@@ -22,15 +28,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import math
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tenter.contract.worker import BOOTSTRAP
-from tenter.launch.processes import dies_with_parent
+from tenter.launch.processes import worker_preexec
 from tenter.runtime.warm import PRELOAD, TITLE_ROOM, WAIT_FLAG, Handoff
 
 logger = logging.getLogger(__name__)
@@ -40,8 +46,8 @@ ENABLED_ENV = "TENTER_WARM_WORKERS"
 
 PER_WORKER = frozenset(
     {
-        # torch elastic's LocalElasticAgent._start_workers, read by the script or by
-        # torch.distributed when the script calls it, never at import.
+        # torchrun's per-rank variables (tenter.contract.torchrun), read by the script or
+        # by torch.distributed when the script calls it, never at import.
         "RANK",
         "LOCAL_RANK",
         "GROUP_RANK",
@@ -69,6 +75,9 @@ REFILL_DELAY_S = 1.0
 """Long enough for the workers that took spares to be past their start (which the
 measure of a restart, the first step after it, includes); short enough that a pool emptied
 by a job's start is full again when its first failure comes."""
+
+SPARE_NICE = 5
+"""Added to a spare's niceness: while it imports torch, the running workers come first."""
 
 PIPE_SIZE = 1 << 20
 """The handoff (mostly the environment) must fit in the pipe: the agent never waits for a
@@ -102,19 +111,28 @@ class WarmPool:
     """The spares of one host. All methods run on the agent's main thread: a spare's
     parent-death signal fires when the thread that started it ends."""
 
-    def __init__(self, python: str, size: int) -> None:
+    def __init__(self, python: str, size: int, env: Mapping[str, str], cwd: str) -> None:
         self.command = [python, "-m", BOOTSTRAP]
         """The workers a spare can become: ``COMMAND SCRIPT|-m MODULE [ARGS...]``."""
         self._size = size
+        self._env, self._cwd = dict(env), cwd
+        """What every spare starts with: the workers' environment but the per-rank
+        variables, and their working directory."""
         self._spares: list[Spare] = []
-        self._refill_at = 0.0
+        self._refill_at = math.inf  # not before the first workers started
 
     @classmethod
-    def for_workers(cls, command: Sequence[str], size: int) -> WarmPool | None:
+    def for_workers(
+        cls, command: Sequence[str], size: int, env: Mapping[str, str], cwd: str
+    ) -> WarmPool | None:
         """The pool for workers that run ``command``; None if they cannot be warm."""
         if not enabled() or list(command[1:3]) != ["-m", BOOTSTRAP]:
             return None
-        return cls(command[0], size)
+        return cls(command[0], size, env, cwd)
+
+    def fill_later(self) -> None:
+        """Fill the pool :data:`REFILL_DELAY_S` from now (the workers just started)."""
+        self._refill_at = min(self._refill_at, time.monotonic() + REFILL_DELAY_S)
 
     def fill(self, preload: Sequence[str] = PRELOAD) -> None:
         """Start spares up to the pool's size, importing ``preload`` while they wait; replace
@@ -131,27 +149,31 @@ class WarmPool:
             self.fill()
 
     def _start(self, preload: Sequence[str]) -> Spare:
-        env, cwd = dict(os.environ), os.getcwd()
         proc = subprocess.Popen(
             [*self.command, WAIT_FLAG, *preload, TITLE_ROOM],
-            env=env,
+            env=self._env,
+            cwd=self._cwd,
             stdin=subprocess.PIPE,  # the handoff; stdout and stderr: the agent's log
             start_new_session=True,  # as a fresh worker's: the agent signals its group
-            preexec_fn=dies_with_parent(signal.SIGKILL),
+            preexec_fn=worker_preexec(nice=SPARE_NICE),
         )
         assert proc.stdin is not None
         fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-        return Spare(proc, env, cwd)
+        return Spare(proc, self._env, self._cwd)
 
     def take(
-        self, args: Sequence[str], env: Mapping[str, str], stdout: str | None, stderr: str | None
+        self,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        stdout: str | None,
+        stderr: str | None,
     ) -> subprocess.Popen[bytes] | None:
-        """A spare become the worker ``args`` with ``env`` (the complete environment), or
-        None when none can stand in for it: start it fresh then."""
+        """A spare become the worker ``args`` with ``env`` (the complete environment) in
+        ``cwd``, or None when none can stand in for it: start it fresh then."""
         command = self.command
         if list(args[: len(command)]) != command:
             return None
-        cwd = os.getcwd()
         while self._spares:
             spare = self._spares.pop(0)
             if spare.proc.poll() is not None:

@@ -1,6 +1,6 @@
 """The local backend: ``instance_count`` simulated hosts on this machine, each one tenter agent
-(:mod:`tenter.launch.agent`: torch elastic) with its own name, loopback address and SageMaker
-directory, supervised by :class:`~tenter.launch.local.job.LocalJob`."""
+(:mod:`tenter.launch.agent`, on torch elastic's rendezvous) with its own name, loopback
+address and SageMaker directory, supervised by :class:`~tenter.launch.local.job.LocalJob`."""
 
 from __future__ import annotations
 

@@ -3,10 +3,10 @@
 It resolves the node's part of the plan from ``SLURMD_NODENAME`` and ``SLURM_JOB_NODELIST`` (the
 plan names the nodes' addresses ``${slurm_node_<i>}`` until Slurm allocates them, and the
 interface of a job of simulated-host instance type ``${slurm_nic}``) and runs tenter's per-host
-agent (:mod:`tenter.launch.agent`: torch elastic, the same worker contract, error files and
-logs as the local backend). The agents rendezvous (c10d) on the first node, whose entry serves
-the store on a port the kernel picks and publishes it in ``rdzv-port`` in the job directory,
-which Slurm jobs have on a shared file system anyway (their output paths).
+agent (:mod:`tenter.launch.agent`: torch elastic's rendezvous, the same worker contract, error
+files and logs as the local backend). The agents rendezvous (c10d) on the first node, whose
+entry serves the store on a port the kernel picks and publishes it in ``rdzv-port`` in the job
+directory, which Slurm jobs have on a shared file system anyway (their output paths).
 
 A ``fault_tolerance`` job: the first node also runs torchft's lighthouse (published in
 ``lighthouse-port``), and each node's agent joins its replica group's own rendezvous. A group
@@ -119,7 +119,8 @@ def node_main(plan_path: str) -> int:
     store = None
     if node_id == 0:
         # The kernel picks the port and the store keeps the socket: no window for a clash.
-        listener = socket.create_server(("", 0), backlog=1024)
+        # Bound to the job's address on the first node, never to all its interfaces.
+        listener = socket.create_server((nodes[0].addr, 0), backlog=1024)
         port = listener.getsockname()[1]
         store = serve_store(nodes[0].addr, listener)
         _publish(port_file, f"{nodes[0].addr}:{port}\n")

@@ -1,0 +1,251 @@
+"""The host agent's state machine: rendezvous, start, monitor, restart, finish.
+
+::
+
+    RENDEZVOUS --> RUNNING --(all workers exited 0)--> exit barrier --> SUCCEEDED
+        ^             |  \\
+        |             |   (a worker failed, restarts left: one restart used)
+        |             |   (a host waits to join: no restart used)
+        +-------------+-------- stop the workers
+                      |
+                      +--(a worker failed, no restart left)--> stop the workers --> FAILED
+    any state --(a stop signal)--> stop the workers --> STOPPED
+
+A restart is always a new rendezvous round: the hosts that are still there (and any joining)
+form the next world, as torchrun's agent does, and torch's rendezvous decides who is in it.
+The per-rank environment is the worker contract's (:func:`tenter.contract.torchrun.
+torchrun_env`): ``TORCHELASTIC_RESTART_COUNT`` counts this host's failures, as torchrun's.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torch.distributed.elastic.rendezvous import RendezvousHandler
+
+from tenter.contract.plan import HostPlan, Plan
+from tenter.contract.torchrun import torchrun_env
+from tenter.jobdir.control import stopping_marker
+from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
+from tenter.launch.agent import rendezvous
+from tenter.launch.agent.result import AgentResult, WorkerFailure
+from tenter.launch.agent.workers import GroupState, WorkerEntry, WorkerGroup, start_worker
+from tenter.launch.console import read_index
+from tenter.launch.signals import STOP_SIGNALS
+from tenter.launch.warm import WarmPool
+
+logger = logging.getLogger(__name__)
+
+MONITOR_INTERVAL_S = 0.1
+"""How often the agent checks its workers (and whether a host waits to join): torchrun's
+default (`--monitor-interval`)."""
+EXIT_BARRIER_S = 300.0
+"""How long a host whose workers all succeeded waits for the other hosts (torchrun's
+``exit_barrier_timeout``)."""
+
+
+class AgentState(enum.Enum):
+    RENDEZVOUS = "rendezvous"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class StopSignal(Exception):
+    """A stop signal reached the agent: stop the workers with it and end."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signal.Signals(signum)
+
+
+def previous_attempts(plan: Plan, host: HostPlan) -> int:
+    """Rendezvous rounds this host's earlier agents joined, minus one: an agent restarted on
+    a host (after a partition) goes on from its predecessor's rounds, so that its files do
+    not overwrite theirs. (``TORCHELASTIC_RESTART_COUNT`` cannot name files: it counts this
+    host's failures only, and a restart for a joining host leaves it unchanged.)"""
+    return max(
+        (int(str(e["attempt"])) for e in read_index(plan.job_dir) if e["host"] == host.name),
+        default=-1,
+    )
+
+
+class HostAgent:
+    """Runs one host's workers of a job until they succeed, fail for good, or are stopped."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        host: HostPlan,
+        handler: RendezvousHandler,
+        base_env: Mapping[str, str],
+        pool: WarmPool | None,
+    ) -> None:
+        self.plan, self.host, self.handler = plan, host, handler
+        self.base_env = dict(base_env)
+        """Every worker's environment but its rank's variables: the agent's own, as started
+        (the host's environment of the plan, on top of the launcher's)."""
+        self.pool = pool
+        self.state = AgentState.RENDEZVOUS
+        self.remaining_restarts = plan.max_restarts
+        self.attempt = previous_attempts(plan, host)
+        self.round: rendezvous.Round | None = None
+        self.group = WorkerGroup([])
+        self.crashed_at_exit: list[WorkerFailure] = []
+        self._use_agent_store = host.ranks[0].env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        self._events = Path(plan.job_dir) / EVENTS_FILE
+        self._stopping = stopping_marker(plan.job_dir, host.name)
+
+    # ---- the loop ----
+
+    def run(self) -> AgentResult:
+        """Run until the end; a stop signal (:class:`StopSignal`) ends it as STOPPED."""
+        try:
+            self._start_round()
+            while True:
+                time.sleep(MONITOR_INTERVAL_S)
+                result = self._step()
+                if result is not None:
+                    return result
+        except StopSignal as stop:
+            self._stop_workers(stop.signum)
+            self.state = AgentState.STOPPED
+            return AgentResult("STOPPED", [], str(stop))
+        finally:
+            if self.round is not None:
+                self.round.close()
+
+    def _step(self) -> AgentResult | None:
+        """One look at the workers; the result once the agent is done."""
+        if self.pool is not None:
+            self.pool.fill_when_due()
+        state, failures = self.group.poll()
+        if state is GroupState.SUCCEEDED:
+            assert self.round is not None, "workers run only within a round"
+            rendezvous.exit_barrier(self.round, EXIT_BARRIER_S)
+            self.state = AgentState.SUCCEEDED
+            return AgentResult("SUCCEEDED", [])
+        if state is GroupState.FAILED:
+            for f in failures:
+                logger.info("rank %d (pid %d) failed (exit code %d)", f.rank, f.pid, f.exit_code)
+            if self.remaining_restarts > 0:
+                self.remaining_restarts -= 1
+                logger.info("restarting the workers; %d restarts left", self.remaining_restarts)
+                self._restart()
+                return None
+            self._stop_workers(signal.SIGTERM)
+            self.state = AgentState.FAILED
+            return AgentResult("FAILED", failures)
+        waiting = self.handler.num_nodes_waiting()
+        if waiting > 0:  # membership changes use no restart, as torchrun's
+            logger.info("%d hosts wait to join; restarting the workers", waiting)
+            self._restart()
+        return None
+
+    def _restart(self) -> None:
+        self._event("restart", remaining=self.remaining_restarts)
+        self._stop_workers(signal.SIGTERM)
+        self._start_round()
+
+    def _start_round(self) -> None:
+        self.state = AgentState.RENDEZVOUS
+        if self.round is not None:
+            self.round.close()
+        self.round = rendezvous.join(self.handler, self.host.addr, self._use_agent_store)
+        self.attempt += 1
+        hosts = self.round.hosts
+        self._event(
+            "rendezvous",
+            group_rank=self.round.group_rank,
+            hosts=hosts,
+            world_size=hosts * self.plan.procs_per_host,
+            attempt=self.attempt,
+        )
+        entries = [self.entry(self.round, local) for local in range(self.plan.procs_per_host)]
+        logs = Path(self.plan.job_dir) / "logs"
+        for entry in entries:
+            record_worker_logs(
+                logs,
+                entry.stdout.removesuffix(".stdout"),
+                entry.rank,
+                entry.local_rank,
+                self.host.name,
+                self.attempt,
+            )
+        self.group = WorkerGroup([start_worker(entry, self.pool) for entry in entries])
+        if self.pool is not None:
+            self.pool.fill_later()
+        self.state = AgentState.RUNNING
+
+    def entry(self, round_: rendezvous.Round, local_rank: int) -> WorkerEntry:
+        """Worker ``local_rank`` of this host in ``round_``: the plan's command and directory,
+        the contract's torchrun variables for the round, this attempt's files."""
+        plan = self.plan
+        rank = round_.group_rank * plan.procs_per_host + local_rank
+        job_rank = plan.job_rank(self.host, rank)
+        stem = plan.log_stem(self.host.name, job_rank, self.attempt)
+        env = {
+            **self.base_env,
+            **torchrun_env(
+                rank=rank,
+                local_rank=local_rank,
+                group_rank=round_.group_rank,
+                local_world_size=plan.procs_per_host,
+                num_hosts=round_.hosts,
+                master_addr=round_.master_addr,
+                master_port=str(round_.master_port),
+                run_id=plan.run_id(self.host),
+                max_restarts=plan.max_restarts,
+                restart_count=plan.max_restarts - self.remaining_restarts,
+                use_agent_store=self._use_agent_store,
+            ),
+            # torchrun's agent sets it unless its own environment does.
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": self.base_env.get(
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"
+            ),
+            # torch's `record` (and tenter's bootstrap) write the worker's failure there.
+            "TORCHELASTIC_ERROR_FILE": f"{stem}.error.json",
+            **({"TENTER_WATCH_FILE": f"{stem}.watch"} if plan.hang_timeout else {}),
+        }
+        return WorkerEntry(
+            rank=job_rank,
+            local_rank=local_rank,
+            argv=plan.command,
+            env=env,
+            cwd=plan.cwd,
+            stdout=f"{stem}.stdout",
+            stderr=f"{stem}.stderr",
+            error_file=f"{stem}.error.json",
+        )
+
+    def _stop_workers(self, sig: signal.Signals) -> None:
+        """Stop the workers, telling them it is a stop, not a preemption; further stop
+        signals are ignored meanwhile, so that the SIGKILL after the grace period is never
+        skipped (a script that traps SIGTERM would otherwise outlive its agent)."""
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (*STOP_SIGNALS, signal.SIGALRM)}
+        self._stopping.parent.mkdir(exist_ok=True)
+        self._stopping.touch()
+        try:
+            self.group.stop(sig)
+        finally:
+            self._stopping.unlink(missing_ok=True)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        self.crashed_at_exit += self.group.crashed_at_exit
+        self.group = WorkerGroup([])
+
+    def finished_then_crashed(self) -> list[WorkerFailure]:
+        """Workers that finished their script, then crashed at exit: notes for the report."""
+        return [*self.crashed_at_exit, *self.group.crashed_at_exit]
+
+    def _event(self, event: str, **fields: Any) -> None:
+        append_line(
+            self._events, {"event": event, "host": self.host.name, "time": time.time(), **fields}
+        )

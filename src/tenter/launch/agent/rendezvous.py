@@ -1,0 +1,116 @@
+"""The agent's side of a rendezvous round, on torch's public elastic API only.
+
+torch's rendezvous (c10d or etcd, through
+``torch.distributed.elastic.rendezvous.registry.get_rendezvous_handler``) is the engine: it
+decides who is in a round and gives each host its group rank and the round's store. On top of
+it, tenter's agents exchange one value per round through that store: where the workers'
+store is (``MASTER_ADDR:MASTER_PORT``), chosen by the group's rank 0 on its own address.
+
+When the workers use the agent's store (``TORCHELASTIC_USE_AGENT_STORE=True``, jobs without
+restarts) the rank 0 agent serves it for the round, bound to the host's job address, never to
+all interfaces (torch's own handler would serve it on ``*:PORT``: tenter's agent turns that
+off with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``). Each round gets a fresh store on a fresh
+port, so no worker ever reads a previous round's keys.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from torch.distributed import Store
+from torch.distributed.elastic.rendezvous import (
+    RendezvousHandler,
+    RendezvousParameters,
+    registry,
+)
+
+from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
+from tenter.launch.store import serve_store
+
+logger = logging.getLogger(__name__)
+
+WORKERS_STORE_KEY = "tenter/workers-store"
+"""In the round's store: ``ADDR:PORT`` of the workers' store (``MASTER_ADDR:MASTER_PORT``)."""
+FINISHED_KEY = "tenter/finished/{group_rank}"
+"""In the round's store: set by each host whose workers all succeeded (the exit barrier)."""
+SHARED_STORE_OPT_OUT = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+"""torch's switch that stops its rendezvous handler serving a store on all interfaces."""
+
+
+def create_handler(plan: Plan, host: HostPlan, rdzv_port: str) -> RendezvousHandler:
+    """The host's handler of the job's (or its replica group's) rendezvous."""
+    params = RendezvousParameters(
+        backend=plan.rdzv_backend,
+        endpoint=plan.rdzv_endpoint.replace(RDZV_PORT, rdzv_port),
+        run_id=plan.run_id(host),
+        min_nodes=plan.min_hosts,
+        max_nodes=plan.max_hosts,
+        local_addr=host.addr,
+        is_host=False,  # the launcher serves the c10d store
+        join_timeout=plan.join_timeout,
+        last_call_timeout=plan.last_call_timeout,
+        keep_alive_interval=plan.keep_alive_s,
+    )
+    return registry.get_rendezvous_handler(params)
+
+
+@dataclass
+class Round:
+    """One rendezvous round as this host took part in it."""
+
+    store: Store
+    """The round's own store (torch prefixes its keys with the round)."""
+    group_rank: int
+    hosts: int
+    master_addr: str
+    master_port: int
+    workers_store: Any
+    """The workers' store this host serves (group rank 0 with the agent's store), kept open
+    for the round."""
+
+    def close(self) -> None:
+        self.workers_store = None  # its server stops with the object
+
+
+def _listener(addr: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    return socket.create_server((addr, 0), family=family, backlog=1024)
+
+
+def free_port(addr: str) -> int:
+    """A port free on ``addr`` now, for rank 0's worker to serve the workers' store on (as
+    torch's agent does when the workers do not use its store)."""
+    with _listener(addr) as probe:
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def join(handler: RendezvousHandler, addr: str, use_agent_store: bool) -> Round:
+    """Join the next round (blocks until it is complete) and learn the workers' store."""
+    info = handler.next_rendezvous()
+    store, group_rank, hosts = info.store, info.rank, info.world_size
+    served = None
+    if group_rank == 0:
+        if use_agent_store:
+            served = serve_store(addr, _listener(addr))
+            port = served.port
+        else:
+            port = free_port(addr)
+        store.set(WORKERS_STORE_KEY, f"{addr}:{port}")
+    master_addr, _, master_port = store.get(WORKERS_STORE_KEY).decode().rpartition(":")
+    return Round(store, group_rank, hosts, master_addr, int(master_port), served)
+
+
+def exit_barrier(round_: Round, timeout_s: float) -> None:
+    """Wait (at most ``timeout_s``) until every host of the round has finished: rank 0's
+    agent may serve the store other hosts' workers still use as they end."""
+    round_.store.set(FINISHED_KEY.format(group_rank=round_.group_rank), "1")
+    keys = [FINISHED_KEY.format(group_rank=r) for r in range(round_.hosts)]
+    try:
+        round_.store.wait(keys, datetime.timedelta(seconds=timeout_s))
+    except Exception as e:  # torch raises its store errors as several types
+        logger.warning("not every host finished within %s s: %s", timeout_s, e)

@@ -1,0 +1,141 @@
+"""The workers of one host for one rendezvous round: their start, their status, their stop.
+
+Each worker is started exactly as the plan's rank entry says (the plan's command and working
+directory, the host's environment plus the contract's per-rank variables, its output and
+error files), in a session of its own (as torch's agent does: a stop reaches the worker's
+whole process group), with default dispositions for the stop signals whatever the agent's own,
+and SIGKILLed by the kernel if its agent dies. A warm spare (:mod:`tenter.launch.warm`)
+stands in for a fresh process when it can.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tenter.contract.torchrun import finished_marker
+from tenter.launch.agent.result import WorkerFailure
+from tenter.launch.processes import STOP_GRACE_S, worker_preexec
+from tenter.launch.warm import WarmPool
+
+STOP_POLL_S = 0.02
+"""How often a stop checks whether the workers have exited."""
+
+
+class GroupState(enum.Enum):
+    HEALTHY = "healthy"
+    """Every worker runs, or some finished and the others run."""
+    SUCCEEDED = "succeeded"
+    """Every worker exited 0 (or finished its script, then crashed at exit)."""
+    FAILED = "failed"
+    """At least one worker failed."""
+
+
+@dataclass(frozen=True)
+class WorkerEntry:
+    """One worker as it is started: what the plan and the round say."""
+
+    rank: int
+    """The job-wide rank (names the files and the failure)."""
+    local_rank: int
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    """The complete environment."""
+    cwd: str
+    stdout: str
+    stderr: str
+    error_file: str
+
+
+@dataclass
+class Worker:
+    entry: WorkerEntry
+    proc: subprocess.Popen[bytes]
+
+
+def start_worker(entry: WorkerEntry, pool: WarmPool | None) -> Worker:
+    """A warm spare become ``entry``'s worker, or a fresh process."""
+    proc = pool.take(entry.argv, entry.env, entry.cwd, entry.stdout, entry.stderr) if pool else None
+    if proc is None:
+        with open(entry.stdout, "wb") as out, open(entry.stderr, "wb") as err:
+            proc = subprocess.Popen(
+                list(entry.argv),
+                env=dict(entry.env),
+                cwd=entry.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=worker_preexec(),
+            )
+    return Worker(entry, proc)
+
+
+class WorkerGroup:
+    """The workers this host runs in one round."""
+
+    def __init__(self, workers: list[Worker]) -> None:
+        self.workers = workers
+        self.crashed_at_exit: list[WorkerFailure] = []
+        """Workers that finished their script, then died in interpreter teardown (gloo's
+        threads, a crash handler at exit): they did their work, so they do not fail the
+        group; their real status is kept for the report, as a note."""
+
+    def poll(self) -> tuple[GroupState, list[WorkerFailure]]:
+        """The group's state, and its failed workers (when FAILED)."""
+        failures = []
+        running = False
+        for worker in self.workers:
+            code = worker.proc.poll()
+            if code is None:
+                running = True
+            elif code != 0 and not self._finished_then_crashed(worker, code):
+                failures.append(_failure(worker, code))
+        if failures:
+            return GroupState.FAILED, failures
+        return (GroupState.HEALTHY if running else GroupState.SUCCEEDED), []
+
+    def _finished_then_crashed(self, worker: Worker, code: int) -> bool:
+        error_file = worker.entry.error_file
+        if os.path.exists(error_file) or not os.path.exists(finished_marker(error_file)):
+            return False
+        if not any(f.pid == worker.proc.pid for f in self.crashed_at_exit):
+            self.crashed_at_exit.append(_failure(worker, code))
+        return True
+
+    def stop(self, sig: signal.Signals, grace_s: float = STOP_GRACE_S) -> None:
+        """``sig`` to every worker's process group, SIGKILL to what is left after
+        ``grace_s``; returns once every worker has exited."""
+        self._signal_all(sig)
+        deadline = time.monotonic() + grace_s
+        while self._running() and time.monotonic() < deadline:
+            time.sleep(STOP_POLL_S)
+        self._signal_all(signal.SIGKILL)
+        for worker in self.workers:
+            worker.proc.wait()
+
+    def _running(self) -> bool:
+        return any(w.proc.poll() is None for w in self.workers)
+
+    def _signal_all(self, sig: signal.Signals) -> None:
+        for worker in self.workers:
+            if worker.proc.poll() is None:
+                # The worker leads its session's process group: its children go with it.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(worker.proc.pid, sig)
+
+
+def _failure(worker: Worker, code: int) -> WorkerFailure:
+    error_file = worker.entry.error_file
+    # The error file's mtime is when the exception was recorded, to the nanosecond: it tells
+    # the first failure among ranks that failed within the same second.
+    stamp = os.stat(error_file).st_mtime if os.path.exists(error_file) else time.time()
+    return WorkerFailure(
+        worker.entry.rank, worker.entry.local_rank, worker.proc.pid, code, stamp, error_file
+    )
