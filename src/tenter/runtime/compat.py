@@ -24,8 +24,8 @@ def dump_flight_recorder() -> bytes | None:
     """Every process group's recorded collectives (a pickle), or None where this torch has no
     recorder API. ``_dump_fr_trace`` covers gloo and NCCL (torch 2.13; older versions had
     ``_dump_nccl_trace``, NCCL only)."""
-    dump = getattr(c10d, "_dump_fr_trace", None)  # torch >= 2.8, gloo and NCCL (2.13 checked)
-    dump = dump or getattr(c10d, "_dump_nccl_trace", None)  # torch 2.5 to 2.7: NCCL only
+    dump = getattr(c10d, "_dump_fr_trace", None)  # [torch 2.8+] gloo and NCCL
+    dump = dump or getattr(c10d, "_dump_nccl_trace", None)  # [torch 2.7] NCCL only
     if dump is None:
         return None
     if not (dist.is_available() and dist.is_initialized()):
