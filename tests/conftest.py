@@ -4,11 +4,11 @@ check that a job leaves no process, port or temp file behind."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import ipaddress
 import json
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -77,21 +77,34 @@ class Finished:
         return data
 
 
-def tenter(*args: str, timeout: float = 180, max_memory: int | None = None) -> Finished:
+AS_A_BACKGROUND_JOB = (signal.SIGINT, signal.SIGQUIT)
+"""What a non-interactive shell ignores in a command it starts with ``&`` (as CI is started:
+``setsid bash .ci/run < /dev/null &``), and so every process under it inherits."""
+
+
+def tenter(
+    *args: str,
+    timeout: float = 180,
+    max_memory: int | None = None,
+    ignored_signals: tuple[signal.Signals, ...] = (),
+) -> Finished:
     """Run the `tenter` CLI in a subprocess, as a user would; ``max_memory``: the bytes of
-    address space it may take (a runaway then fails, instead of swapping the machine)."""
-    limit_memory = (
-        functools.partial(resource.setrlimit, resource.RLIMIT_AS, (max_memory, max_memory))
-        if max_memory
-        else None
-    )
+    address space it may take (a runaway then fails, instead of swapping the machine);
+    ``ignored_signals``: set to SIG_IGN in it, as by the shell that started it."""
+
+    def start() -> None:
+        if max_memory:
+            resource.setrlimit(resource.RLIMIT_AS, (max_memory, max_memory))
+        for sig in ignored_signals:
+            signal.signal(sig, signal.SIG_IGN)
+
     proc = subprocess.run(
         [sys.executable, "-m", "tenter", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=REPO,
-        preexec_fn=limit_memory,
+        preexec_fn=start,
     )
     return Finished(proc.returncode, proc.stdout, proc.stderr)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
@@ -49,6 +50,34 @@ def run(argv: list[str]) -> None:
         runpy.run_path(argv[0], run_name="__main__")
     else:
         raise SystemExit("usage: python -m tenter.runtime.bootstrap SCRIPT|-m MODULE [ARGS...]")
+
+
+TORCH_AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+"""torch elastic's default for ``TORCHELASTIC_SIGNALS_TO_HANDLE``: the signals its agent
+handles (``PContext.start``) before it starts the workers."""
+
+
+def _reset_signals_as_torchrun() -> None:
+    """Start the script with the signal dispositions a worker of torchrun has.
+
+    torchrun's agent installs Python handlers for the signals of
+    ``TORCHELASTIC_SIGNALS_TO_HANDLE`` before it starts its workers, so each worker's
+    ``exec`` resets them to the default, and Python then gives SIGINT its
+    ``KeyboardInterrupt`` handler: whatever the agent inherited. Checked with torch 2.13,
+    ``setsid python -m torch.distributed.run ... < /dev/null &`` from a non-interactive
+    shell, which starts the launcher with SIGINT and SIGQUIT ignored: its worker has
+    SIGINT's Python handler and SIGTERM, SIGHUP and SIGQUIT at SIG_DFL, where a plain
+    ``python`` started the same way keeps SIGINT and SIGQUIT ignored. A warm spare was started
+    when its agent was wherever it was (ignoring stop signals while it stops workers, or before
+    its handlers exist, as started by such a shell): without this it would hand those ignored
+    signals to the script, and Ctrl-C would not interrupt a restarted rank.
+    """
+    for name in os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE", TORCH_AGENT_SIGNALS).split(","):
+        sig = getattr(signal, name.strip(), None)
+        if sig == signal.SIGINT:
+            signal.signal(sig, signal.default_int_handler)
+        elif isinstance(sig, signal.Signals):
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def _finish() -> None:
@@ -75,6 +104,7 @@ def main(argv: list[str]) -> int:
         if handoff is None:  # a spare no rank needed
             return 0
         argv = warm.become(handoff)
+    _reset_signals_as_torchrun()
     handler = get_error_handler()
     handler.initialize()  # a fatal signal (SIGSEGV...) also leaves a Python stack in the file
     watch_file = os.environ.get("TENTER_WATCH_FILE")
