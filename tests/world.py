@@ -158,7 +158,7 @@ def _ranks(
     finally:
         for p in procs:
             p.kill()  # a no-op for the ones that exited
-            p.wait()
+            p.wait(timeout=60)
 
 
 def _wait(
@@ -186,7 +186,7 @@ def _wait(
     }
     for rank in killed:
         procs[rank].kill()
-        procs[rank].wait()
+        procs[rank].wait(timeout=60)
     return killed
 
 

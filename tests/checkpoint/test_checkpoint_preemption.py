@@ -20,6 +20,7 @@ from torch import nn
 from tenter.checkpoint import Checkpointer
 from tenter.jobdir import control
 from tenter.runtime import preemption
+from tests.conftest import OutputReader
 from tests.world import run_world
 
 
@@ -110,9 +111,12 @@ def test_a_sigterm_while_the_agent_stops_the_rank_ends_it(
         text=True,
     )
     assert rank.stdin is not None and rank.stdout is not None
-    assert rank.stdout.readline() == "ready\n"
-    rank.send_signal(signal.SIGTERM)
-    rank.stdin.close()
-    out = rank.stdout.read().strip()
-    rank.stdout.close()
+    output = OutputReader(rank.stdout)
+    try:
+        output.wait_for("ready")
+        rank.send_signal(signal.SIGTERM)
+        rank.stdin.close()
+        out = output.read_all().removeprefix("ready\n").strip()
+    finally:
+        rank.kill()  # a no-op once it ended
     assert (rank.wait(timeout=30), out) == outcome
