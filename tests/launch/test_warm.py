@@ -73,7 +73,7 @@ def test_a_restarted_worker_runs_warm_and_starts_as_a_fresh_one(
     warm_starts, fresh_starts = runs["1"], runs["0"]
     first = [f"rank-{r}.stdout" for r in range(4)]
     restarted = [f"rank-{r}.algo-{r // 2 + 1}.attempt-1.stdout" for r in range(4)]
-    assert sorted(warm_starts) == sorted(first + restarted)
+    assert sorted(warm_starts) == sorted(fresh_starts) == sorted(first + restarted)
     assert all(record["warm"] for record in warm_starts.values())
     assert not any(record["warm"] for record in fresh_starts.values())
     for key, record in [*warm_starts.items(), *fresh_starts.items()]:
