@@ -51,6 +51,7 @@ class FlagParser(argparse.ArgumentParser):
                 self.error(self._unknown_flag(extra.partition("=")[0]))
         if extras:
             self.error(f"unexpected argument '{extras[0]}'. See `{self.prog} --help`")
+        _keep_script_separator(argv, parsed)
         return parsed, extras
 
     def _unknown_flag(self, flag: str) -> str:
@@ -69,6 +70,18 @@ class FlagParser(argparse.ArgumentParser):
         # argparse's "PROG: error: MESSAGE", without the usage block it prints above it.
         stderr.print(f"{escape(self.prog)}: [bold red]error:[/] {escape(message)}")
         self.exit(EXIT_USAGE)
+
+
+def _keep_script_separator(argv: list[str], parsed: argparse.Namespace) -> None:
+    """Put back the ``--`` of ``SPEC|SCRIPT -- ARGS`` that argparse drops: right after a
+    positional it takes ``--`` for the end of its own options, so ``job.yaml -- --seed 1``
+    would read as ``job.yaml --seed 1`` (``--seed``: a flag after a spec file)."""
+    target, rest = getattr(parsed, "target", None), getattr(parsed, "args", None)
+    if target is None or rest is None:
+        return
+    separator = len(argv) - len(rest) - 1
+    if separator >= 1 and argv[separator] == "--" and argv[separator - 1] == target:
+        parsed.args = ["--", *rest]
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
