@@ -1,19 +1,26 @@
 # The two commands the README starts with: `make demo` and `make test`.
-# Both create .venv on first use; torch is pinned to the CPU build so that
-# no multi-GB CUDA wheel is ever pulled (the package itself only asks torch>=2.5).
+# Both create .venv on first use from a lock file (exact versions and their hashes), so that
+# every developer and every CI run test the same packages: a release elsewhere cannot turn CI
+# red. torch is pinned to its CPU build where this machine keeps it on disk, so that no
+# multi-GB CUDA wheel is pulled (the package itself only asks torch>=2.5: pyproject.toml).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-TORCH_PIN := torch==2.13.0
+PIP := pip install -q --disable-pip-version-check
+TORCH_WHEEL := $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
 # A machine that keeps wheels on disk (CI here does) installs torch from there.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+# cpu.lock: torch's CPU build from /opt/wheels. pypi.lock: the same packages with PyPI's
+# torch 2.13.0 (a CUDA build, which runs on CPU too) and the CUDA libraries it needs.
+LOCK := requirements/$(if $(TORCH_WHEEL),cpu,pypi).lock
+LATEST := .venv-latest
 
-.PHONY: setup system-deps demo test lint clean
+.PHONY: setup system-deps demo test lint lock test-latest clean
 
-$(BIN)/tenter: pyproject.toml
+$(BIN)/tenter: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check $(WHEELS) "$(TORCH_PIN)"
-	$(BIN)/pip install -q --disable-pip-version-check $(WHEELS) -e ".[examples,plot,dev]"
+	$(BIN)/$(PIP) --require-hashes $(WHEELS) -r $(LOCK)
+	$(BIN)/$(PIP) --no-deps -e .
 	touch $@
 
 setup: $(BIN)/tenter
@@ -34,5 +41,29 @@ lint: setup
 test: lint system-deps
 	$(BIN)/python -m pytest tests
 
+# The lock files, from pyproject.toml's ranges (every extra `make setup` installs) and
+# requirements/torch.in, for CPython 3.11 on Linux x86_64 (this machine's and CI's).
+# cpu.lock records the hash of the wheel in /opt/wheels, so it is made where that wheel is.
+LOCK_FROM := pyproject.toml requirements/torch.in --extra examples --extra plot --extra dev \
+	--generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-header
+lock: setup
+	test -n "$(TORCH_WHEEL)" || { echo "cpu.lock needs /opt/wheels/torch-2.13.0+cpu-*.whl"; exit 2; }
+	$(BIN)/uv pip compile $(LOCK_FROM) --find-links /opt/wheels -o requirements/cpu.lock
+	$(BIN)/uv pip compile $(LOCK_FROM) -o requirements/pypi.lock
+
+# Not part of CI: the suite on the newest versions pyproject.toml's ranges allow (torch stays
+# the pinned build), so that an upgrade is taken on purpose: run it, fix, then `make lock`.
+test-latest: system-deps
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/$(PIP) $(WHEELS) -r requirements/torch.in
+	$(LATEST)/bin/$(PIP) $(WHEELS) --upgrade --upgrade-strategy eager -e ".[examples,plot,dev]"
+	$(LATEST)/bin/pip freeze --exclude-editable > $(LATEST)/tested-versions.txt
+	$(LATEST)/bin/ruff check src tests examples benchmarks
+	$(LATEST)/bin/ruff format --check src tests examples benchmarks
+	$(LATEST)/bin/mypy
+	$(LATEST)/bin/lint-imports
+	$(LATEST)/bin/python -m pytest tests
+
 clean:
-	rm -rf $(VENV) tenter-jobs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) tenter-jobs .pytest_cache .mypy_cache .ruff_cache
