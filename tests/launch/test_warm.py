@@ -55,7 +55,7 @@ def test_a_restarted_worker_runs_warm_and_starts_as_a_fresh_one(
         "processes_per_host": 2,
         "elastic": {"max_restarts": 1},
     }
-    runs = {}
+    runs, agent_logs = {}, {}
     for warm in ("1", "0"):
         monkeypatch.setenv("TENTER_WARM_WORKERS", warm)
         monkeypatch.setenv("TENTER_HOME", str(tmp_path / f"home-{warm}"))
@@ -70,11 +70,12 @@ def test_a_restarted_worker_runs_warm_and_starts_as_a_fresh_one(
         assert "tenter: algo-1: restarting its workers (0 restarts left)" in done.stderr
         assert_nothing_left(done.job_dir)
         runs[warm] = _starts(done.job_dir)
+        agent_logs[warm] = "".join(p.read_text() for p in done.job_dir.glob("logs/agent-*.log"))
     warm_starts, fresh_starts = runs["1"], runs["0"]
     first = [f"rank-{r}.stdout" for r in range(4)]
     restarted = [f"rank-{r}.algo-{r // 2 + 1}.attempt-1.stdout" for r in range(4)]
     assert sorted(warm_starts) == sorted(fresh_starts) == sorted(first + restarted)
-    assert all(record["warm"] for record in warm_starts.values())
+    assert [key for key, record in warm_starts.items() if not record["warm"]] == [], agent_logs["1"]
     assert not any(record["warm"] for record in fresh_starts.values())
     for key, record in [*warm_starts.items(), *fresh_starts.items()]:
         signals = {name: record["signals"][name] for name in TORCHRUN_WORKER_SIGNALS}

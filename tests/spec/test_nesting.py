@@ -105,7 +105,7 @@ def test_first_too_deep_is_just_past_the_opening_past_the_limit(
     ],
     ids=["plain", "many lists", "block scalar", "quoted"],
 )
-def test_the_scan_of_8_mib_takes_well_under_a_second(text: str) -> None:
+def test_the_scan_of_8_mib_takes_a_bounded_time(text: str) -> None:
     start = time.process_time()
     assert first_too_deep(text, limits.MAX_DEPTH, limits.MAX_VALUES) is None
-    assert time.process_time() - start < 1.0
+    assert time.process_time() - start < 2.0  # 0.1 to 0.4 s here; quadratic: minutes
