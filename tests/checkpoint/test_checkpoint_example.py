@@ -63,8 +63,9 @@ def test_example_killed_after_a_checkpoint_resumes_to_the_uninterrupted_model(
             if re.match(r"(saved|saving) checkpoint at step 20$", line.strip()):
                 run.send_signal(signal.SIGKILL)
                 break
-    finally:
-        run.kill()  # a no-op once it ended (a run that ended by itself keeps its status)
+    except TimeoutError:
+        run.kill()  # only then: a run that ended by itself must keep its own status
+        raise
     assert run.wait(timeout=60) == -signal.SIGKILL, "".join(output.lines)
     assert not (tmp_path / "model").exists()
 

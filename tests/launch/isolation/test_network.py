@@ -96,11 +96,11 @@ def test_namespaces_and_links_go_when_their_creator_is_killed() -> None:
     assert creator.stdout is not None
     try:
         line = OutputReader(creator.stdout).next_line(time.monotonic() + WAIT_S)
+        assert line is not None
+        holders = [psutil.Process(int(pid)) for pid in line.split()]
+        assert len(namespaces() - before_ns) == 4
     finally:
-        creator.kill()
-    assert line is not None
-    holders = [psutil.Process(int(pid)) for pid in line.split()]
-    assert len(namespaces() - before_ns) == 4
+        creator.kill()  # what the test does; also when the wait failed
     creator.wait(timeout=WAIT_S)
     _, alive = psutil.wait_procs(holders, timeout=10)
     assert not alive
