@@ -56,8 +56,8 @@ lock: setup
 test-latest: system-deps
 	rm -rf $(LATEST)
 	$(PYTHON) -m venv $(LATEST)
-	$(LATEST)/bin/$(PIP) $(WHEELS) -r requirements/torch.in
-	$(LATEST)/bin/$(PIP) $(WHEELS) --upgrade --upgrade-strategy eager -e ".[examples,plot,dev]"
+	$(LATEST)/bin/$(PIP) $(WHEELS) --upgrade --upgrade-strategy eager -c requirements/torch.in \
+		-e ".[examples,plot,dev]"
 	$(LATEST)/bin/pip freeze --exclude-editable > $(LATEST)/tested-versions.txt
 	$(LATEST)/bin/ruff check src tests examples benchmarks
 	$(LATEST)/bin/ruff format --check src tests examples benchmarks
