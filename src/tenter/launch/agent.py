@@ -186,6 +186,10 @@ class HostAgent(LocalElasticAgent):
 
     def _restart_workers(self, worker_group: WorkerGroup) -> None:
         self._event("restart", remaining=self._remaining_restarts)
+        if self._pool is not None:
+            # A failure within REFILL_DELAY_S of the start finds the pool still empty: the
+            # restarted workers need their spares now.
+            self._pool.fill()
         super()._restart_workers(worker_group)
 
     def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:

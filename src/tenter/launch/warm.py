@@ -14,7 +14,8 @@ for it: warm workers are off (``TENTER_WARM_WORKERS=0``), the command is not ten
 bootstrap under this Python, the working directory differs, or the environment differs from
 the spare's in a variable that may be read at start-up (only :data:`PER_WORKER` may
 differ). Spares used are replaced once the restarted workers had :data:`REFILL_DELAY_S` to
-start: on a machine with few cores, importing torch competes with their first steps.
+start (on a machine with few cores, importing torch competes with their first steps), or at
+once when the workers restart before that.
 """
 
 from __future__ import annotations
