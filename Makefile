@@ -1,28 +1,38 @@
 # The two commands the README starts with: `make demo` and `make test`, plus `make test-gpu`
-# (the GPU check suite) on a GPU machine. All create .venv on first use.
-# torch: a machine whose $(PYTHON) already imports a CUDA build of torch (a GPU machine's own,
-# matched to its driver) keeps it: the venv sees it (--system-site-packages) and nothing
-# replaces it. Elsewhere torch is pinned to the CPU build, so that no multi-GB CUDA wheel is
-# ever pulled (the package itself only asks torch>=2.7,<2.16). TORCH=cpu forces the pin.
+# (the GPU check suite) on a GPU machine. All create .venv on first use from a lock file (exact
+# versions and their hashes), so that every developer and every CI run test the same packages:
+# a release elsewhere cannot turn CI red. torch is pinned to its CPU build where this machine
+# keeps it on disk, so that no multi-GB CUDA wheel is pulled (the package itself asks
+# torch>=2.7,<2.16: pyproject.toml).
+# A GPU machine whose $(PYTHON) already imports a CUDA build of torch (matched to its driver)
+# keeps it: the venv sees it (--system-site-packages) and tenter's other packages are resolved
+# from pyproject's ranges beside it, since the locks pin torch 2.13.0 (TORCH=cpu forces the
+# locked CPU build instead).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-TORCH_PIN := torch==2.13.0
+PIP := pip install -q --disable-pip-version-check
+TORCH_WHEEL := $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
 # A machine that keeps wheels on disk (CI here does) installs torch from there.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+# cpu.lock: torch's CPU build from /opt/wheels. pypi.lock: the same packages with PyPI's
+# torch 2.13.0 (a CUDA build, which runs on CPU too) and the CUDA libraries it needs.
+LOCK := requirements/$(if $(TORCH_WHEEL),cpu,pypi).lock
+LATEST := .venv-latest
 TORCH ?= $(if $(shell $(PYTHON) -c "import torch; print(torch.version.cuda or '')" 2>/dev/null),system,cpu)
 
-.PHONY: setup system-deps demo test test-gpu lint clean
+.PHONY: setup system-deps demo test test-gpu lint lock test-latest clean
 
-$(BIN)/tenter: pyproject.toml
+$(BIN)/tenter: pyproject.toml $(LOCK)
 ifeq ($(TORCH),system)
 	@echo "keeping this machine's CUDA torch: $$($(PYTHON) -c 'import torch; print(torch.__version__)')"
 	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/$(PIP) $(WHEELS) -e ".[examples,plot,dev]"
 else
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check $(WHEELS) "$(TORCH_PIN)"
+	$(BIN)/$(PIP) --require-hashes $(WHEELS) -r $(LOCK)
+	$(BIN)/$(PIP) --no-deps -e .
 endif
-	$(BIN)/pip install -q --disable-pip-version-check $(WHEELS) -e ".[examples,plot,dev]"
 	touch $@
 
 setup: $(BIN)/tenter
@@ -50,5 +60,29 @@ test-gpu: setup
 	nvidia-smi -L
 	$(BIN)/python -m pytest -m cuda tests -v
 
+# The lock files, from pyproject.toml's ranges (every extra `make setup` installs) and
+# requirements/torch.in, for CPython 3.11 on Linux x86_64 (this machine's and CI's).
+# cpu.lock records the hash of the wheel in /opt/wheels, so it is made where that wheel is.
+LOCK_FROM := pyproject.toml requirements/torch.in --extra examples --extra plot --extra dev \
+	--generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-header
+lock: setup
+	test -n "$(TORCH_WHEEL)" || { echo "cpu.lock needs /opt/wheels/torch-2.13.0+cpu-*.whl"; exit 2; }
+	$(BIN)/uv pip compile $(LOCK_FROM) --find-links /opt/wheels -o requirements/cpu.lock
+	$(BIN)/uv pip compile $(LOCK_FROM) -o requirements/pypi.lock
+
+# Not part of CI: the suite on the newest versions pyproject.toml's ranges allow (torch stays
+# the pinned build), so that an upgrade is taken on purpose: run it, fix, then `make lock`.
+test-latest: system-deps
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/$(PIP) $(WHEELS) --upgrade --upgrade-strategy eager -c requirements/torch.in \
+		-e ".[examples,plot,dev]"
+	$(LATEST)/bin/pip freeze --exclude-editable > $(LATEST)/tested-versions.txt
+	$(LATEST)/bin/ruff check src tests examples benchmarks
+	$(LATEST)/bin/ruff format --check src tests examples benchmarks
+	$(LATEST)/bin/mypy
+	$(LATEST)/bin/lint-imports
+	$(LATEST)/bin/python -m pytest tests
+
 clean:
-	rm -rf $(VENV) tenter-jobs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) tenter-jobs .pytest_cache .mypy_cache .ruff_cache

@@ -4,17 +4,21 @@ check that a job leaves no process, port or temp file behind."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import ipaddress
 import json
 import os
+import queue
 import resource
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any, NoReturn
 
 import psutil
 import pytest
@@ -111,21 +115,35 @@ class Finished:
         return data
 
 
-def tenter(*args: str, timeout: float = 180, max_memory: int | None = None) -> Finished:
-    """Run the `tenter` CLI in a subprocess, as a user would; ``max_memory``: the bytes of
-    address space it may take (a runaway then fails, instead of swapping the machine)."""
-    limit_memory = (
-        functools.partial(resource.setrlimit, resource.RLIMIT_AS, (max_memory, max_memory))
-        if max_memory
-        else None
-    )
+AS_A_BACKGROUND_JOB = (signal.SIGINT, signal.SIGQUIT)
+"""What a non-interactive shell ignores in a command it starts with ``&`` (as CI is started:
+``setsid bash .ci/run < /dev/null &``), and so every process under it inherits."""
+
+
+def tenter(
+    *args: str,
+    timeout: float = 180,
+    max_memory: int | None = None,
+    ignored_signals: tuple[signal.Signals, ...] = (),
+    cwd: Path = REPO,
+) -> Finished:
+    """Run the `tenter` CLI in a subprocess, as a user would, in ``cwd``; ``max_memory``: the
+    bytes of address space it may take (a runaway then fails, instead of swapping the machine);
+    ``ignored_signals``: set to SIG_IGN in it, as by the shell that started it."""
+
+    def start() -> None:
+        if max_memory:
+            resource.setrlimit(resource.RLIMIT_AS, (max_memory, max_memory))
+        for sig in ignored_signals:
+            signal.signal(sig, signal.SIG_IGN)
+
     proc = subprocess.run(
         [sys.executable, "-m", "tenter", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=REPO,
-        preexec_fn=limit_memory,
+        cwd=cwd,
+        preexec_fn=start,
     )
     return Finished(proc.returncode, proc.stdout, proc.stderr)
 
@@ -190,7 +208,9 @@ def assert_network_gone(job_dir: Path) -> None:
             assert str(psutil.Process(int(pid)).create_time()) != started
     inside = {p.pid for p in processes_in_network_namespaces({h["netns"] for h in holders})}
     assert [p.cmdline() for p in job_processes(job_dir.name) if p.pid in inside] == []
-    addresses = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True)
+    addresses = subprocess.run(
+        ["ip", "-o", "-4", "addr"], capture_output=True, text=True, timeout=60
+    )
     assert "198.18." not in addresses.stdout
 
 
@@ -218,9 +238,92 @@ def assert_nothing_left(job_dir: Path) -> None:
     assert list(Path(os.environ["TMPDIR"]).iterdir()) == []
 
 
+WAIT_S = 180.0
+"""The longest any test waits for a line of output or for a process to end (a job of
+several hosts takes about 30 s to start on a loaded 2-core machine)."""
+LOG_TAIL_LINES = 40
+"""Lines of each of a job's logs that a failed wait shows, besides its console output."""
+
+
+class OutputReader:
+    """The lines a process writes to a pipe, read by a thread of their own: a read on the
+    pipe itself cannot time out, and a wait for a line must."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        """The lines taken so far, in order."""
+        self._queue: queue.Queue[str | None] = queue.Queue()  # None: the end of the output
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        try:
+            for line in stream:
+                self._queue.put(line)
+        finally:
+            stream.close()
+            self._queue.put(None)
+
+    def next_line(self, deadline: float) -> str | None:
+        """The next line; None at the end of the output. Raises TimeoutError at ``deadline``
+        (``time.monotonic()``) if no line came."""
+        try:
+            line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError from None
+        if line is None:
+            self._queue.put(None)  # the end stays the end
+        else:
+            self.lines.append(line)
+        return line
+
+    def wait_for(self, *texts: str, count: int = 1, timeout: float = WAIT_S) -> None:
+        """Take lines until every text has appeared in ``count`` of them; TimeoutError after
+        ``timeout`` seconds, EOFError if the output ends first."""
+        deadline = time.monotonic() + timeout
+        seen = dict.fromkeys(texts, 0)
+        while not all(n >= count for n in seen.values()):
+            line = self.next_line(deadline)
+            if line is None:
+                raise EOFError
+            for text in seen:
+                seen[text] += text in line
+
+    def read_all(self, timeout: float = WAIT_S) -> str:
+        """Every line to the end of the output (TimeoutError after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while self.next_line(deadline) is not None:
+            pass
+        return "".join(self.lines)
+
+
+def stop_process(proc: subprocess.Popen[Any], grace: float = 30.0) -> None:
+    """SIGINT (as Ctrl-C: tenter stops its job), then SIGKILL after ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=grace)
+
+
+def _tails(folder: Path) -> str:
+    """The last lines of each file in ``folder``, for a report."""
+    parts = []
+    for path in sorted(p for p in folder.glob("*") if p.is_file()):
+        lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        parts.append(f"--- {path.name} (last {len(lines)} lines) ---\n" + "\n".join(lines))
+    return "\n".join(parts)
+
+
 class Background:
     """``tenter ARGS`` in the background, as a user's shell would run it; its merged output is
-    read line by line until what a test waits for appears."""
+    read line by line until what a test waits for appears.
+
+    Every wait has a deadline. One that fails stops the job and says why with the console
+    output, the job directory (kept, as pytest keeps its tmp_path) and the tails of the
+    job's logs: enough to find the cause of a rare failure from the CI log alone."""
 
     def __init__(self, *args: str, home: Path | None = None) -> None:
         self.home = home or Path(os.environ["TENTER_HOME"])
@@ -231,25 +334,48 @@ class Background:
             text=True,
             cwd=REPO,
         )
-        self.lines: list[str] = []
-
-    def wait_for(self, *texts: str, count: int = 1) -> None:
-        """Read output until every text has appeared in ``count`` lines."""
         assert self.proc.stdout is not None
-        seen = dict.fromkeys(texts, 0)
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            for text in seen:
-                seen[text] += text in line
-            if all(n >= count for n in seen.values()):
-                return
-        raise AssertionError(f"tenter ended before printing {texts}:\n{''.join(self.lines)}")
+        self.output = OutputReader(self.proc.stdout)
 
-    def finish(self, timeout: float = 180) -> str:
+    @property
+    def lines(self) -> list[str]:
+        return self.output.lines
+
+    def wait_for(self, *texts: str, count: int = 1, timeout: float = WAIT_S) -> None:
+        """Read output until every text has appeared in ``count`` lines."""
+        try:
+            self.output.wait_for(*texts, count=count, timeout=timeout)
+        except TimeoutError:
+            self.fail(f"tenter did not print {texts} ({count}x) within {timeout:.0f} s")
+        except EOFError:
+            self.fail(
+                f"tenter ended (status {self.proc.wait(timeout=WAIT_S)}) before printing {texts}"
+            )
+
+    def finish(self, timeout: float = WAIT_S) -> str:
         """Wait for the end; all of the output."""
-        out, _ = self.proc.communicate(timeout=timeout)
-        self.lines.append(out)
-        return "".join(self.lines)
+        try:
+            self.proc.wait(timeout=timeout)
+            return self.output.read_all(timeout=WAIT_S)
+        except (subprocess.TimeoutExpired, TimeoutError):
+            self.fail(f"tenter did not end within {timeout:.0f} s")
+
+    def kill(self) -> str:
+        """SIGKILL the launcher (no cleanup of its own); all of its output."""
+        self.proc.kill()
+        self.proc.wait(timeout=WAIT_S)
+        return self.output.read_all(timeout=WAIT_S)
+
+    def fail(self, why: str) -> NoReturn:
+        """Stop the job and fail the test, with all there is to know about the job."""
+        stop_process(self.proc)
+        with contextlib.suppress(TimeoutError):
+            self.output.read_all(timeout=10)
+        report = [why, "--- console output ---", "".join(self.lines)]
+        jobs = sorted((self.home / "jobs").glob("*")) if (self.home / "jobs").exists() else []
+        for job_dir in jobs:
+            report += [f"--- job directory (kept): {job_dir} ---", _tails(job_dir / "logs")]
+        raise AssertionError("\n".join(report))
 
     @property
     def job_dir(self) -> Path:

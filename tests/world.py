@@ -165,7 +165,7 @@ def _ranks(
     finally:
         for p in procs:
             p.kill()  # a no-op for the ones that exited
-            p.wait()
+            p.wait(timeout=60)
 
 
 def _wait(
@@ -193,7 +193,7 @@ def _wait(
     }
     for rank in killed:
         procs[rank].kill()
-        procs[rank].wait()
+        procs[rank].wait(timeout=60)
     return killed
 
 

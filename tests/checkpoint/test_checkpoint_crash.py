@@ -56,7 +56,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, i
     finally:
         for _, saver in savers.values():
             saver.kill()  # a no-op for the exited ones
-            saver.wait()
+            saver.wait(timeout=60)
             assert saver.stderr is not None
             saver.stderr.close()
 

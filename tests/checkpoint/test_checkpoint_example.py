@@ -9,13 +9,14 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import REPO, WAIT_S, OutputReader
 
 pytestmark = pytest.mark.slow
 
@@ -55,12 +56,17 @@ def test_example_killed_after_a_checkpoint_resumes_to_the_uninterrupted_model(
     argv, env = command(tmp_path, *mode)
     run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     assert run.stdout is not None
-    for line in run.stdout:
-        if re.match(r"(saved|saving) checkpoint at step 20$", line.strip()):
-            run.send_signal(signal.SIGKILL)
-            break
-    run.stdout.close()
-    assert run.wait(timeout=60) == -signal.SIGKILL
+    output = OutputReader(run.stdout)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while (line := output.next_line(deadline)) is not None:
+            if re.match(r"(saved|saving) checkpoint at step 20$", line.strip()):
+                run.send_signal(signal.SIGKILL)
+                break
+    except TimeoutError:
+        run.kill()  # only then: a run that ended by itself must keep its own status
+        raise
+    assert run.wait(timeout=60) == -signal.SIGKILL, "".join(output.lines)
     assert not (tmp_path / "model").exists()
 
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)

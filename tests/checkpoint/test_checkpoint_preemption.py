@@ -21,6 +21,7 @@ from tenter.checkpoint import Checkpointer
 from tenter.errors import ExitCode
 from tenter.jobdir import control
 from tenter.runtime import preemption
+from tests.conftest import OutputReader
 from tests.world import run_world
 
 
@@ -120,9 +121,13 @@ def test_a_sigterm_while_the_agent_stops_the_rank_ends_it(
         text=True,
     )
     assert rank.stdin is not None and rank.stdout is not None
-    assert rank.stdout.readline() == "ready\n"
-    rank.send_signal(signal.SIGTERM)
-    rank.stdin.close()
-    out = rank.stdout.read().strip()
-    rank.stdout.close()
+    output = OutputReader(rank.stdout)
+    try:
+        output.wait_for("ready")
+        rank.send_signal(signal.SIGTERM)
+        rank.stdin.close()
+        out = output.read_all().removeprefix("ready\n").strip()
+    except (TimeoutError, EOFError):
+        rank.kill()  # only then: the rank's own status is what the test checks
+        raise
     assert (rank.wait(timeout=30), out) == outcome

@@ -415,23 +415,32 @@ def all_reduce_once(rank: int, size: int) -> str:
 
 
 def interrupted(rank: int, size: int) -> str:
-    """Rank 1 gets SIGINT (Ctrl-C) while blocked in a collective, as a terminal sends it."""
+    """Rank 1 gets SIGINT (Ctrl-C) while blocked in a collective, as a terminal sends it.
+
+    Rank 0 stays until rank 1 has said how its collective ended: a rank 0 that exited first
+    would end the collective itself ("rank 0 exited while this rank waited")."""
     dist.all_reduce(torch.ones(10))
     store = side_store()
     if rank == 1:
+        # As a worker of tenter or torchrun starts; a test run started in the background
+        # (as CI is) would otherwise hand the ranks SIGINT ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         store.set("rank1_pid", str(os.getpid()))
+        outcome = "no interrupt"
         try:
             dist.all_reduce(torch.ones(10))  # rank 0 never joins
         except KeyboardInterrupt:
-            return "interrupted"
-        return "no interrupt"
+            outcome = "interrupted"
+        finally:
+            store.set("rank1_outcome", outcome)
+        return outcome
     # Rank 1 is blocked once its barrier flag moves past rank 0's: watch it in the segment.
     channel = dist.group.WORLD._shm.ch
     flag = channel._arrive[1]
     while channel._ctl32[flag] == channel._count:
         os.sched_yield()
     store.set("rank1_blocked", "1")
-    store.wait(["interrupted_done"])
+    store.wait(["rank1_outcome"])
     return "ok"
 
 

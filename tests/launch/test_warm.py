@@ -14,10 +14,20 @@ import psutil
 import pytest
 
 from tenter.launch.processes import env_of
-from tests.conftest import SCRIPTS, Background, assert_nothing_left, tenter
+from tests.conftest import AS_A_BACKGROUND_JOB, SCRIPTS, Background, assert_nothing_left, tenter
 from tests.launch.specs import write_spec
 
 pytestmark = pytest.mark.slow
+
+TORCHRUN_WORKER_SIGNALS = {
+    "SIGINT": str(signal.default_int_handler),
+    "SIGQUIT": str(signal.SIG_DFL),
+    "SIGTERM": str(signal.SIG_DFL),
+    "SIGHUP": str(signal.SIG_DFL),
+}
+"""A worker of ``python -m torch.distributed.run`` (torch 2.13) started as a background job
+(SIGINT and SIGQUIT ignored): its agent handles these before it starts the workers, so
+they start with the defaults (and Python's KeyboardInterrupt for SIGINT)."""
 
 PER_RUN = {"MASTER_PORT", "TENTER_WARM_WORKERS"}
 """Differ from one run to the next by design (the store's port), or by the test's choice."""
@@ -45,23 +55,33 @@ def test_a_restarted_worker_runs_warm_and_starts_as_a_fresh_one(
         "processes_per_host": 2,
         "elastic": {"max_restarts": 1},
     }
-    runs = {}
+    runs, agent_logs = {}, {}
     for warm in ("1", "0"):
         monkeypatch.setenv("TENTER_WARM_WORKERS", warm)
         monkeypatch.setenv("TENTER_HOME", str(tmp_path / f"home-{warm}"))
-        done = tenter("run", str(write_spec(tmp_path, "record_start.py", **fields)))
+        # As CI starts it: a restarted rank's spare was started by an agent that inherited
+        # these ignored, and a spare started while its agent stops workers ignores them too.
+        done = tenter(
+            "run",
+            str(write_spec(tmp_path, "record_start.py", **fields)),
+            ignored_signals=AS_A_BACKGROUND_JOB,
+        )
         assert done.returncode == 0, done.stderr
         assert "tenter: algo-1: restarting its workers (0 restarts left)" in done.stderr
         assert_nothing_left(done.job_dir)
         runs[warm] = _starts(done.job_dir)
+        agent_logs[warm] = "".join(p.read_text() for p in done.job_dir.glob("logs/agent-*.log"))
     warm_starts, fresh_starts = runs["1"], runs["0"]
     first = [f"rank-{r}.stdout" for r in range(4)]
     restarted = [f"rank-{r}.algo-{r // 2 + 1}.attempt-1.stdout" for r in range(4)]
-    assert sorted(warm_starts) == sorted(first + restarted)
+    assert sorted(warm_starts) == sorted(fresh_starts) == sorted(first + restarted)
     # Spares never delay the first start: they are started once the first workers run.
-    assert not any(warm_starts[key]["warm"] for key in first)
-    assert all(warm_starts[key]["warm"] for key in restarted)
+    assert [key for key in first if warm_starts[key]["warm"]] == [], agent_logs["1"]
+    assert [key for key in restarted if not warm_starts[key]["warm"]] == [], agent_logs["1"]
     assert not any(record["warm"] for record in fresh_starts.values())
+    for key, record in [*warm_starts.items(), *fresh_starts.items()]:
+        signals = {name: record["signals"][name] for name in TORCHRUN_WORKER_SIGNALS}
+        assert signals == TORCHRUN_WORKER_SIGNALS, key
     for key, fresh in fresh_starts.items():
         warm_start = {**warm_starts[key], "warm": False}
         if "algo-2.attempt-1" in key:

@@ -51,6 +51,7 @@ class FlagParser(argparse.ArgumentParser):
                 self.error(self._unknown_flag(extra.partition("=")[0]))
         if extras:
             self.error(f"unexpected argument '{extras[0]}'. See `{self.prog} --help`")
+        _keep_script_separator(argv, parsed)
         return parsed, extras
 
     def _unknown_flag(self, flag: str) -> str:
@@ -77,6 +78,18 @@ SLURM_FLAGS = {
     "qos": "the quality of service (sbatch --qos)",
 }
 """The ``slurm`` block's fields most clusters ask for, as flags of the same names."""
+
+
+def _keep_script_separator(argv: list[str], parsed: argparse.Namespace) -> None:
+    """Put back the ``--`` of ``SPEC|SCRIPT -- ARGS`` that argparse drops: right after a
+    positional it takes ``--`` for the end of its own options, so ``job.yaml -- --seed 1``
+    would read as ``job.yaml --seed 1`` (``--seed``: a flag after a spec file)."""
+    target, rest = getattr(parsed, "target", None), getattr(parsed, "args", None)
+    if target is None or rest is None:
+        return
+    separator = len(argv) - len(rest) - 1
+    if separator >= 1 and argv[separator] == "--" and argv[separator - 1] == target:
+        parsed.args = ["--", *rest]
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:

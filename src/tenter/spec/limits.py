@@ -10,6 +10,8 @@ they take bounded time and memory whatever the input.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from dataclasses import dataclass
 from typing import IO, Any
@@ -17,6 +19,7 @@ from typing import IO, Any
 import yaml
 
 from tenter.spec.errors import Problem, SpecError, clip
+from tenter.spec.nesting import first_too_deep
 
 MAX_SPEC_BYTES = 8 * 2**20
 """Largest spec file read. Generous on purpose: the checks below then name the field
@@ -53,6 +56,8 @@ WORKER_MEMORY_GIB = 0.25
 """Memory one worker process needs at the least: Python with torch imported holds about
 150 MiB of its own, before any model or data."""
 
+_LOADER: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""``safe_load``'s parser: libyaml's where PyYAML was built with it."""
 _SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -98,16 +103,40 @@ class _Collection:
     items: int = 0
 
 
-def check_yaml_nesting(text: str | IO[str]) -> None:
+def check_yaml_nesting(text: str, name: str = "<spec>", loader: type[Any] = _LOADER) -> None:
     """Raise SpecError if the YAML document nests deeper than MAX_DEPTH, or holds more
     than MAX_VALUES nodes (aliases are counted later, by :func:`check_bounds`).
 
-    Runs on the parser's event stream, which is iterative, before the composer (which
-    recurses once per level and overflows Python's stack at about 1,000 levels).
+    The depth is first found by reading the characters (:mod:`tenter.spec.nesting`), so that
+    no PyYAML ever parses the deep part: each has its own limit and message there (see that
+    module). Only the text up to the first level too deep is then parsed, to name the field.
+    The event walk on the whole text (the parser's event stream is iterative, unlike the
+    composer, which recurses once per level) counts the nodes and catches what the scan,
+    a lower bound, cannot see.
     """
+    too_deep_at = first_too_deep(text, MAX_DEPTH, MAX_VALUES)
+    if too_deep_at is not None:
+        # The cut text ends inside a node: a parse error there is no answer; the whole
+        # text is walked below.
+        with contextlib.suppress(yaml.YAMLError):
+            _walk_events(named_stream(text[:too_deep_at], name), loader)
+    _walk_events(named_stream(text, name), loader)
+
+
+def named_stream(text: str, name: str) -> io.StringIO:
+    """``text`` as a stream called ``name``: YAML's errors then say where, as in
+    ``in "job.yaml", line 3, column 5``, rather than ``in "<unicode string>"``."""
+    stream = io.StringIO(text)
+    stream.name = name
+    return stream
+
+
+def _walk_events(stream: IO[str], loader: type[Any]) -> None:
+    """Raise SpecError at the first collection deeper than MAX_DEPTH, or the node past
+    MAX_VALUES, of the YAML in ``stream``, naming where it is."""
     open_collections: list[_Collection] = []
     nodes = 0
-    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    for event in yaml.parse(stream, Loader=loader):
         if isinstance(event, yaml.CollectionEndEvent):
             open_collections.pop()
             continue

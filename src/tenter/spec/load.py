@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import io
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,13 @@ import yaml
 
 from tenter.spec.errors import Problem, SpecError, clip, show
 from tenter.spec.job import JobSpec
-from tenter.spec.limits import MAX_SPEC_BYTES, check_bounds, check_yaml_nesting, key_path
+from tenter.spec.limits import (
+    MAX_SPEC_BYTES,
+    check_bounds,
+    check_yaml_nesting,
+    key_path,
+    named_stream,
+)
 from tenter.spec.validate import check, parse, without_other_names
 
 
@@ -42,14 +47,6 @@ class _SpecLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
             first_line[key] = line
         result: dict[Any, Any] = super().construct_mapping(node, deep)
         return result
-
-
-def _named(text: str, name: str) -> io.StringIO:
-    """``text`` as a stream called ``name``: YAML's errors then say where, as in
-    ``in "job.yaml", line 3, column 5``, rather than ``in "<unicode string>"``."""
-    stream = io.StringIO(text)
-    stream.name = name
-    return stream
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -82,8 +79,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
             ]
         ) from None
     try:
-        check_yaml_nesting(_named(text, path.name))
-        data = yaml.load(_named(text, path.name), Loader=_SpecLoader)  # a safe loader
+        check_yaml_nesting(text, path.name)
+        data = yaml.load(named_stream(text, path.name), Loader=_SpecLoader)  # a safe loader
     except yaml.YAMLError as e:
         raise SpecError([Problem("", f"'{path}' is not valid YAML: {e}")]) from None
     except SpecError:

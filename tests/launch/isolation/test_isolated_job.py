@@ -144,7 +144,11 @@ def test_another_process_attaches_to_the_running_network_until_the_job_ends() ->
     job = blocked_job()
     network = attach(job.job_dir)
     hostname = subprocess.run(
-        [*network.enter("algo-2"), "hostname"], capture_output=True, text=True, check=True
+        [*network.enter("algo-2"), "hostname"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     assert hostname.stdout.strip() == "algo-2"
     assert not network.is_partitioned("algo-2")

@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tenter.launch.isolation.network import HostNetwork, host_addr, interfaces_in
+from tests.conftest import WAIT_S, OutputReader
 
 
 def namespaces() -> set[str]:
     """The network namespaces alive on this machine."""
-    out = subprocess.run(["lsns", "-n", "-t", "net", "-o", "NS"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["lsns", "-n", "-t", "net", "-o", "NS"], capture_output=True, text=True, timeout=60
+    )
     return set(out.stdout.split())
 
 
 def links() -> str:
-    return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, timeout=60).stdout
 
 
 CONNECT = """
@@ -34,7 +38,9 @@ except OSError:
 
 
 def run_on(net: HostNetwork, host: str, *argv: str) -> str:
-    done = subprocess.run([*net.enter(host), *argv], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [*net.enter(host), *argv], capture_output=True, text=True, check=True, timeout=60
+    )
     return done.stdout.strip()
 
 
@@ -88,10 +94,14 @@ def test_namespaces_and_links_go_when_their_creator_is_killed() -> None:
         text=True,
     )
     assert creator.stdout is not None
-    holders = [psutil.Process(int(pid)) for pid in creator.stdout.readline().split()]
-    assert len(namespaces() - before_ns) == 4
-    creator.kill()
-    creator.wait()
+    try:
+        line = OutputReader(creator.stdout).next_line(time.monotonic() + WAIT_S)
+        assert line is not None
+        holders = [psutil.Process(int(pid)) for pid in line.split()]
+        assert len(namespaces() - before_ns) == 4
+    finally:
+        creator.kill()  # what the test does; also when the wait failed
+    creator.wait(timeout=WAIT_S)
     _, alive = psutil.wait_procs(holders, timeout=10)
     assert not alive
     assert namespaces() == before_ns

@@ -152,6 +152,10 @@ class HostAgent:
     def _restart(self) -> None:
         self._event("restart", remaining=self.remaining_restarts)
         self._stop_workers(signal.SIGTERM)
+        if self.pool is not None:
+            # A failure within REFILL_DELAY_S of the start finds the pool still empty: the
+            # restarted workers take spares started now, while the rendezvous round forms.
+            self.pool.fill()
         self._start_round()
 
     def _start_round(self) -> None:
