@@ -4,6 +4,7 @@ hosts (what `tenter run --hosts 2` is compared with)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -17,6 +18,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def run_two_ranks(argv: Sequence[str], job_dir: str) -> int:
+    """``argv --rank R`` for ranks 0 and 1, as a launcher would start them (env://, one thread
+    each, ``TENTER_JOB_DIR``); the worst exit status."""
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": "2",
+        "OMP_NUM_THREADS": "1",
+        "TENTER_JOB_DIR": job_dir,
+    }
+    ranks = [
+        subprocess.Popen([*argv, "--rank", str(r)], env={**env, "RANK": str(r)}) for r in range(2)
+    ]
+    return max(p.wait() for p in ranks)
 
 
 def run_agents(

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
+
+from _torchrun import run_two_ranks
 
 
 def rank_main(steps: int) -> None:
@@ -119,26 +119,10 @@ def main() -> None:
     if args.rank is not None:
         rank_main(args.steps)
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as job_dir:
-        env = {
-            **os.environ,
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "WORLD_SIZE": "2",
-            "OMP_NUM_THREADS": "1",
-            "TENTER_JOB_DIR": job_dir,
-        }
-        argv = [sys.executable, __file__, "--steps", str(args.steps)]
-        ranks = [
-            subprocess.Popen([*argv, "--rank", str(r)], env={**env, "RANK": str(r)})
-            for r in range(2)
-        ]
-        codes = [p.wait() for p in ranks]
+        code = run_two_ranks([sys.executable, __file__, "--steps", str(args.steps)], job_dir)
     launcher_pass(args.ranks, args.ledger_steps)
-    sys.exit(max(codes))
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -42,5 +42,6 @@ def show_status(args: argparse.Namespace) -> int:
         return 0
     status = get_backend(handle.backend).status(handle)
     print(f"job {handle.job_id}: {status.text} (backend {handle.backend})")
-    print(summary_line(job_ledger(handle.job_dir)))
+    if handle.backend != "kubernetes":  # a pod's records stay in its cluster, not the job dir
+        print(summary_line(job_ledger(handle.job_dir)))
     return 0
