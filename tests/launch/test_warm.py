@@ -162,11 +162,14 @@ def test_a_worker_is_titled_with_the_users_command_line_warm_or_fresh(
 ) -> None:
     monkeypatch.setenv("TENTER_WARM_WORKERS", warm)
     release = tmp_path / "release"
+    # The first start is always fresh (spares never delay it): the worker read is a restarted
+    # one, from a spare when the job has spares.
     spec = write_spec(
         tmp_path,
         "titled.py",
         args=["--lr", "0.1", "--name", "a b"],
-        environment={"RELEASE_FILE": str(release)},
+        environment={"RELEASE_FILE": str(release), "FAIL_FIRST_ATTEMPT": "1"},
+        elastic={"max_restarts": 1},
     )
     job = Background("run", str(spec), home=tenter_home)
     try:

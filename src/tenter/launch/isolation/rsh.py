@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 from tenter.errors import TenterError
 from tenter.launch.isolation import attach
@@ -83,9 +85,14 @@ def run_session(argv: list[str]) -> int:
 
     The session ends when mpirun signals this helper or dies (a parent-death signal). That
     matters here more than through ssh: the hosts' network goes with the launcher, so a
-    daemon left to notice on its own would wait forever on a peer it can no longer reach."""
+    daemon left to notice on its own would wait forever on a peer it can no longer reach.
+
+    The session has a temporary directory of its own (``TMPDIR``), removed when it ends:
+    orted keeps its session directory there (``ompi.HOST.UID``) and removes it only when it
+    exits by itself, not when it is stopped with the job, as it is after a rank failed."""
     dies_with_parent(signal.SIGTERM, starter=os.getppid())()
-    session = subprocess.Popen(argv, start_new_session=True)
+    tmpdir = tempfile.mkdtemp(prefix="tenter-rsh-")
+    session = subprocess.Popen(argv, start_new_session=True, env={**os.environ, "TMPDIR": tmpdir})
 
     def end_session(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -95,11 +102,13 @@ def run_session(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(session.pid, signal.SIGKILL)
+        shutil.rmtree(tmpdir, ignore_errors=True)
         os._exit(128 + signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, end_session)
     code = session.wait()
+    shutil.rmtree(tmpdir, ignore_errors=True)
     return 128 - code if code < 0 else code
 
 
