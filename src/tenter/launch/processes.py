@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import time
 from collections.abc import Callable
 
 import psutil
@@ -93,6 +94,31 @@ def kill_all(procs: list[psutil.Process]) -> None:
     psutil.wait_procs(procs, timeout=STOP_GRACE_S)
 
 
+def wait_ended(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` seconds for ``procs`` to end; those still running.
+
+    Ended includes a zombie: a process that is not our child stays one until its own parent
+    reaps it, which a parent that waits on us (``tenter cancel`` run from a script) does only
+    after we return. :func:`psutil.wait_procs` counts a zombie as running."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        running = [p for p in procs if _running(p)]
+        if not running or time.monotonic() >= deadline:
+            return running
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.2)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # another user's process still there: running, as far as we know
+        return proc.is_running()
+
+
 def process_count(job_id: str) -> int:
     return len(job_processes(job_id))
 
@@ -131,8 +157,7 @@ def stop_job(
     for proc in targets:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)
-    _, alive = psutil.wait_procs(targets, timeout=CANCEL_TIMEOUT_S + grace_s)
-    kill_all(alive)
+    kill_all(wait_ended(targets, timeout=CANCEL_TIMEOUT_S + grace_s))
     who = "its launcher" if launcher is not None else f"{len(procs)} processes (no launcher left)"
     verb = "preempted" if sig == signal.SIGTERM and launcher is not None else "cancelled"
     return f"{verb} job {job_id}: stopped {who}"

@@ -163,6 +163,9 @@ class Supervisor:
         self._straggler_rule = StragglerRule(**plan.stragglers) if plan.stragglers else None  # type: ignore[arg-type]
         self.stragglers: dict[int, Straggler] = {}
         """The ranks named stragglers so far (each once)."""
+        self.scratch_dirs: list[str] = []
+        """Temporary directories the job's processes write in, removed by the final sweep
+        (after its processes are gone: a process killed there cannot remove its own)."""
 
     # ---- what a subclass provides ----
 
@@ -383,6 +386,8 @@ class Supervisor:
                 proc.kill()
                 proc.wait()
         kill_all(job_processes(self.plan.job_id))
+        for scratch in self.scratch_dirs:
+            shutil.rmtree(scratch, ignore_errors=True)
         if self.network is not None:
             # Its namespaces, links and bridge go with their holders (and their last process).
             self.network.close()

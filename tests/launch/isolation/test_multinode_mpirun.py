@@ -151,3 +151,6 @@ def test_a_stopped_or_killed_launcher_leaves_nothing_on_any_host(how: str) -> No
     _, alive = psutil.wait_procs(procs, timeout=60)
     assert alive == [], [p.cmdline() for p in alive]
     assert_network_gone(job.job_dir)
+    # The sessions removed their temporary directories (orted's session directory), and the
+    # last one the launcher's directory of them.
+    assert list(Path(os.environ["TMPDIR"]).iterdir()) == []

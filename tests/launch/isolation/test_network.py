@@ -30,7 +30,7 @@ def links() -> str:
 CONNECT = """
 import socket, sys
 try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
     print("reached")
 except OSError:
     print("unreachable")
@@ -63,11 +63,14 @@ def test_a_partition_cuts_a_host_off_until_healed(user_namespace: bool) -> None:
         listener = net.listen()
         with listener:
             port = str(listener.getsockname()[1])
-            reach = [sys.executable, "-c", CONNECT, "198.18.0.1", port]
+            # A host that can reach the switch does within 20 s (TCP resends a lost SYN); one
+            # cut off never does: 1 s tells (a partition cannot let a connection through).
+            reach = [sys.executable, "-c", CONNECT, "198.18.0.1", port, "20"]
+            try_reach = [sys.executable, "-c", CONNECT, "198.18.0.1", port, "1"]
             assert run_on(net, "algo-1", *reach) == "reached"
             net.partition("algo-1")
             assert net.is_partitioned("algo-1")
-            assert run_on(net, "algo-1", *reach) == "unreachable"
+            assert run_on(net, "algo-1", *try_reach) == "unreachable"
             assert run_on(net, "algo-2", *reach) == "reached"
             net.heal("algo-1")
             assert not net.is_partitioned("algo-1")

@@ -32,12 +32,18 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 
 from tenter.contract.isolation import HOST_NIC, MAX_HOSTS, SUBNET, SWITCH_ADDR, host_addr
 from tenter.launch.processes import dies_with_parent, process_identity
 
 BRIDGE = "br0"
+HEAL_WAIT_S = 30.0
+"""How long :meth:`HostNetwork.heal` waits for the healed link to forward (it takes at most
+about a second on an idle machine)."""
+RUN_TIMEOUT_S = 60.0
+"""The bound on one ``ip``/``nsenter`` command (each takes milliseconds)."""
 __all__ = [
     "BRIDGE",
     "HOST_NIC",
@@ -170,7 +176,15 @@ class HostNetwork:
         self._in_switch("ip", "link", "set", self._port_of(host), "down")
 
     def heal(self, host: str) -> None:
+        """Plug ``host`` back in; returns once its packets cross the bridge again. The kernel
+        brings links up asynchronously (its link events are batched up to a second apart,
+        later on a busy machine): a connection tried at once could still be dropped."""
         self._in_switch("ip", "link", "set", self._port_of(host), "up")
+        deadline = time.monotonic() + HEAL_WAIT_S
+        while not self._forwarding(host):
+            if time.monotonic() > deadline:
+                raise OSError(f"{host}: its link still down {HEAL_WAIT_S:.0f} s after the heal")
+            time.sleep(0.05)
 
     def is_partitioned(self, host: str) -> bool:
         out = self._in_switch("ip", "-o", "link", "show", self._port_of(host))
@@ -187,6 +201,16 @@ class HostNetwork:
 
     def _port_of(self, host: str) -> str:
         return _port_name(self.hostnames.index(host))
+
+    def _forwarding(self, host: str) -> bool:
+        """Both ends of ``host``'s cable up, and its bridge port forwarding."""
+        port = self._in_switch("ip", "-d", "-o", "link", "show", self._port_of(host))
+        nic = self._in_host(host, "ip", "-o", "link", "show", HOST_NIC)
+        return (
+            " state UP " in port
+            and "bridge_slave state forwarding" in port
+            and (" state UP " in nic)
+        )
 
     def _unshare_flags(self, switch: bool) -> list[str]:
         flags = ["--net", "--uts"]
@@ -265,7 +289,7 @@ class HostNetwork:
 
 
 def _run(argv: list[str]) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=RUN_TIMEOUT_S)
     if done.returncode:
         raise OSError(f"{' '.join(argv)}: {done.stderr.strip() or f'exit {done.returncode}'}")
     return done.stdout

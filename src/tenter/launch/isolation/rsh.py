@@ -32,6 +32,9 @@ from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
 
 NETWORK_ENV = "TENTER_NETWORK"
 """The directory of the network record of the hosts this agent reaches (the job's)."""
+SESSIONS_ENV = "TENTER_RSH_SESSIONS"
+"""The directory the sessions' temporary directories go in (the launcher's, with mpirun's,
+removed when the job ends); unset, the system's."""
 UNREACHABLE = 255
 """ssh's exit status when it cannot reach the host (Open MPI reports the daemon as failed)."""
 
@@ -89,10 +92,21 @@ def run_session(argv: list[str]) -> int:
 
     The session has a temporary directory of its own (``TMPDIR``), removed when it ends:
     orted keeps its session directory there (``ompi.HOST.UID``) and removes it only when it
-    exits by itself, not when it is stopped with the job, as it is after a rank failed."""
-    dies_with_parent(signal.SIGTERM, starter=os.getppid())()
-    tmpdir = tempfile.mkdtemp(prefix="tenter-rsh-")
+    exits by itself, not when it is stopped with the job, as it is after a rank failed. It is
+    made in the launcher's :data:`SESSIONS_ENV`, which the launcher removes at the end: the
+    job's final sweep may stop this helper too before it is done."""
+    mpirun = os.getppid()
+    dies_with_parent(signal.SIGTERM, starter=mpirun)()
+    sessions = os.environ.get(SESSIONS_ENV)
+    tmpdir = tempfile.mkdtemp(prefix="session-", dir=sessions)
     session = subprocess.Popen(argv, start_new_session=True, env={**os.environ, "TMPDIR": tmpdir})
+
+    def remove_tmpdir() -> None:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        if sessions and os.getppid() != mpirun:
+            # mpirun died, with the launcher that would have removed the job's directory of
+            # temporary directories (mpirun's own in it): nobody else will.
+            shutil.rmtree(sessions, ignore_errors=True)
 
     def end_session(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -102,13 +116,13 @@ def run_session(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(session.pid, signal.SIGKILL)
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        remove_tmpdir()
         os._exit(128 + signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, end_session)
     code = session.wait()
-    shutil.rmtree(tmpdir, ignore_errors=True)
+    remove_tmpdir()
     return 128 - code if code < 0 else code
 
 

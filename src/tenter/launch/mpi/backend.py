@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from tenter.errors import MissingToolError
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
 from tenter.launch.isolation import preflight
-from tenter.launch.isolation.rsh import NETWORK_ENV, agent_command
+from tenter.launch.isolation.rsh import NETWORK_ENV, SESSIONS_ENV, agent_command
 from tenter.launch.mpirun import MPIRUN, mpirun_argv
 from tenter.launch.report import AGENT_RESULT
 from tenter.launch.supervised import SupervisedBackend
@@ -143,6 +144,14 @@ class MpiJob(Supervisor):
         env = {"TENTER_JOB_ID": self.plan.job_id}
         if self.network is not None:
             env[NETWORK_ENV] = self.plan.job_dir  # where the rsh helper finds the hosts
+            # The temporary directories of mpirun (its session directory, ompi.HOST.UID, and
+            # its ranks') and of the rsh helper's sessions on the other hosts, in one: removed
+            # by the final sweep, or by the sessions if a killed launcher took mpirun along.
+            scratch = tempfile.mkdtemp(prefix="tenter-mpi-")
+            self.scratch_dirs.append(scratch)
+            env[SESSIONS_ENV] = scratch
+            env["TMPDIR"] = os.path.join(scratch, "mpirun")
+            os.mkdir(env["TMPDIR"], mode=0o700)
         # On isolated hosts mpirun runs on the first, as on a cluster's first node. There, a
         # launcher that dies takes the hosts' network with it: mpirun could no longer reach
         # its daemons to stop them in order, and would wait for them forever. It is killed
