@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tenter.contract.plan import LIGHTHOUSE_PORT, Plan, make_plan
+from tenter.contract.placeholders import LIGHTHOUSE_PORT
+from tenter.contract.plan import Plan, make_plan
 from tenter.spec import load
 
 HERE = Path(__file__).parents[1] / "launch"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tenter.contract.plan import MASTER_PORT, Plan
+from tenter.contract.placeholders import MASTER_PORT
+from tenter.contract.plan import Plan
 from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,8 @@ from typing import Any
 
 from tenter.cli.options import add_job_arguments, load_job
 from tenter.contract.isolation import HOST_NIC, SWITCH_ADDR
-from tenter.contract.plan import RDZV_PORT, Plan
+from tenter.contract.placeholders import RDZV_PORT
+from tenter.contract.plan import Plan
 from tenter.spec import JobSpec, Problem, SpecError
 
 LONG_VALUE = 100

@@ -5,10 +5,8 @@
 (local, Slurm) or mpirun execute this same object: each agent reads its :class:`HostPlan` from
 ``plan.json``.
 
-Two values cannot be known before launch and appear as placeholders: the rendezvous port
-(``${rdzv_port}``) and ``MASTER_PORT`` (``${master_port}``, the port of the store that rank 0's
-agent serves to the workers). Both are free ports chosen at launch, never a fixed 29500, so
-that two jobs on one machine never clash.
+What cannot be known before launch (free ports the launcher picks, Slurm's nodes) appears as
+a named placeholder, filled in by :meth:`Plan.resolved` (:mod:`tenter.contract.placeholders`).
 """
 
 from __future__ import annotations
@@ -17,21 +15,18 @@ import dataclasses
 import json
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tenter.contract import isolation, sagemaker, torchrun, worker
 from tenter.contract.fabric import LOOPBACK_NIC
+from tenter.contract.placeholders import LIGHTHOUSE_PORT, MASTER_PORT, RDZV_PORT, resolve
 from tenter.spec import InstanceType, JobSpec, lookup, processes_per_host
 from tenter.spec.catalog import detect_local
 from tenter.spec.gpus import GPU_INSTANCE_TYPE, GpuPlacement, cpu_note, place_gpus
 from tenter.spec.limits import MAX_SIMULATED_HOSTS
 from tenter.spec.validate import planned_hosts
-
-RDZV_PORT = "${rdzv_port}"
-MASTER_PORT = "${master_port}"
-LIGHTHOUSE_PORT = "${lighthouse_port}"
-"""The port of torchft's lighthouse (``fault_tolerance``), which the launcher binds at start."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +154,12 @@ class Plan:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
+
+    def resolved(self, values: Mapping[str, object]) -> Plan:
+        """This plan with the placeholders that ``values`` names filled in, everywhere (see
+        :mod:`tenter.contract.placeholders`)."""
+        escaped = {name: json.dumps(str(value))[1:-1] for name, value in values.items()}
+        return Plan.from_json(resolve(self.to_json(), escaped))
 
     @classmethod
     def from_json(cls, text: str) -> Plan:

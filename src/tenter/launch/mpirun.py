@@ -32,7 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tenter.contract.fabric import CLUSTER_NIC, fabric_env
-from tenter.contract.plan import MASTER_PORT, Plan, make_plan
+from tenter.contract.placeholders import MASTER_PORT
+from tenter.contract.plan import Plan, make_plan
 from tenter.spec import JobSpec, lookup
 from tenter.spec.catalog import InstanceType
 from tenter.spec.mpi_options import MpiOptions

@@ -22,7 +22,8 @@ from types import FrameType
 
 from torch.distributed.elastic.rendezvous import RendezvousError
 
-from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
+from tenter.contract.placeholders import RDZV_PORT, resolve
+from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir.control import request_preemption
 from tenter.launch.agent import rendezvous
 from tenter.launch.agent.host import HostAgent, StopSignal
@@ -64,7 +65,7 @@ def _explain(error: Exception, plan: Plan, rdzv_port: str) -> str:
     if error.__cause__ is not None:
         text += f" (cause: {str(error.__cause__)[:300]})"
     if isinstance(error, RendezvousError):
-        endpoint = plan.rdzv_endpoint.replace(RDZV_PORT, rdzv_port)
+        endpoint = resolve(plan.rdzv_endpoint, {RDZV_PORT: rdzv_port})
         text = f"rendezvous ({plan.rdzv_backend} at {endpoint}) failed: {text}"
         if plan.rdzv_backend == "etcd-v2":
             text += (

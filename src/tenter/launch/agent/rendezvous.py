@@ -28,7 +28,8 @@ from torch.distributed.elastic.rendezvous import (
     registry,
 )
 
-from tenter.contract.plan import RDZV_PORT, HostPlan, Plan
+from tenter.contract.placeholders import RDZV_PORT, resolve
+from tenter.contract.plan import HostPlan, Plan
 from tenter.launch.store import serve_store
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def create_handler(plan: Plan, host: HostPlan, rdzv_port: str) -> RendezvousHand
     """The host's handler of the job's (or its replica group's) rendezvous."""
     params = RendezvousParameters(
         backend=plan.rdzv_backend,
-        endpoint=plan.rdzv_endpoint.replace(RDZV_PORT, rdzv_port),
+        endpoint=resolve(plan.rdzv_endpoint, {RDZV_PORT: rdzv_port}),
         run_id=plan.run_id(host),
         min_nodes=plan.min_hosts,
         max_nodes=plan.max_hosts,

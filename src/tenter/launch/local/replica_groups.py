@@ -16,14 +16,14 @@ and both into console lines::
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from tenter.contract.plan import LIGHTHOUSE_PORT, Plan
+from tenter.contract.placeholders import LIGHTHOUSE_PORT
+from tenter.contract.plan import Plan
 from tenter.contract.worker import REPLICA_HEALED, REPLICA_STEP_FILE
 from tenter.errors import TenterError
 from tenter.jobdir.records import append_line
@@ -106,17 +106,8 @@ class ReplicaGroupsJob(LocalJob):
         say(f"torchft lighthouse at {address}; {self.plan.replica_groups} replica groups")
         # The agents hand their environment on to the workers: the real address replaces the
         # plan's placeholder there.
-        self.plan = dataclasses.replace(
-            self.plan,
-            hosts=[
-                dataclasses.replace(h, env={k: self._resolve(v) for k, v in h.env.items()})
-                for h in self.plan.hosts
-            ],
-        )
+        self.plan = self.plan.resolved({LIGHTHOUSE_PORT: self.lighthouse.port})
         super().start_processes()
-
-    def _resolve(self, value: str) -> str:
-        return value.replace(LIGHTHOUSE_PORT, str(self.lighthouse.port))
 
     def wait(self, stop: threading.Event) -> JobResult:
         try:

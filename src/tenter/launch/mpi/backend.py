@@ -33,7 +33,8 @@ from pathlib import Path
 
 from tenter.contract.fabric import CLUSTER_NIC, LOOPBACK_NIC
 from tenter.contract.isolation import HOST_NIC, SWITCH_ADDR
-from tenter.contract.plan import MASTER_PORT, Plan, make_plan
+from tenter.contract.placeholders import MASTER_PORT, resolve
+from tenter.contract.plan import Plan, make_plan
 from tenter.contract.sagemaker import host_names
 from tenter.errors import MissingToolError
 from tenter.jobdir.lookup import tenter_home
@@ -137,7 +138,7 @@ class MpiJob(Supervisor):
         self.listen_addr = "127.0.0.1" if local else plan.hosts[0].addr
 
     def start_processes(self) -> None:
-        argv = [arg.replace(MASTER_PORT, str(self.rdzv_port)) for arg in self.plan.launcher]
+        argv = [resolve(arg, {MASTER_PORT: self.rdzv_port}) for arg in self.plan.launcher]
         argv[0] = shutil.which(argv[0]) or argv[0]
         # mpirun itself carries the job id, so the final sweep finds it too; a launcher killed
         # even by SIGKILL still stops mpirun, which stops the ranks.

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from tenter.contract.fabric import CLUSTER_NIC
+from tenter.contract.placeholders import SLURM_NIC, slurm_node
 from tenter.contract.plan import Plan, make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
 from tenter.jobdir import control
@@ -32,7 +33,7 @@ from tenter.launch import preemption, report
 from tenter.launch.api import JobStatus, python_executable
 from tenter.launch.console import ConsoleTail, say
 from tenter.launch.slurm.node import PORT_FILE
-from tenter.launch.slurm.script import NIC_PLACEHOLDER, SCRIPT, node_placeholder, sbatch_script
+from tenter.launch.slurm.script import SCRIPT, sbatch_script
 from tenter.launch.supervised import job_dir_logs, read_plan
 from tenter.launch.supervisor import create_job_dir
 from tenter.spec import JobSpec, lookup
@@ -68,8 +69,8 @@ class SlurmBackend:
             job_id,
             tenter_home(),
             python,
-            addrs=[node_placeholder(i) for i in range(spec.instance_count)],
-            network_interface=NIC_PLACEHOLDER if itype.is_local else CLUSTER_NIC,
+            addrs=[slurm_node(i) for i in range(spec.instance_count)],
+            network_interface=SLURM_NIC if itype.is_local else CLUSTER_NIC,
         )
         script = Path(plan.job_dir) / SCRIPT
         return dataclasses.replace(

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import psutil
 
-from tenter.contract.plan import LIGHTHOUSE_PORT, RDZV_PORT, Plan
+from tenter.contract.placeholders import LIGHTHOUSE_PORT, RDZV_PORT, SLURM_NIC, resolve, slurm_node
+from tenter.contract.plan import Plan
 from tenter.errors import TenterError
 from tenter.launch import agent
 from tenter.launch.lighthouse import Lighthouse
 from tenter.launch.report import AGENT_RESULT
-from tenter.launch.slurm.script import NIC_PLACEHOLDER, node_placeholder
 from tenter.launch.store import serve_store
 
 PORT_FILE = "rdzv-port"
@@ -93,9 +93,9 @@ def _wait_for_port(path: Path, timeout_s: float) -> int:
 def resolve_plan(text: str, nodes: list[SlurmNode], node_id: int) -> Plan:
     """The plan with Slurm's nodes in place of the placeholders; a c10d rendezvous on the
     first node (an etcd one stays where the spec puts it)."""
-    for index, node in enumerate(nodes):
-        text = text.replace(node_placeholder(index), node.addr)
-    plan = Plan.from_json(text.replace(NIC_PLACEHOLDER, interface_of(nodes[node_id].addr)))
+    values = {slurm_node(index): node.addr for index, node in enumerate(nodes)}
+    values[SLURM_NIC] = interface_of(nodes[node_id].addr)
+    plan = Plan.from_json(text).resolved(values)
     if plan.rdzv_backend != "c10d":
         return plan
     return dataclasses.replace(plan, rdzv_endpoint=f"{nodes[0].addr}:{RDZV_PORT}")
@@ -161,7 +161,7 @@ def _lighthouse(plan: Plan, nodes: list[SlurmNode], node_id: int) -> Lighthouse 
         _publish(port_file, f"{nodes[0].addr}:{lighthouse.port}\n")
         threading.Thread(target=_keep_alive, args=(lighthouse,), daemon=True).start()
     port = _wait_for_port(port_file, plan.join_timeout)
-    address = os.environ["TORCHFT_LIGHTHOUSE"].replace(LIGHTHOUSE_PORT, str(port))
+    address = resolve(os.environ["TORCHFT_LIGHTHOUSE"], {LIGHTHOUSE_PORT: port})
     os.environ["TORCHFT_LIGHTHOUSE"] = address
     return lighthouse
 

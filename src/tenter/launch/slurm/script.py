@@ -21,15 +21,6 @@ from tenter.spec.elastic import PREEMPTION_MARGIN_S
 
 SCRIPT = "job.sbatch"
 NODE_MODULE = "tenter.launch.slurm.node"
-NIC_PLACEHOLDER = "${slurm_nic}"
-"""The network interface of a job of simulated-host instance type (``local``): the one that
-carries the node's address, which only the node can tell (loopback on a one-node test
-cluster, the NIC on a real one)."""
-
-
-def node_placeholder(index: int) -> str:
-    """The name of node ``index`` of the allocation, until Slurm allocates it."""
-    return f"${{slurm_node_{index}}}"
 
 
 def container_mounts(plan: Plan, spec: JobSpec) -> list[str]:
