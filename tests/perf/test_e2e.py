@@ -273,7 +273,9 @@ def test_json_is_nccl_tests_format_as_its_analyzer_reads_it(matrix: Matrix) -> N
     for stamp in (doc["start_time"], doc["end_time"]):
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", stamp)
     assert doc["args"][0] == "all_gather_perf" and "-J" in doc["args"]
+    # The environment of the rank that wrote it (rank 0), as nccl-tests records its own.
     assert all(isinstance(e, str) and "=" in e for e in doc["env"])
+    assert {"RANK=0", f"WORLD_SIZE={nranks}"} <= set(doc["env"])
     assert doc["config"]["step_factor"] == 2 and "step_bytes" not in doc["config"]
     assert doc["config"]["blocking_collectives"] == "false"
     assert doc["config"]["per_iter_timing"] == "true"
