@@ -124,6 +124,12 @@ def agent_log(host: str, replacement: int = 0) -> str:
     return f"agent-{host}.{replacement}.log" if replacement else f"agent-{host}.log"
 
 
+def agent_logs(job_dir: str | os.PathLike[str], host: str) -> list[Path]:
+    """The logs of ``host``'s agents so far: the first's and its replacements'."""
+    logs = logs_dir(job_dir)
+    return [p for p in [logs / agent_log(host), *logs.glob(f"agent-{host}.*.log")] if p.exists()]
+
+
 def create(job_dir: Path, hosts: Iterable[HostTree], shared_dirs: Iterable[str] = ()) -> None:
     """Create the job directory. Fails if it exists: a job id is never reused."""
     job_dir.mkdir(parents=True, exist_ok=False)

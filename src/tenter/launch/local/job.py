@@ -149,8 +149,7 @@ class LocalJob(Supervisor):
     def restart_agent(self, index: int) -> None:
         """A fresh agent for a fenced host: it enters at the next rendezvous round."""
         host = self.plan.hosts[index]
-        logs = layout.logs_dir(self.plan.job_dir)
-        restarts = sum(1 for p in logs.glob(f"{Path(layout.agent_log(host.name)).stem}.*"))
+        restarts = len(layout.agent_logs(self.plan.job_dir, host.name))
         self._start_agent(host, layout.agent_log(host.name, restarts))
         self.procs[index] = self.procs.pop()  # spawn appends; the host keeps its place
         self.lost.discard(index)
