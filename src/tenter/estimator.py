@@ -18,6 +18,7 @@ unknown argument is a TypeError, never silently dropped. See docs/estimator.md.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import threading
 import warnings
@@ -25,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tenter.contract.sagemaker import host_names
+from tenter.jobdir import layout
 from tenter.spec import JobSpec, load
 from tenter.spec.errors import did_you_mean
 
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from tenter.jobdir.handle import JobHandle
     from tenter.jobdir.results import JobResult
     from tenter.launch.api import Request
+    from tenter.session import Watch
 
 AWS_ONLY = frozenset(
     {
@@ -187,7 +191,7 @@ def shows_logs(logs: str | bool) -> bool:
 
 def _model_dir(job_dir: str) -> str:
     # SageMaker uploads the model directory of its first host.
-    return str(Path(job_dir) / "hosts" / "algo-1" / "model")
+    return str(layout.host_model_dir(job_dir, host_names(1)[0]))
 
 
 class TrainingJob:
@@ -197,8 +201,10 @@ class TrainingJob:
     ``tenter run --detach`` does; ``wait()`` follows it, ``stop()`` cancels it.
     """
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, watch: Watch) -> None:
         self.request = request
+        self.watch = watch
+        """How ``fit`` shows the job's output while it runs."""
         self.name = request.job_id
         """The job id (the SDK's training job name)."""
         self.job_dir: str = request.job_dir
@@ -215,9 +221,9 @@ class TrainingJob:
         from tenter import session
 
         if detach:
-            self._handle, _ = session.submit(self.request, session.Watch(), detach=True)
+            self._handle, _ = session.submit(self.request, self.watch, detach=True)
         else:
-            self.result = session.run_request(self.request)
+            self.result = session.run_request(self.request, self.watch)
 
     def wait(self, logs: str | bool = "All") -> JobResult:
         """Block until the job ends (showing the ranks' output of a detached job from its
@@ -227,9 +233,7 @@ class TrainingJob:
         if self.result is None and self._handle is not None:
             backend = get_backend(self._handle.backend)
             # Every rank's output from the start (the job itself was started showing none).
-            world = getattr(self.request, "world_size", None)
-            every = list(range(world)) if world is not None else None
-            shown: list[int] | None = every if shows_logs(logs) else []
+            shown: list[int] | None = None if shows_logs(logs) else []
             tail = backend.logs(self._handle, shown, True, follow=True).start()
             try:
                 self.result = backend.wait(self._handle, threading.Event())
@@ -353,14 +357,15 @@ class Estimator:
         """
         if experiment_config is not None:
             _note_ignored(["experiment_config"])
-        extra: dict[str, Any] = {"channels": channels(inputs)}
-        if not wait or not shows_logs(logs):
-            # A detached job prints nothing while the caller goes on; wait() replays it.
-            extra["logs"] = {"ranks": []}
-        self.spec = self._load(extra)
+        self.spec = self._load({"channels": channels(inputs)})
+        from tenter import session
         from tenter.launch import api
 
-        job = TrainingJob(api.dryrun(self.spec, job_name))
+        watch = session.Watch.of(self.spec)
+        if not wait or not shows_logs(logs):
+            # A detached job prints nothing while the caller goes on; wait() replays it.
+            watch = dataclasses.replace(watch, ranks=[])
+        job = TrainingJob(api.dryrun(self.spec, job_name), watch)
         self.latest_training_job = job
         self.jobs.append(job)
         job.start(detach=not wait)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
 from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
-from tenter.launch.api import Backend, dryrun, get_backend
+from tenter.launch.api import Backend, Request, dryrun, get_backend
 from tenter.launch.signals import stop_requests
 from tenter.launch.supervisor import check_output_dir
 from tenter.monitor.live import LiveView
@@ -37,9 +36,14 @@ class Watch:
     """Serve Prometheus metrics on this port (0: any free one); None: no endpoint."""
     metrics_addr: str = "127.0.0.1"
     ranks: list[int] | None = None
-    """Show only these ranks' output (None: as the spec's ``logs.ranks`` says)."""
-    tag: bool | None = None
-    """Prefix every line with ``[host,rank]<stream>:`` (None: as the spec's ``logs.tag`` says)."""
+    """Show only these ranks' output (None: every rank's); the spec's ``logs.ranks``."""
+    tag: bool = True
+    """Prefix every line with ``[host,rank]<stream>:``; the spec's ``logs.tag``."""
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> Watch:
+        """The console ``spec``'s ``logs`` field asks for."""
+        return cls(ranks=spec.logs.ranks, tag=spec.logs.tag)
 
 
 def check_watch(backend: Backend, watch: Watch) -> None:
@@ -62,14 +66,14 @@ def check_watch(backend: Backend, watch: Watch) -> None:
             )
 
 
-def _open_view(backend: Backend, request: Any, watch: Watch) -> LiveView | None:
+def _open_view(backend: Backend, request: Request, watch: Watch) -> LiveView | None:
     """The live view of ``request``'s job; its metrics port is bound here, before anything
     starts, so that a port in use is bad input rather than a failure after the launch."""
-    if not backend.reports_progress or not isinstance(request, Plan):
+    if not backend.reports_progress or request.plan is None:
         return None
     try:
         return LiveView(
-            request,
+            request.plan,
             live=watch.live,
             metrics_port=watch.metrics_port,
             metrics_addr=watch.metrics_addr,
@@ -83,7 +87,7 @@ def _open_view(backend: Backend, request: Any, watch: Watch) -> LiveView | None:
 
 
 def submit(
-    request: Any, watch: Watch, *, detach: bool = False
+    request: Request, watch: Watch, *, detach: bool = False
 ) -> tuple[JobHandle, LiveView | None]:
     """Start ``request`` on its backend; returns at once."""
     backend = get_backend(request.backend)
@@ -126,7 +130,7 @@ def follow(handle: JobHandle, watch: Watch, view: LiveView | None = None) -> Job
                 view.stop()
 
 
-def run_request(request: Any, watch: Watch | None = None) -> JobResult:
+def run_request(request: Request, watch: Watch | None = None) -> JobResult:
     """Run a request (a backend's dryrun) to its end; a failed job is a result, not an error."""
     watch = watch or Watch()
     handle, view = submit(request, watch)
@@ -135,4 +139,4 @@ def run_request(request: Any, watch: Watch | None = None) -> JobResult:
 
 def run(spec: JobSpec, job_id: str | None = None, watch: Watch | None = None) -> JobResult:
     """Run a validated spec on its backend to its end."""
-    return run_request(dryrun(spec, job_id), watch)
+    return run_request(dryrun(spec, job_id), watch or Watch.of(spec))

@@ -155,6 +155,17 @@ def test_plan_prints_the_json_the_backend_runs(capsys: pytest.CaptureFixture[str
     assert plan["command"][-2:] == ["--seed", "7"]
 
 
+def test_plan_out_writes_the_plan_the_job_directory_keeps_if_the_backend_runs_agents(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = str(REPO / "examples/digits/job.yaml")
+    assert main(["plan", "--json", "--job-id", "j-1", job]) == 0
+    printed = capsys.readouterr().out
+    assert main(["plan", "--out", str(tmp_path / "out"), "--job-id", "j-1", job]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'out' / 'plan.json'}\n"
+    assert (tmp_path / "out" / "plan.json").read_text() + "\n" == printed
+
+
 def test_plan_text_shows_shared_environment_once_and_per_rank_differences(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

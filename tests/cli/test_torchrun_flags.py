@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from tenter.cli.main import main
+from tenter.cli.main import build_parser, main
+from tenter.cli.options import load_job
 from tests.conftest import SCRIPTS
 
 SCRIPT = str(SCRIPTS / "contract.py")
@@ -44,14 +45,6 @@ def plan_of(capsys: pytest.CaptureFixture[str], *flags: str, script: str = SCRIP
             {"join_timeout": 5, "last_call_timeout": 2},
         ),
         (["--standalone", "--rdzv-backend", "etcd"], {"rdzv_backend": "c10d"}),
-        (["--nnodes", "2", "--nproc-per-node", "2", "-t", "3"], {"console_ranks": None}),
-        (["--nnodes", "2", "--nproc-per-node", "2", "-r", "3"], {"console_ranks": []}),
-        (["--nproc-per-node", "2", "-r", "3", "-t", "0:3"], {"console_ranks": [0]}),
-        (["--nproc-per-node", "2", "-r", "0:3,1:1"], {"console_ranks": [1]}),
-        (
-            ["--nnodes", "2", "--nproc-per-node", "2", "--local_ranks_filter", "1"],
-            {"console_ranks": [1, 3]},
-        ),
     ],
 )
 def test_plan_follows_torchrun_flag_if_given(
@@ -60,6 +53,25 @@ def test_plan_follows_torchrun_flag_if_given(
     plan = plan_of(capsys, *flags)
     seen = {key: len(plan[key]) if key == "hosts" else plan[key] for key in expected}
     assert seen == expected
+
+
+@pytest.mark.parametrize(
+    ("flags", "shown"),
+    [
+        (["--nnodes", "2", "--nproc-per-node", "2", "-t", "3"], None),
+        (["--nnodes", "2", "--nproc-per-node", "2", "-r", "3"], []),
+        (["--nproc-per-node", "2", "-r", "3", "-t", "0:3"], [0]),
+        (["--nproc-per-node", "2", "-r", "0:3,1:1"], [1]),
+        (["--nnodes", "2", "--nproc-per-node", "2", "--local_ranks_filter", "1"], [1, 3]),
+    ],
+)
+def test_console_shows_the_ranks_torchrun_flags_name_if_given(
+    flags: list[str], shown: list[int] | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The console's ranks are an option of the console, not of the plan: the plan is the same.
+    spec = load_job(build_parser().parse_args(["run", *flags, SCRIPT]))
+    assert spec.logs.ranks == shown
+    assert "console_ranks" not in plan_of(capsys, *flags)
 
 
 def test_plan_puts_the_job_under_log_dir_if_given(

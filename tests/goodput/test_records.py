@@ -11,7 +11,7 @@ import pytest
 
 from tenter.errors import ExitCode
 from tenter.goodput.records import LedgerKeeper, record_checkpoint
-from tenter.jobdir.records import rank_file
+from tenter.jobdir.layout import rank_file
 from tenter.jobdir.results import JobResult, write_result
 from tenter.launch import api
 from tenter.launch.supervisor import create_job_dir

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tenter.errors import TenterError
+from tenter.jobdir.handle import JobHandle
+from tenter.launch.api import get_backend
 from tests.conftest import SCRIPTS, Background, assert_nothing_left, tenter
 
 pytestmark = pytest.mark.slow
@@ -66,3 +69,16 @@ def test_verbs_name_an_unknown_job() -> None:
         done = tenter(verb, "no-such-job")
         assert done.returncode == 4
         assert "JOB: no job 'no-such-job'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("backend", "sends"), [("slurm", "scancel"), ("kubernetes", "deleting the pods")]
+)
+def test_preempt_names_the_scheduler_if_the_scheduler_preempts(backend: str, sends: str) -> None:
+    # Every backend has the verb; these say who preempts their jobs, and touch nothing.
+    handle = JobHandle(backend, "j-1", "/nonexistent/j-1", "default/PyTorchJob/j-1")
+    with pytest.raises(TenterError) as raised:
+        get_backend(backend).preempt(handle)
+    assert raised.value.where == "--preempt"
+    assert sends in str(raised.value)
+    assert "`tenter cancel j-1` sends it" in str(raised.value)

@@ -311,3 +311,40 @@ def test_a_killed_launcher_leaves_no_rank_running() -> None:
     # No sweep: mpirun gets SIGTERM from the kernel, and each rank when mpirun ends.
     _, alive = psutil.wait_procs(procs, timeout=60)
     assert alive == [], [p.cmdline() for p in alive]
+
+
+def test_a_rank_mpirun_saw_killed_is_reported_as_its_agent_would(tenter_home: Path) -> None:
+    # mpirun's ranks have no agent: the launcher writes their host's record from mpirun's log,
+    # through the agents' own writer, and reads it back as on every backend.
+    from tenter.jobdir import layout
+    from tenter.jobdir.agent_result import read_result
+    from tenter.jobdir.records import record_worker_logs
+    from tenter.launch.mpi.backend import MpiJob
+    from tenter.launch.report import collect_failures
+    from tenter.launch.supervisor import create_job_dir
+
+    plan = _mpirun_plan("ml.p3.8xlarge")
+    create_job_dir(plan)
+    logs = layout.logs_dir(plan.job_dir)
+    for host in plan.hosts:
+        for r in host.ranks:
+            stem = plan.log_stem(host.name, r.rank, 0)
+            record_worker_logs(logs, stem, r.rank, r.local_rank, host.name, 0)
+    killed = plan.procs_per_host + 1  # the second rank of the second host
+    (logs / layout.MPIRUN_LOG).write_text(
+        f"mpirun noticed that process rank {killed} with PID 4242 on node algo-2 exited on "
+        "signal 9 (Killed).\n"
+    )
+    MpiJob(plan).collect_extra_failures()
+
+    assert read_result(plan.hosts[0].dir) is None
+    record = read_result(plan.hosts[1].dir)
+    assert record is not None and record.state == "FAILED"
+    assert [(f.rank, f.local_rank, f.pid, f.exit_code) for f in record.failures] == [
+        (killed, 1, 4242, -9)
+    ]
+    failures, agent_errors, _ = collect_failures(plan, None)
+    assert agent_errors == []
+    assert [(f.host, f.rank, f.pid, f.exit_code) for f in failures] == [
+        ("algo-2", killed, 4242, -9)
+    ]

@@ -58,6 +58,7 @@ from tenter.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from tenter.checkpoint.state import rng_state, set_rng_state, snapshot
 from tenter.checkpoint.writer import AsyncWriter
 from tenter.goodput.records import record_checkpoint
+from tenter.jobdir.layout import CHECKPOINTS_DIR
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
 from tenter.runtime import steps
 from tenter.runtime.preemption import Preempted, Preemption
@@ -80,7 +81,7 @@ def default_dir() -> Path:
     if checkpoint_dir:
         return Path(checkpoint_dir)
     job_dir = os.environ.get("TENTER_JOB_DIR")
-    return Path(job_dir) / "checkpoints" if job_dir else Path("checkpoints")
+    return Path(job_dir) / CHECKPOINTS_DIR if job_dir else Path(CHECKPOINTS_DIR)
 
 
 def _env_default(arg: str) -> int | None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tenter.errors import TenterError
-
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
@@ -39,17 +37,9 @@ def cancel(args: argparse.Namespace) -> int:
 
     handle = open_handle(args.job)
     backend = get_backend(handle.backend)
-    preempt = getattr(backend, "preempt", None)
-    if args.preempt and preempt is None:
-        raise TenterError(
-            "--preempt",
-            f"the {handle.backend} backend's jobs are preempted by their scheduler, whose "
-            "SIGTERM (scancel, deleting the pods) each host turns into a preemption request",
-            f"leave out --preempt: `tenter cancel {handle.job_id}` sends it",
-        )
     status = backend.status(handle)
     if not status.running:
         print(f"job {handle.job_id} is not running: {status.text}")
         return 0
-    print(preempt(handle) if args.preempt and preempt is not None else backend.cancel(handle))
+    print(backend.preempt(handle) if args.preempt else backend.cancel(handle))
     return 0

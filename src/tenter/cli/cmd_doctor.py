@@ -97,11 +97,10 @@ def doctor(args: argparse.Namespace) -> int:
         spec, warnings = load_file(Path(args.spec), overrides)
         for w in warnings:
             stderr.print(f"[yellow]warning:[/] {escape(str(w))}", markup=True)
-        from tenter.contract.plan import Plan
         from tenter.launch import api
 
-        plan = api.dryrun(spec)
-        if not isinstance(plan, Plan):
+        plan = api.dryrun(spec).plan
+        if plan is None:
             raise SpecError(
                 [
                     Problem(

@@ -7,9 +7,9 @@ round (the running hosts restart their workers to let it in), up to ``elastic.ma
 from __future__ import annotations
 
 import argparse
-import uuid
 from typing import Any
 
+from tenter.jobdir.control import request_join
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.lookup import find_job, is_running
 from tenter.spec import Problem, SpecError
@@ -41,10 +41,7 @@ def join(args: argparse.Namespace) -> int:
         raise SpecError([Problem("JOB", f"job {job_dir.name} has finished; nothing can join it")])
     if args.hosts < 1:
         raise SpecError([Problem("--hosts", f"{args.hosts} must be at least 1")])
-    control = job_dir / "control"
-    control.mkdir(exist_ok=True)
     for _ in range(args.hosts):
-        # The launcher takes each request file; a unique name keeps them apart.
-        (control / f"join-{uuid.uuid4().hex}").write_text("")
+        request_join(job_dir)
     print(f"asked job {job_dir.name} for {args.hosts} more host(s)")
     return 0

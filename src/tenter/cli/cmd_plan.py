@@ -16,7 +16,7 @@ from tenter.cli.options import add_job_arguments, load_job
 from tenter.contract.isolation import HOST_NIC, SWITCH_ADDR
 from tenter.contract.placeholders import RDZV_PORT
 from tenter.contract.plan import Plan
-from tenter.spec import JobSpec, Problem, SpecError
+from tenter.spec import JobSpec
 
 LONG_VALUE = 100
 
@@ -43,26 +43,15 @@ def show_plan(args: argparse.Namespace) -> int:
 
     request = api.dryrun(spec, args.job_id)
     if args.out:
-        write = getattr(request, "write", None)
-        if write is None:
-            raise SpecError(
-                [
-                    Problem(
-                        "--out",
-                        f"the {spec.backend} backend has no manifests to write; "
-                        "use --json for its plan",
-                    )
-                ]
-            )
-        for path in write(Path(args.out)):
+        for path in request.write(Path(args.out)):
             print(path)
         return 0
     if args.json:
         print(request.to_json())
-    elif isinstance(request, Plan):
-        print(render(request))
+    elif request.plan is not None:
+        print(render(request.plan))
         if spec.distribution.model_parallel is not None:
-            print(_parallel_layout(spec, request.world_size))
+            print(_parallel_layout(spec, request.plan.world_size))
     else:
         print(request)
     return 0

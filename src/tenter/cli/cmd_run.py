@@ -8,6 +8,7 @@ tenter run -m mypkg.train --hosts 2
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from rich.markup import escape
@@ -57,12 +58,12 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = load_job(args)
     from tenter import session
-    from tenter.contract.plan import Plan
     from tenter.doctor import SKIP_WARNING, preflight
     from tenter.launch import api
 
     request = api.dryrun(spec)
-    watch = session.Watch(
+    watch = dataclasses.replace(
+        session.Watch.of(spec),
         live=args.live,
         metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
@@ -70,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     session.check_watch(api.get_backend(spec.backend), watch)
     if args.skip_preflight:
         stderr.print(SKIP_WARNING)
-    elif isinstance(request, Plan):  # the checks look at this machine: not for Kubernetes pods
-        checked = preflight(spec, request)
+    elif request.plan is not None:  # the checks look at this machine: not for Kubernetes pods
+        checked = preflight(spec, request.plan)
         checked.render(stderr)
         if checked.blocking:
             return EXIT_USAGE

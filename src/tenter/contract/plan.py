@@ -22,6 +22,7 @@ from pathlib import Path
 from tenter.contract import isolation, sagemaker, torchrun, worker
 from tenter.contract.fabric import LOOPBACK_NIC
 from tenter.contract.placeholders import LIGHTHOUSE_PORT, MASTER_PORT, RDZV_PORT, resolve
+from tenter.jobdir import layout
 from tenter.spec import InstanceType, JobSpec, lookup, processes_per_host
 from tenter.spec.catalog import detect_local
 from tenter.spec.gpus import GPU_INSTANCE_TYPE, GpuPlacement, cpu_note, place_gpus
@@ -93,8 +94,6 @@ class Plan:
     """Seconds a preempted job gets for its final checkpoint (the spec's checkpoint field)."""
     stragglers: dict[str, float] = field(default_factory=dict)
     """The straggler rule (window, windows, ratio, min_excess_s); empty: no detection."""
-    console_ranks: list[int] | None = None
-    tag_output: bool = True
     launcher: list[str] = field(default_factory=list)
     """What starts the job on a cluster backend: the mpirun or sbatch argv (empty on the local
     backend, which starts one agent per host itself)."""
@@ -124,6 +123,18 @@ class Plan:
         return self.procs_per_host * len(self.hosts)
 
     @property
+    def plan(self) -> Plan:
+        """As a backend's request (:class:`tenter.launch.api.Request`), a plan is its own."""
+        return self
+
+    def write(self, folder: Path) -> list[Path]:
+        """``tenter plan --out``: the plan as the job directory keeps it, in ``folder``."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / layout.PLAN_FILE
+        path.write_text(self.to_json())
+        return [path]
+
+    @property
     def hosts_per_group(self) -> int:
         """Hosts in one rendezvous: a replica group's, or the whole job's."""
         return len(self.hosts) // self.replica_groups if self.replica_groups else len(self.hosts)
@@ -143,10 +154,10 @@ class Plan:
         name with host and attempt for any other (a restart must not overwrite the output of
         earlier attempts; after a membership change a rank number may move to another host)."""
         planned = any(r.rank == rank for h in self.hosts if h.name == host for r in h.ranks)
-        name = f"rank-{rank}"
+        logs = layout.logs_dir(self.job_dir)
         if attempt or not planned:
-            name += f".{host}.attempt-{attempt}"
-        return str(Path(self.job_dir) / "logs" / name)
+            return layout.rank_log_stem(logs, rank, host, attempt)
+        return layout.rank_log_stem(logs, rank)
 
     def rank_env(self, host: HostPlan, rank: RankPlan) -> dict[str, str]:
         """Everything the worker of ``rank`` gets beyond the launcher's own environment."""
@@ -232,7 +243,7 @@ def make_plan(
     elif addrs is None:
         addrs = [simulated_host_addr(i) for i in range(spec.instance_count)]
     assert addrs is not None
-    checkpoint_dir = spec.checkpoint.dir or str(job_dir / "checkpoints")
+    checkpoint_dir = spec.checkpoint.dir or str(job_dir / layout.CHECKPOINTS_DIR)
     restartable = elastic.max_restarts > 0
     ft = spec.fault_tolerance
     groups = ft.replica_groups if ft else 0
@@ -244,7 +255,7 @@ def make_plan(
     hosts = []
     for index, (name, addr) in enumerate(zip(names, addrs, strict=True)):
         group, group_index = divmod(index, per_group)
-        host_dir = job_dir / "hosts" / name
+        host_dir = job_dir / layout.HOSTS_DIR / name
         where = worker.Placement(
             job_id=job_id,
             job_dir=job_dir,
@@ -273,7 +284,7 @@ def make_plan(
         ranks = []
         for local_rank in range(procs):
             rank = index * procs + local_rank
-            log = job_dir / "logs" / f"rank-{rank}"
+            log = layout.rank_log_stem(layout.logs_dir(job_dir), rank)
             ranks.append(
                 RankPlan(
                     rank=rank,
@@ -292,11 +303,11 @@ def make_plan(
                             max_restarts=elastic.max_restarts,
                             use_agent_store=not restartable,
                         ),
-                        "TORCHELASTIC_ERROR_FILE": f"{log}.error.json",
+                        "TORCHELASTIC_ERROR_FILE": layout.error_file(log),
                     },
                     stdout=f"{log}.stdout",
                     stderr=f"{log}.stderr",
-                    error_file=f"{log}.error.json",
+                    error_file=layout.error_file(log),
                 )
             )
         hosts.append(
@@ -354,8 +365,6 @@ def make_plan(
         stragglers=spec.stragglers.model_dump(exclude={"enabled"})
         if spec.stragglers.enabled
         else {},
-        console_ranks=spec.logs.ranks,
-        tag_output=spec.logs.tag,
         replica_groups=groups,
         min_replicas=ft.min_replicas if ft else 0,
         lighthouse=lighthouse,

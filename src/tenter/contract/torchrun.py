@@ -9,11 +9,10 @@ Kubernetes, torchrun in the pod does.
 
 from __future__ import annotations
 
+from tenter.jobdir.layout import ERROR_FILE_SUFFIX, FINISHED_SUFFIX
+
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 """torchrun's default ``--signals-to-handle``, which its agent exports to every worker."""
-
-ERROR_FILE_SUFFIX = ".error.json"
-FINISHED_SUFFIX = ".finished"
 
 
 def finished_marker(error_file: str) -> str:

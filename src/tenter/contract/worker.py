@@ -200,9 +200,6 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
     }
 
 
-REPLICA_STEP_FILE = "replica-{group}.step"
-"""In the job's ``logs/``: the last step replica group ``group`` committed, written by its
-rank 0 (:mod:`tenter.runtime.ft`), read by the launcher when the group is lost."""
 REPLICA_HEALED = "replica_healed"
 """The event (``events.jsonl``) a replica group's rank 0 records when it healed from a peer."""
 

@@ -26,6 +26,7 @@ from tenter.doctor.result import Check, HostReport, JobContext, Outcome
 from tenter.doctor.runner import run_checks
 from tenter.doctor.system import System
 from tenter.errors import TenterError
+from tenter.jobdir import layout
 from tenter.launch.isolation.network import HostNetwork
 from tenter.spec import lookup
 
@@ -95,7 +96,7 @@ def doctor_job(
     net: HostNetwork, plan: Plan, checks: tuple[Check, ...] = CHECKS, plan_file: str = ""
 ) -> JobDoctor:
     """The checks on every host of ``plan`` (entered through ``net``), then reachability."""
-    plan_file = plan_file or str(Path(plan.job_dir) / "plan.json")
+    plan_file = plan_file or str(Path(plan.job_dir) / layout.PLAN_FILE)
     names = [c.name for c in checks]
     probes = []
     for host in plan.hosts:

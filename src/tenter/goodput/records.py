@@ -29,18 +29,20 @@ from tenter.contract.plan import Plan
 from tenter.contract.worker import REPLICA_HEALED
 from tenter.goodput.ledger import HANG, RESTART, Fault, Ledger, RunRecords, build_ledger
 from tenter.goodput.stragglers import Straggler
-from tenter.jobdir.layout import PLAN_FILE, SUMMARY_FILE, write_atomic
-from tenter.jobdir.records import (
+from tenter.jobdir.layout import (
     EVENTS_FILE,
+    GOODPUT_FILE,
     INDEX_FILE,
+    PLAN_FILE,
     RANK_DIR,
     STEPS_DIR,
-    JsonlFollower,
-    append_line,
+    SUMMARY_FILE,
+    logs_dir,
+    write_atomic,
 )
+from tenter.jobdir.records import JsonlFollower, append_line
 from tenter.jobdir.results import read_result
 
-GOODPUT_FILE = "goodput.json"
 CHECKPOINT_EVENT = "checkpoint"
 STRAGGLER_EVENT = "straggler"
 
@@ -97,7 +99,7 @@ class RunReader:
             ]
         for rank, lines in self._rank_files(self.job_dir / RANK_DIR / STEPS_DIR):
             self._counted[rank] += [(float(d["time"]), int(d["step"])) for d in lines]
-        for entry in self._new_lines(self.job_dir / "logs" / INDEX_FILE):
+        for entry in self._new_lines(logs_dir(self.job_dir) / INDEX_FILE):
             self._hosts[int(entry["rank"])] = str(entry["host"])
         for event in self._new_lines(self.job_dir / EVENTS_FILE):
             if event.get("event") == CHECKPOINT_EVENT:

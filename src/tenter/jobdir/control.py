@@ -5,6 +5,9 @@
     <job_dir>/control/preempted-rank-<N>   rank N stopped for the preemption: step, checkpoint
     <job_dir>/control/flight-recorder      a hang: every rank writes torch's flight recorder to
                                            <log stem>.fr.pkl (when newer than its last dump)
+    <job_dir>/control/join-<id>            ``tenter join``: one more host, please
+    <job_dir>/control/fault-<id>.json      ``tenter fault``: a fault to inject, and its answer,
+    <job_dir>/control/reply-<id>.json      (:mod:`tenter.launch.isolation.faults`)
 
 Files rather than signals: the launcher of a local job does not signal its workers (they run
 in sessions of their own, under their agents), a file is seen by every simulated host and, on
@@ -16,16 +19,19 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-from tenter.jobdir.layout import write_atomic
+from tenter.jobdir.layout import CONTROL_DIR, write_atomic
 
-CONTROL_DIR = "control"
 PREEMPT_REQUEST = "preempt"
 STOPPING_PREFIX = "stopping-"
 PREEMPTED_PREFIX = "preempted-rank-"
 FLIGHT_RECORDER_REQUEST = "flight-recorder"
+JOIN_PREFIX = "join-"
+FAULT_PREFIX = "fault-"
+REPLY_PREFIX = "reply-"
 
 
 def flight_recorder_dump(stem: str) -> Path:
@@ -37,6 +43,36 @@ def control_dir(job_dir: str | Path) -> Path:
     return Path(job_dir) / CONTROL_DIR
 
 
+def made_control_dir(job_dir: str | Path) -> Path:
+    """:func:`control_dir`, created if it is not there yet (by the first request)."""
+    folder = control_dir(job_dir)
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def request_join(job_dir: str | Path) -> None:
+    """``tenter join``: ask the job's launcher for one more host."""
+    # The launcher takes each request file; a unique name keeps them apart.
+    (made_control_dir(job_dir) / f"{JOIN_PREFIX}{uuid.uuid4().hex}").write_text("")
+
+
+def join_requests(job_dir: str | Path) -> list[Path]:
+    """The join requests not taken yet."""
+    return sorted(control_dir(job_dir).glob(f"{JOIN_PREFIX}*"))
+
+
+def fault_request(job_dir: str | Path, request_id: str) -> Path:
+    return control_dir(job_dir) / f"{FAULT_PREFIX}{request_id}.json"
+
+
+def fault_reply(job_dir: str | Path, request_id: str) -> Path:
+    return control_dir(job_dir) / f"{REPLY_PREFIX}{request_id}.json"
+
+
+def fault_requests(job_dir: str | Path) -> list[Path]:
+    return sorted(control_dir(job_dir).glob(f"{FAULT_PREFIX}*.json"))
+
+
 def request_preemption(job_dir: str | Path, grace_s: float, by: str) -> dict[str, Any]:
     """Ask every rank to stop at its next step boundary after a final checkpoint; returns
     the request in force (the first one: a repeated SIGTERM does not move its time)."""
@@ -44,9 +80,7 @@ def request_preemption(job_dir: str | Path, grace_s: float, by: str) -> dict[str
     if existing is not None:
         return existing
     request = {"time": time.time(), "grace_s": grace_s, "by": by}
-    folder = control_dir(job_dir)
-    folder.mkdir(exist_ok=True)
-    write_atomic(folder / PREEMPT_REQUEST, json.dumps(request))
+    write_atomic(made_control_dir(job_dir) / PREEMPT_REQUEST, json.dumps(request))
     return request
 
 
@@ -68,8 +102,7 @@ def record_preempted(
     job_dir: str | Path, rank: int, step: int | None, checkpoint: str | None
 ) -> None:
     """Rank ``rank`` stopped for the preemption (after the checkpoint of ``step``, if any)."""
-    folder = control_dir(job_dir)
-    folder.mkdir(exist_ok=True)
+    folder = made_control_dir(job_dir)
     record = {"rank": rank, "step": step, "checkpoint": checkpoint, "time": time.time()}
     write_atomic(folder / f"{PREEMPTED_PREFIX}{rank}", json.dumps(record))
 

@@ -1,13 +1,25 @@
-"""The job directory on disk::
+"""The job directory on disk; this module owns every name in it::
 
 <job_dir>/plan.json                  the request that ran (the plan; Kubernetes: the manifests)
 <job_dir>/handle.json                which backend holds the job and its id there
 <job_dir>/summary.json               outcome, duration, failures (written when the job ends)
+<job_dir>/goodput.json               the goodput ledger (:mod:`tenter.goodput.records`)
 <job_dir>/events.jsonl               rendezvous rounds and restarts, as the agents saw them
+<job_dir>/metrics.jsonl              the live view's samples (:mod:`tenter.monitor.live`)
+<job_dir>/metrics/rank-<N>.jsonl     what rank N reported; metrics/steps/: the steps tenter counted
+<job_dir>/network.json               an isolated job's namespaces and links
+<job_dir>/hang-report.txt            the stacks of a hung job's ranks
+<job_dir>/rdzv-port, lighthouse-port a Slurm job's ports, published by its first node
+<job_dir>/control/                   requests to the running ranks (:mod:`tenter.jobdir.control`)
+<job_dir>/report/                    ``tenter report``'s plots and report.md
 <job_dir>/checkpoints/               the job's checkpoints (unless the spec names a dir)
 <job_dir>/logs/rank-<N>.stdout|.stderr|.error.json   (restarts: rank-<N>.<host>.attempt-<K>.*)
 <job_dir>/logs/index.jsonl           which log files exist, for which rank, host and attempt
+<job_dir>/logs/agent-<host>[.<K>].log   each host agent's own log (K: its K-th replacement)
+<job_dir>/logs/launcher.log, mpirun.log, lighthouse.log, store.log, replica-<G>.step
 <job_dir>/hosts/<algo-N>/            one SageMaker /opt/ml tree per host:
+    agent-result.json                what the host's agent reported (:mod:`.agent_result`)
+    plan.json                        a Slurm node's plan, its run-time values filled in
     input/config/{resourceconfig,hyperparameters,inputdataconfig}.json
     input/data/<channel> -> your data (a link, not a copy)
     model/  output/data/  output/success|failure
@@ -24,7 +36,36 @@ from typing import Protocol
 PLAN_FILE = "plan.json"
 HANDLE_FILE = "handle.json"
 SUMMARY_FILE = "summary.json"
+GOODPUT_FILE = "goodput.json"
+EVENTS_FILE = "events.jsonl"
+METRICS_FILE = "metrics.jsonl"
+RANK_DIR = "metrics"
+STEPS_DIR = "steps"
+"""Under RANK_DIR: the DDP steps tenter counted on each rank (``rank-<N>.jsonl``)."""
+NETWORK_FILE = "network.json"
+HANG_REPORT_FILE = "hang-report.txt"
+RDZV_PORT_FILE = "rdzv-port"
+LIGHTHOUSE_PORT_FILE = "lighthouse-port"
+CONTROL_DIR = "control"
+REPORT_DIR = "report"
+CHECKPOINTS_DIR = "checkpoints"
+HOSTS_DIR = "hosts"
 LOGS_DIR = "logs"
+INDEX_FILE = "index.jsonl"
+LAUNCHER_LOG = "launcher.log"
+MPIRUN_LOG = "mpirun.log"
+LIGHTHOUSE_LOG = "lighthouse.log"
+STORE_LOG = "store.log"
+REPLICA_STEP_FILE = "replica-{group}.step"
+"""Under LOGS_DIR: the last step replica group ``group`` committed, written by its rank 0
+(:mod:`tenter.runtime.ft`), read by the launcher when the group is lost."""
+ETC_DIR = "etc"
+"""An isolated job's hosts' own ``/etc`` files."""
+AGENT_RESULT_FILE = "agent-result.json"
+ERROR_FILE_SUFFIX = ".error.json"
+"""A rank's error file: its log stem and this (torch's error-file convention)."""
+FINISHED_SUFFIX = ".finished"
+"""A rank's log stem and this: its script returned (see ``contract.torchrun.finished_marker``)."""
 HOST_SUBDIRS = (
     "input/config",
     "input/data",
@@ -43,6 +84,50 @@ class HostTree(Protocol):
     def files(self) -> Mapping[str, str]: ...
     @property
     def links(self) -> Mapping[str, str]: ...
+
+
+def logs_dir(job_dir: str | os.PathLike[str]) -> Path:
+    return Path(job_dir) / LOGS_DIR
+
+
+def rank_log_stem(
+    logs: str | os.PathLike[str], rank: int, host: str | None = None, attempt: int = 0
+) -> str:
+    """A rank's log files, less their suffix: ``logs/rank-N``, or with ``host``, for a
+    restart or a rank moved to another host, ``logs/rank-N.<host>.attempt-<K>``."""
+    name = f"rank-{rank}" if host is None else f"rank-{rank}.{host}.attempt-{attempt}"
+    return str(Path(logs) / name)
+
+
+def error_file(stem: str | os.PathLike[str]) -> str:
+    """The error file of the rank whose logs are ``stem``.*."""
+    return f"{stem}{ERROR_FILE_SUFFIX}"
+
+
+def rank_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
+    """What rank ``rank`` reported (:mod:`tenter.monitor.reporter`)."""
+    return Path(job_dir) / RANK_DIR / f"rank-{rank}.jsonl"
+
+
+def rank_steps_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
+    """The steps tenter counted on rank ``rank`` (:mod:`tenter.runtime.steps`)."""
+    return Path(job_dir) / RANK_DIR / STEPS_DIR / f"rank-{rank}.jsonl"
+
+
+def host_model_dir(job_dir: str | os.PathLike[str], host: str) -> Path:
+    return Path(job_dir) / HOSTS_DIR / host / "model"
+
+
+def agent_log(host: str, replacement: int = 0) -> str:
+    """The name of a host agent's log under LOGS_DIR (``replacement``: the agent started
+    in place of a lost one, 1, 2...)."""
+    return f"agent-{host}.{replacement}.log" if replacement else f"agent-{host}.log"
+
+
+def agent_logs(job_dir: str | os.PathLike[str], host: str) -> list[Path]:
+    """The logs of ``host``'s agents so far: the first's and its replacements'."""
+    logs = logs_dir(job_dir)
+    return [p for p in [logs / agent_log(host), *logs.glob(f"agent-{host}.*.log")] if p.exists()]
 
 
 def create(job_dir: Path, hosts: Iterable[HostTree], shared_dirs: Iterable[str] = ()) -> None:

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tenter.jobdir.layout import INDEX_FILE
+
 FLUSH_S = 0.5
 FLUSH_RECORDS = 4096
 """Write early when this many records wait (a script reporting many thousand times a second)."""
@@ -66,17 +68,6 @@ class BufferedLines:
         while True:
             time.sleep(FLUSH_S)
             self.flush()
-
-
-INDEX_FILE = "index.jsonl"
-EVENTS_FILE = "events.jsonl"
-RANK_DIR = "metrics"
-STEPS_DIR = "steps"
-"""Under RANK_DIR: the DDP steps tenter counted on each rank (``rank-<N>.jsonl``)."""
-
-
-def rank_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
-    return Path(job_dir) / RANK_DIR / f"rank-{rank}.jsonl"
 
 
 class JsonlFollower:

@@ -9,7 +9,8 @@ In the spirit of TorchX's scheduler API:
   request (``plan.json``) and the :class:`~tenter.jobdir.handle.JobHandle` (``handle.json``);
 - ``wait(handle, stop)``: follow the job to its end (``stop`` set: cancel it first) and return
   its :class:`~tenter.jobdir.results.JobResult`, also written to ``summary.json``;
-- ``status(handle)``, ``logs(handle, ...)``, ``cancel(handle)``: by handle, from any process.
+- ``status(handle)``, ``logs(handle, ...)``, ``cancel(handle)``, ``preempt(handle)``: by
+  handle, from any process.
 
 Backends are found by name in a lazy registry: a backend's module (and any heavy client
 library it needs) is imported only when that backend is used. The console, the live view and
@@ -24,12 +25,17 @@ import importlib
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
+from tenter.errors import TenterError
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
 from tenter.spec import JobSpec
 from tenter.spec.validate import KNOWN_BACKENDS
+
+if TYPE_CHECKING:
+    from tenter.contract.plan import Plan
 
 BACKENDS = {name: f"tenter.launch.{name}" for name in KNOWN_BACKENDS}
 """Backend name (the spec's list) -> package exposing ``create_backend() -> Backend``."""
@@ -55,7 +61,18 @@ class Request(Protocol):
     @property
     def job_dir(self) -> str: ...
 
+    @property
+    def plan(self) -> Plan | None:
+        """The plan of the hosts tenter starts its agents on (local, mpi, Slurm), which the
+        doctor and the preflight check and the live view shows; None for Kubernetes, whose
+        pods run torchrun in their image."""
+        ...
+
     def to_json(self) -> str: ...
+
+    def write(self, folder: Path) -> list[Path]:
+        """``tenter plan --out``: write the request's files under ``folder``; their paths."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -80,11 +97,11 @@ class Backend(Protocol):
     """The ranks' progress records reach this machine (the job directory is shared), so the
     live view, the metrics endpoint and hang detection work on this backend."""
 
-    def dryrun(self, spec: JobSpec, job_id: str) -> Any:
+    def dryrun(self, spec: JobSpec, job_id: str) -> Request:
         """The exact request of ``spec``: pure, deterministic for a given job id."""
         ...
 
-    def submit(self, request: Any, *, detach: bool = False) -> JobHandle:
+    def submit(self, request: Request, *, detach: bool = False) -> JobHandle:
         """Start a request this backend's dryrun made; returns at once. ``detach``: the job
         must outlive this process (a local job gets a launcher process of its own)."""
         ...
@@ -96,14 +113,30 @@ class Backend(Protocol):
     def status(self, handle: JobHandle) -> JobStatus: ...
 
     def logs(
-        self, handle: JobHandle, ranks: list[int] | None, tag: bool | None, follow: bool
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
     ) -> LogStream:
-        """The job's output (``ranks``, ``tag`` None: as the spec's ``logs`` says)."""
+        """The job's output (``ranks`` None: every rank's; ``tag``: ``[host,rank]`` prefixes)."""
         ...
 
     def cancel(self, handle: JobHandle) -> str:
         """Stop the running job (as Ctrl-C on ``tenter run`` would); says what was done."""
         ...
+
+    def preempt(self, handle: JobHandle) -> str:
+        """Preempt the running job (as SIGTERM to ``tenter run`` would): every rank stops at a
+        step boundary after a final checkpoint; says what was done. Raises
+        :func:`scheduler_preempts`'s error where the job's scheduler does it."""
+        ...
+
+
+def scheduler_preempts(backend: str, job_id: str) -> TenterError:
+    """``preempt`` of a backend whose scheduler preempts its jobs (Slurm, Kubernetes)."""
+    return TenterError(
+        "--preempt",
+        f"the {backend} backend's jobs are preempted by their scheduler, whose SIGTERM "
+        "(scancel, deleting the pods) each host turns into a preemption request",
+        f"leave out --preempt: `tenter cancel {job_id}` sends it",
+    )
 
 
 @functools.cache
@@ -117,7 +150,7 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-def dryrun(spec: JobSpec, job_id: str | None = None) -> Any:
+def dryrun(spec: JobSpec, job_id: str | None = None) -> Request:
     from tenter.contract.plan import new_job_id
 
     return get_backend(spec.backend).dryrun(spec, job_id or new_job_id(spec.name))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from tenter.jobdir.records import EVENTS_FILE, INDEX_FILE
+from tenter.jobdir import layout
 
 POLL_S = 0.1
 """How often the console tail reads the ranks' log files: a tenth of a second is live to a
@@ -34,7 +34,7 @@ class _Followed:
 
 def read_index(job_dir: str) -> list[dict[str, object]]:
     """The worker log files opened so far, as the agents listed them."""
-    path = Path(job_dir) / "logs" / INDEX_FILE
+    path = layout.logs_dir(job_dir) / layout.INDEX_FILE
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -105,7 +105,7 @@ class EventFeed:
     completed rendezvous round, one per worker-group restart."""
 
     def __init__(self, job_dir: str) -> None:
-        self._path = Path(job_dir) / EVENTS_FILE
+        self._path = Path(job_dir) / layout.EVENTS_FILE
         self._offset = 0
         self._round: dict[str, dict[str, object]] = {}
 

@@ -24,14 +24,12 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from tenter.jobdir.control import FLIGHT_RECORDER_REQUEST, control_dir, flight_recorder_dump
+from tenter.jobdir.control import FLIGHT_RECORDER_REQUEST, flight_recorder_dump, made_control_dir
 
 
 def request_dumps(job_dir: str) -> float:
     """Ask every rank for its recorder; returns when (a dump older than that is stale)."""
-    folder = control_dir(job_dir)
-    folder.mkdir(exist_ok=True)
-    path = folder / FLIGHT_RECORDER_REQUEST
+    path = made_control_dir(job_dir) / FLIGHT_RECORDER_REQUEST
     path.write_text(f"{time.time()}\n")
     return path.stat().st_mtime
 

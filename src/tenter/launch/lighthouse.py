@@ -23,11 +23,11 @@ from pathlib import Path
 from types import ModuleType
 
 from tenter.errors import TenterError
+from tenter.jobdir import layout
 from tenter.launch.api import python_executable
 from tenter.launch.console import say
 from tenter.launch.supervisor import start_process
 
-LOG_NAME = "lighthouse.log"
 START_TIMEOUT_S = 30.0
 """How long the lighthouse may take to say where it listens (well under a second)."""
 LISTENING = "torchft lighthouse listening on"
@@ -62,7 +62,7 @@ class Lighthouse:
         heartbeat_ms: int,
         env: dict[str, str],
     ) -> None:
-        self._log = Path(job_dir) / "logs" / LOG_NAME
+        self._log = layout.logs_dir(job_dir) / layout.LIGHTHOUSE_LOG
         self._addr, self._min_replicas, self._heartbeat_ms = addr, min_replicas, heartbeat_ms
         self._env = env
         """Marks the process as the job's (TENTER_JOB_ID), so the final sweep finds it."""

@@ -34,6 +34,7 @@ from pathlib import Path
 from tenter.contract.fabric import CLUSTER_NIC, fabric_env
 from tenter.contract.placeholders import MASTER_PORT
 from tenter.contract.plan import Plan, make_plan
+from tenter.jobdir import layout
 from tenter.spec import JobSpec, lookup
 from tenter.spec.catalog import InstanceType
 from tenter.spec.mpi_options import MpiOptions
@@ -145,7 +146,7 @@ def mpirun_argv(
         "TORCHELASTIC_USE_AGENT_STORE": str(agent_store),
     }
     if rank_logs:
-        job_env["TENTER_RANK_LOGS"] = str(Path(plan.job_dir) / "logs")
+        job_env["TENTER_RANK_LOGS"] = str(layout.logs_dir(plan.job_dir))
     for host, target in zip(plan.hosts, hosts, strict=True):
         env: dict[str, str | None] = {**host.env, **job_env}
         # The user's -x replaces the contract's value as well as tenter's defaults.

@@ -23,11 +23,12 @@ from tenter.contract.torchrun import finished_marker
 from tenter.goodput.ledger import Ledger, summary_line
 from tenter.goodput.records import LedgerKeeper
 from tenter.jobdir import layout
+from tenter.jobdir.agent_result import WorkerFailure
+from tenter.jobdir.agent_result import read_result as read_agent_result
 from tenter.jobdir.results import Failure, JobResult, write_result
 from tenter.launch.console import read_index
 
 log = logging.getLogger(__name__)
-AGENT_RESULT = "agent-result.json"
 HOST_RANK = -1
 """The rank of a failure that is a whole host's (its agent died), not one rank's."""
 STDERR_TAIL_LINES = 20
@@ -208,15 +209,14 @@ def collect_failures(
     error files are read for every rank. Failures of earlier attempts were recovered by a
     restart and are not the job's.
     """
-    reported: dict[str, dict[str, Any]] = {}
+    reported: dict[str, WorkerFailure] = {}
     agent_errors: list[str] = []
     for host in plan.hosts:
-        path = Path(host.dir) / AGENT_RESULT
-        if path.exists():
-            result = json.loads(path.read_text())
-            if result["state"] == "ERROR":
-                agent_errors.append(f"{host.name}: {result['message']}")
-            reported.update({f["error_file"]: f for f in result["failures"]})
+        result = read_agent_result(host.dir)
+        if result is not None:
+            if result.state == "ERROR":
+                agent_errors.append(f"{host.name}: {result.message}")
+            reported.update({f.error_file: f for f in result.failures})
     entries = read_index(plan.job_dir)
     last_attempt: dict[object, object] = {}
     for entry in entries:
@@ -227,7 +227,7 @@ def collect_failures(
         if entry["attempt"] != last_attempt[entry["host"]]:
             continue
         stem = str(entry["stem"])
-        error_file = f"{stem}.error.json"
+        error_file = layout.error_file(stem)
         seen = reported.get(error_file)
         recorded = Path(error_file).exists()
         if seen is None and not recorded:
@@ -238,7 +238,7 @@ def collect_failures(
             assert seen is not None
             finished_then_crashed.append(
                 f"rank {entry['rank']} on {entry['host']} finished its script, then ended with "
-                f"{exit_meaning(seen['exit_code'])} during interpreter exit (not counted)"
+                f"{exit_meaning(seen.exit_code)} during interpreter exit (not counted)"
             )
             continue
         message, traceback = _read_error_file(error_file) if recorded else ("", "")
@@ -246,11 +246,11 @@ def collect_failures(
             timestamp = os.stat(error_file).st_mtime
         else:
             assert seen is not None
-            timestamp = seen["timestamp"]
+            timestamp = seen.timestamp
         # A rank that recorded a Python exception exited with the bootstrap's status; a
         # SIGABRT in its teardown after that (gloo's threads with a peer still mid-collective)
         # is incidental, not the failure.
-        exit_code = seen["exit_code"] if seen and not traceback else _exit_code_of(message)
+        exit_code = seen.exit_code if seen and not traceback else _exit_code_of(message)
         killed_by_us = (
             stopped_at is not None
             and exit_code in (-signal.SIGTERM, -signal.SIGKILL)
@@ -261,7 +261,7 @@ def collect_failures(
                 host=str(entry["host"]),
                 rank=int(str(entry["rank"])),
                 local_rank=int(str(entry["local_rank"])),
-                pid=seen["pid"] if seen else None,
+                pid=seen.pid if seen else None,
                 exit_code=exit_code,
                 timestamp=timestamp,
                 message=message,

@@ -43,11 +43,9 @@ def read_plan(handle: JobHandle) -> Plan:
     return Plan.from_json((Path(handle.job_dir) / layout.PLAN_FILE).read_text())
 
 
-def job_dir_logs(handle: JobHandle, ranks: list[int] | None, tag: bool | None) -> ConsoleTail:
-    """The ranks' log files in the job directory (``ranks``, ``tag`` None: as the spec says)."""
-    plan = read_plan(handle)
-    shown = ranks if ranks is not None else plan.console_ranks
-    return ConsoleTail(handle.job_dir, shown, plan.tag_output if tag is None else tag)
+def job_dir_logs(handle: JobHandle, ranks: list[int] | None, tag: bool) -> ConsoleTail:
+    """The ranks' log files in the job directory (``ranks`` None: every rank's)."""
+    return ConsoleTail(handle.job_dir, ranks, tag)
 
 
 class SupervisedBackend:
@@ -77,7 +75,7 @@ class SupervisedBackend:
 
     def _start_daemon(self, plan: Plan, handle: JobHandle) -> JobHandle:
         create_job_dir(plan)
-        log = Path(plan.job_dir) / layout.LOGS_DIR / "launcher.log"
+        log = layout.logs_dir(plan.job_dir) / layout.LAUNCHER_LOG
         with open(log, "wb") as out:
             daemon = subprocess.Popen(
                 [python_executable(), "-m", "tenter.launch.daemon", self.name, plan.job_dir],
@@ -142,7 +140,7 @@ class SupervisedBackend:
         )
 
     def logs(
-        self, handle: JobHandle, ranks: list[int] | None, tag: bool | None, follow: bool
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
     ) -> ConsoleTail:
         return job_dir_logs(handle, ranks, tag)
 

@@ -198,7 +198,7 @@ class Supervisor:
         In a session of its own (Ctrl-C in a terminal reaches the launcher only, which stops
         the job in order), and told by the kernel when the launcher dies, even by SIGKILL: it
         then stops its part of the job as on a cancel."""
-        with open(Path(self.plan.job_dir) / "logs" / log_name, "wb") as log:
+        with open(layout.logs_dir(self.plan.job_dir) / log_name, "wb") as log:
             self.procs.append(start_process(argv, env, self.plan.cwd, log, death_signal))
 
     def on_host(self, host: HostPlan) -> list[str]:
@@ -301,8 +301,11 @@ class Supervisor:
         """
         if self.plan.max_restarts:
             return False
-        for entry in os.scandir(Path(self.plan.job_dir) / "logs"):
-            if entry.name.endswith(".error.json") and entry.name not in self._errors_seen:
+        for entry in os.scandir(layout.logs_dir(self.plan.job_dir)):
+            if (
+                entry.name.endswith(layout.ERROR_FILE_SUFFIX)
+                and entry.name not in self._errors_seen
+            ):
                 self._errors_seen.add(entry.name)
                 if not report.is_peer_error(entry.path):
                     return True
@@ -357,7 +360,7 @@ class Supervisor:
         if found:
             text += "\n" + "\n".join(found)
         text = f"hang: {verdict}\n{text}"
-        (Path(self.plan.job_dir) / "hang-report.txt").write_text(text + "\n")
+        (Path(self.plan.job_dir) / layout.HANG_REPORT_FILE).write_text(text + "\n")
         self.extra.append(text)
         say(text)
         return True

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from tenter.goodput.ledger import PARTS, Ledger, job_timelines, run_end, summary_line
-from tenter.goodput.records import GOODPUT_FILE, STRAGGLER_EVENT, LedgerKeeper
-from tenter.jobdir.records import EVENTS_FILE, JsonlFollower
+from tenter.goodput.records import STRAGGLER_EVENT, LedgerKeeper
+from tenter.jobdir.layout import EVENTS_FILE, GOODPUT_FILE
+from tenter.jobdir.records import JsonlFollower
 
 COLOURS = {
     "startup": "tab:gray",

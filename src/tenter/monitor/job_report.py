@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import Plan
+from tenter.jobdir import layout
 from tenter.launch.console import read_index
 from tenter.monitor.goodput_report import goodput_section
 from tenter.monitor.live import format_bytes, format_duration
@@ -213,14 +214,14 @@ def write_report(job_dir: Path) -> Path:
     """Write ``<job_dir>/report/`` (see the module docstring); returns ``report.md``."""
     samples = read_rank_samples(job_dir)
     metrics = read_metrics(job_dir)
-    out = job_dir / "report"
+    out = job_dir / layout.REPORT_DIR
     out.mkdir(exist_ok=True)
-    plan = Plan.from_json((job_dir / "plan.json").read_text())
+    plan = Plan.from_json((job_dir / layout.PLAN_FILE).read_text())
     hosts = {int(str(e["rank"])): str(e["host"]) for e in read_index(plan.job_dir)}
     ranks = summarise_ranks(samples, metrics, hosts)
     slow = stragglers(ranks)
     lines = [f"# Job {job_dir.name}", ""]
-    summary_file = job_dir / "summary.json"
+    summary_file = job_dir / layout.SUMMARY_FILE
     if summary_file.exists():
         summary = json.loads(summary_file.read_text())
         outcome = "succeeded" if summary["exit_code"] == 0 else f"exit code {summary['exit_code']}"

@@ -42,10 +42,12 @@ from rich.table import Table
 
 from tenter.contract.plan import Plan
 from tenter.goodput.ledger import Ledger
+from tenter.jobdir import layout
+from tenter.jobdir.layout import METRICS_FILE
 from tenter.launch.console import read_index, say
 from tenter.monitor.goodput_report import GoodputFeed, time_lines
 from tenter.monitor.gpu import GpuUsage, Nvml, open_nvml
-from tenter.monitor.records import METRICS_FILE, JsonlFollower, Sample, rank_file
+from tenter.monitor.records import JsonlFollower, Sample, rank_file
 
 if TYPE_CHECKING:
     from tenter.monitor.prometheus import MetricsServer
@@ -350,7 +352,7 @@ class LiveView:
     ) -> str:
         if entry is None and used is None:
             return "pending"
-        if entry is not None and Path(f"{entry['stem']}.error.json").exists():
+        if entry is not None and Path(layout.error_file(entry["stem"])).exists():
             return "failed"
         if used is None and rank in self._processes.seen:
             return "exited"

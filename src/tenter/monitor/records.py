@@ -16,19 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenter.jobdir.records import RANK_DIR, JsonlFollower, rank_file
+from tenter.jobdir.layout import METRICS_FILE, RANK_DIR, rank_file
+from tenter.jobdir.records import JsonlFollower
 
 __all__ = [
-    "METRICS_FILE",
-    "RANK_DIR",
     "JsonlFollower",
     "Sample",
     "rank_file",
     "read_metrics",
     "read_rank_samples",
 ]
-
-METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ import os
 import time
 from typing import SupportsFloat
 
+from tenter.jobdir.layout import rank_file
 from tenter.jobdir.records import BufferedLines as Reporter
-from tenter.jobdir.records import rank_file
 
 _reporter: Reporter | None = None
 _checked = False

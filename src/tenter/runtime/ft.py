@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tenter.contract.worker import REPLICA_HEALED, REPLICA_STEP_FILE
-from tenter.jobdir.layout import PLAN_FILE
-from tenter.jobdir.records import EVENTS_FILE, append_line
+from tenter.contract.worker import REPLICA_HEALED
+from tenter.jobdir import layout
+from tenter.jobdir.layout import EVENTS_FILE, PLAN_FILE
+from tenter.jobdir.records import append_line
 
 MANAGER_LOGGER = "torchft.manager"
 # torchft 0.2's Manager logs where a healing replica group fetches its state from; its public
@@ -114,8 +115,8 @@ class Progress:
         self._reports = os.environ.get("RANK") == "0" and job_dir is not None
         if not self._reports or job_dir is None:
             return
-        logs = Path(job_dir) / "logs"
-        self._file = logs / REPLICA_STEP_FILE.format(group=replica_group())
+        logs = layout.logs_dir(job_dir)
+        self._file = logs / layout.REPLICA_STEP_FILE.format(group=replica_group())
         self._tmp = logs / f".{self._file.name}.tmp"
         logger = logging.getLogger(MANAGER_LOGGER)
         if logger.getEffectiveLevel() > logging.INFO:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tenter.contract.torchrun import torchrun_env
+from tenter.jobdir import layout
 from tenter.jobdir.records import record_worker_logs
 
 
@@ -55,7 +56,7 @@ def rank_env(environ: Mapping[str, str]) -> dict[str, str]:
     )
     logs = environ.get("TENTER_RANK_LOGS")
     if logs:
-        env["TORCHELASTIC_ERROR_FILE"] = str(Path(logs) / f"rank-{rank}.error.json")
+        env["TORCHELASTIC_ERROR_FILE"] = layout.error_file(layout.rank_log_stem(logs, rank))
     return env
 
 

@@ -28,7 +28,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.hooks import RemovableHandle
 
-from tenter.jobdir.records import RANK_DIR, STEPS_DIR, BufferedLines
+from tenter.jobdir.layout import rank_steps_file
+from tenter.jobdir.records import BufferedLines
 
 LOOK_FOR_DDP = 10_000
 """Module calls after which a script that has not run a DDP module is assumed to have none."""
@@ -95,7 +96,7 @@ _counter: StepCounter | None = None
 
 def install(job_dir: str, rank: int) -> None:
     global _counter
-    _counter = StepCounter(Path(job_dir) / RANK_DIR / STEPS_DIR / f"rank-{rank}.jsonl")
+    _counter = StepCounter(rank_steps_file(job_dir, rank))
 
 
 def finish() -> None:

@@ -15,8 +15,8 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousIn
 from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 
 from tenter.contract.plan import Plan, make_plan
+from tenter.jobdir.agent_result import AgentResult
 from tenter.launch.agent.host import AgentState, HostAgent
-from tenter.launch.agent.result import AgentResult
 from tenter.spec import load
 
 RECORD = """

@@ -5,7 +5,7 @@
 - :mod:`~tenter.launch.agent.rendezvous`: a rendezvous round through torch's handler, and the
   workers' store, bound to the host's address;
 - :mod:`~tenter.launch.agent.workers`: starting, watching and stopping the workers;
-- :mod:`~tenter.launch.agent.result`: the report the launcher reads.
+- :mod:`~tenter.jobdir.agent_result`: the report the launcher reads (the job directory's).
 
 It replaces a subclass of torch's ``LocalElasticAgent`` that reached into eleven private torch
 names: any torch release could break it (torch 2.5-2.11 did). What torch's agent did and

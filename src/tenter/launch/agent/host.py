@@ -31,10 +31,12 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import torchrun_env
+from tenter.jobdir import layout
+from tenter.jobdir.agent_result import AgentResult, WorkerFailure
 from tenter.jobdir.control import stopping_marker
-from tenter.jobdir.records import EVENTS_FILE, append_line, record_worker_logs
+from tenter.jobdir.layout import EVENTS_FILE
+from tenter.jobdir.records import append_line, record_worker_logs
 from tenter.launch.agent import rendezvous
-from tenter.launch.agent.result import AgentResult, WorkerFailure
 from tenter.launch.agent.workers import GroupState, WorkerEntry, WorkerGroup, start_worker
 from tenter.launch.console import read_index
 from tenter.launch.signals import STOP_SIGNALS
@@ -173,7 +175,7 @@ class HostAgent:
             attempt=self.attempt,
         )
         entries = [self.entry(self.round, local) for local in range(self.plan.procs_per_host)]
-        logs = Path(self.plan.job_dir) / "logs"
+        logs = layout.logs_dir(self.plan.job_dir)
         for entry in entries:
             record_worker_logs(
                 logs,
@@ -215,7 +217,7 @@ class HostAgent:
                 "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"
             ),
             # torch's `record` (and tenter's bootstrap) write the worker's failure there.
-            "TORCHELASTIC_ERROR_FILE": f"{stem}.error.json",
+            "TORCHELASTIC_ERROR_FILE": layout.error_file(stem),
             **({"TENTER_WATCH_FILE": f"{stem}.watch"} if plan.hang_timeout else {}),
         }
         return WorkerEntry(
@@ -226,7 +228,7 @@ class HostAgent:
             cwd=plan.cwd,
             stdout=f"{stem}.stdout",
             stderr=f"{stem}.stderr",
-            error_file=f"{stem}.error.json",
+            error_file=layout.error_file(stem),
         )
 
     def _stop_workers(self, sig: signal.Signals) -> None:

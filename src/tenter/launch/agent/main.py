@@ -24,10 +24,10 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 
 from tenter.contract.placeholders import RDZV_PORT, resolve
 from tenter.contract.plan import HostPlan, Plan
+from tenter.jobdir.agent_result import AgentResult, write_result
 from tenter.jobdir.control import request_preemption
 from tenter.launch.agent import rendezvous
 from tenter.launch.agent.host import HostAgent, StopSignal
-from tenter.launch.agent.result import AgentResult, write_result
 from tenter.launch.signals import STOP_SIGNALS
 from tenter.launch.warm import WarmPool
 

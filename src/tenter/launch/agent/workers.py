@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tenter.contract.torchrun import finished_marker
-from tenter.launch.agent.result import WorkerFailure
+from tenter.jobdir.agent_result import WorkerFailure
 from tenter.launch.processes import STOP_GRACE_S, worker_preexec
 from tenter.launch.warm import WarmPool
 

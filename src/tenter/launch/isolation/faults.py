@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING
 
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
-from tenter.jobdir import layout
+from tenter.jobdir import control, layout
+from tenter.jobdir.layout import EVENTS_FILE
 from tenter.jobdir.lookup import is_running
-from tenter.jobdir.records import EVENTS_FILE, append_line
+from tenter.jobdir.records import append_line
 from tenter.launch import report
 from tenter.launch.console import say
 from tenter.launch.isolation.running import running_local_job
@@ -74,12 +75,6 @@ class FaultRequest:
 class FaultReply:
     ok: bool
     message: str
-
-
-def control_dir(job_dir: Path) -> Path:
-    path = job_dir / "control"
-    path.mkdir(exist_ok=True)
-    return path
 
 
 # ---- the requesting side (CLI, tests, benchmarks) ----
@@ -118,13 +113,14 @@ def request(job: str | Path, action: str, host: str, timeout_s: float = REPLY_TI
         raise TenterError("ACTION", f"unknown fault '{action}'", f"choose {', '.join(ACTIONS)}")
     job_dir, plan = check_request(job, action, host)
     ask = FaultRequest(action, host, uuid.uuid4().hex)
-    control = control_dir(job_dir)
-    layout.write_atomic(control / f"fault-{ask.id}.json", json.dumps(asdict(ask)))
-    reply_file = control / f"reply-{ask.id}.json"
+    control.made_control_dir(job_dir)
+    request_file = control.fault_request(job_dir, ask.id)
+    layout.write_atomic(request_file, json.dumps(asdict(ask)))
+    reply_file = control.fault_reply(job_dir, ask.id)
     deadline = time.monotonic() + timeout_s
     while not reply_file.exists():
         if not is_running(job_dir) or time.monotonic() > deadline:
-            (control / f"fault-{ask.id}.json").unlink(missing_ok=True)
+            request_file.unlink(missing_ok=True)
             why = (
                 "has finished" if not is_running(job_dir) else f"did not answer in {timeout_s:g} s"
             )
@@ -167,15 +163,16 @@ class NetworkFaults:
         return self.job.plan
 
     def on_tick(self) -> None:
-        control = control_dir(Path(self.plan.job_dir))
-        for path in sorted(control.glob("fault-*.json")):
+        for path in control.fault_requests(self.plan.job_dir):
             ask = FaultRequest(**json.loads(path.read_text()))
             path.unlink()
             try:
                 reply = FaultReply(True, self._apply(ask))
             except (OSError, ValueError) as e:
                 reply = FaultReply(False, f"{ask.action} {ask.host} failed: {e}")
-            layout.write_atomic(control / f"reply-{ask.id}.json", json.dumps(asdict(reply)))
+            layout.write_atomic(
+                control.fault_reply(self.plan.job_dir, ask.id), json.dumps(asdict(reply))
+            )
         self._notice_unreachable()
 
     def _event(self, event: str, host: str, **fields: object) -> None:

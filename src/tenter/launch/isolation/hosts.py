@@ -15,14 +15,11 @@ from pathlib import Path
 
 from tenter.contract.isolation import SWITCH_ADDR, etc_hosts
 from tenter.contract.plan import Plan
+from tenter.jobdir import layout
 from tenter.launch.api import python_executable
 from tenter.launch.isolation import preflight, record
 from tenter.launch.isolation.network import HostNetwork
 from tenter.launch.processes import dies_with_parent
-
-STORE_LOG = "store.log"
-ETC_DIR = "etc"
-"""The hosts' own ``/etc`` files, in the job directory."""
 
 
 def open_network(plan: Plan) -> HostNetwork:
@@ -47,7 +44,7 @@ def _etc_files(plan: Plan) -> dict[str, str]:
     only: no DNS server is reachable from the hosts, and glibc's reverse lookups of
     unlisted addresses, which torch makes of its peers' IPv4-mapped ones, would fail with
     "temporary failure" instead of falling back to the number)."""
-    etc_dir = Path(plan.job_dir) / ETC_DIR
+    etc_dir = Path(plan.job_dir) / layout.ETC_DIR
     etc_dir.mkdir(exist_ok=True)
     files = {"/etc/hosts": etc_hosts([h.name for h in [*plan.hosts, *plan.spare_hosts]])}
     nsswitch = Path("/etc/nsswitch.conf")
@@ -76,7 +73,7 @@ def serve_store(network: HostNetwork, plan: Plan) -> tuple[int, subprocess.Popen
     started at once; their connections wait in the listening socket's backlog meanwhile."""
     with network.listen() as listener:
         port: int = listener.getsockname()[1]
-        log = Path(plan.job_dir) / "logs" / STORE_LOG
+        log = layout.logs_dir(plan.job_dir) / layout.STORE_LOG
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [

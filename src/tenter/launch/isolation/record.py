@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from tenter.errors import JobNotFoundError, TenterError
-from tenter.jobdir.layout import write_atomic
+from tenter.jobdir.layout import NETWORK_FILE, write_atomic
 from tenter.launch.isolation.network import HostNetwork, Namespaces
 from tenter.launch.processes import alive
-
-NETWORK_FILE = "network.json"
 
 
 def write(network: HostNetwork, job_dir: str) -> None:

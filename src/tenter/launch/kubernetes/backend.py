@@ -38,7 +38,7 @@ from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.lookup import tenter_home
 from tenter.jobdir.results import Failure, JobResult, write_result
-from tenter.launch.api import JobStatus
+from tenter.launch.api import JobStatus, scheduler_preempts
 from tenter.launch.kubernetes import manifests, rules
 from tenter.launch.kubernetes.cluster import (
     RETRY_FOR_S,
@@ -326,12 +326,10 @@ class KubernetesBackend:
             summary=summary,
         )
 
-    def logs(
-        self, handle: JobHandle, ranks: list[int] | None, tag: bool | None, follow: bool
-    ) -> PodLogs:
+    def logs(self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool) -> PodLogs:
         request = read_request(handle)
         pods = request.log_pods if ranks is None else _pods_of_ranks(request, ranks)
-        return PodLogs(self, request, pods, tag is not False, follow)
+        return PodLogs(self, request, pods, tag, follow)
 
     def status(self, handle: JobHandle) -> JobStatus:
         namespace, kind, name = handle.scheduler_id.split("/")
@@ -361,6 +359,9 @@ class KubernetesBackend:
         clients = self._clients(handle.details.get("context") or None)
         self._delete(clients, kind, namespace, name)
         return f"deleted {kind} {namespace}/{name}"
+
+    def preempt(self, handle: JobHandle) -> str:
+        raise scheduler_preempts(self.name, handle.job_id)
 
     def _delete(self, clients: Clients, kind: str, namespace: str, name: str) -> None:
         """Delete the job; Foreground propagation deletes its pods and services first."""

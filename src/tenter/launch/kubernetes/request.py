@@ -39,6 +39,11 @@ class KubernetesRequest:
     """A PyTorchJob's pods in node-rank order (host i holds ranks i*procs_per_host...)."""
     backend: str = "kubernetes"
 
+    @property
+    def plan(self) -> None:
+        """No plan of tenter's agents: the pods run torchrun in their image."""
+        return None
+
     def materialize(self) -> list[Manifest]:
         return copy.deepcopy(self.objects)
 

@@ -17,20 +17,14 @@ from pathlib import Path
 import psutil
 
 from tenter.contract.plan import HostPlan, Plan
-from tenter.jobdir import layout
+from tenter.jobdir import agent_result, layout
+from tenter.jobdir.control import join_requests
 from tenter.launch import report
 from tenter.launch.api import python_executable
 from tenter.launch.console import say
 from tenter.launch.isolation.faults import NetworkFaults
 from tenter.launch.processes import env_of, job_processes, kill_all
 from tenter.launch.supervisor import Supervisor
-
-
-def control_dir(job_dir: str) -> Path:
-    """Requests to a running job (``tenter join`` writes ``join-*`` files here)."""
-    path = Path(job_dir) / "control"
-    path.mkdir(exist_ok=True)
-    return path
 
 
 class LocalJob(Supervisor):
@@ -49,7 +43,7 @@ class LocalJob(Supervisor):
 
     def _start_agent(self, host: HostPlan, log_name: str = "") -> None:
         plan_file = str(Path(self.plan.job_dir) / layout.PLAN_FILE)
-        log_path = Path(self.plan.job_dir) / "logs" / (log_name or f"agent-{host.name}.log")
+        log_path = layout.logs_dir(self.plan.job_dir) / (log_name or layout.agent_log(host.name))
         self._agent_logs[host.index] = str(log_path)
         # If the launcher dies, even by SIGKILL, each agent stops its workers as on a cancel
         # (SIGTERM, SIGKILL after the grace period).
@@ -96,7 +90,7 @@ class LocalJob(Supervisor):
         log, rather than end with no cause at all."""
         for i, proc in enumerate(self.procs):
             host = self.plan.hosts[i]
-            report_file = Path(host.dir) / report.AGENT_RESULT
+            report_file = agent_result.result_path(host.dir)
             if proc.returncode and proc.returncode > 0 and not report_file.exists():
                 self.extra.append(
                     f"{host.name}: its agent exited with status {proc.returncode} without a "
@@ -155,15 +149,15 @@ class LocalJob(Supervisor):
     def restart_agent(self, index: int) -> None:
         """A fresh agent for a fenced host: it enters at the next rendezvous round."""
         host = self.plan.hosts[index]
-        restarts = sum(1 for p in (Path(self.plan.job_dir) / "logs").glob(f"agent-{host.name}*"))
-        self._start_agent(host, f"agent-{host.name}.{restarts}.log")
+        restarts = len(layout.agent_logs(self.plan.job_dir, host.name))
+        self._start_agent(host, layout.agent_log(host.name, restarts))
         self.procs[index] = self.procs.pop()  # spawn appends; the host keeps its place
         self.lost.discard(index)
         self.lost_hosts.pop(host.name, None)
 
     def _admit_joining_hosts(self) -> None:
         """``tenter join JOB`` leaves a request file; start one spare host per request."""
-        for request in sorted(control_dir(self.plan.job_dir).glob("join-*")):
+        for request in join_requests(self.plan.job_dir):
             request.unlink()
             active = len(self.procs) - len(self.lost)
             spare = self.plan.spare_hosts

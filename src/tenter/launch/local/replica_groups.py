@@ -19,13 +19,13 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from tenter.contract.placeholders import LIGHTHOUSE_PORT
 from tenter.contract.plan import Plan
-from tenter.contract.worker import REPLICA_HEALED, REPLICA_STEP_FILE
+from tenter.contract.worker import REPLICA_HEALED
 from tenter.errors import TenterError
+from tenter.jobdir import layout
 from tenter.jobdir.records import append_line
 from tenter.jobdir.results import JobResult
 from tenter.launch.console import EventFeed, say
@@ -36,7 +36,9 @@ from tenter.launch.processes import env_of, job_processes, kill_all
 
 def last_step(job_dir: str, group: int) -> int | None:
     try:
-        return int((Path(job_dir) / "logs" / REPLICA_STEP_FILE.format(group=group)).read_text())
+        return int(
+            (layout.logs_dir(job_dir) / layout.REPLICA_STEP_FILE.format(group=group)).read_text()
+        )
     except (FileNotFoundError, ValueError):
         return None
 

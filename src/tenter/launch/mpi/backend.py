@@ -22,7 +22,6 @@ by a signal (which leaves no error file) is added to the report from there.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -37,19 +36,18 @@ from tenter.contract.placeholders import MASTER_PORT, resolve
 from tenter.contract.plan import Plan, make_plan
 from tenter.contract.sagemaker import host_names
 from tenter.errors import MissingToolError
+from tenter.jobdir import layout
+from tenter.jobdir.agent_result import AgentResult, WorkerFailure, write_result
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
 from tenter.launch.isolation import preflight
 from tenter.launch.isolation.rsh import NETWORK_ENV, SESSIONS_ENV, agent_command
 from tenter.launch.mpirun import MPIRUN, mpirun_argv
-from tenter.launch.report import AGENT_RESULT
 from tenter.launch.supervised import SupervisedBackend
 from tenter.launch.supervisor import Supervisor
 from tenter.spec import JobSpec, lookup, processes_per_host
 from tenter.spec.mpi_options import MpiOptions
 from tenter.spec.mpirun import hostfile_hosts
-
-MPIRUN_LOG = "mpirun.log"
 
 # Open MPI 4's report of a rank that died by a signal.
 _SIGNALLED = re.compile(
@@ -158,28 +156,29 @@ class MpiJob(Supervisor):
         # its daemons to stop them in order, and would wait for them forever. It is killed
         # instead; its remote-shell sessions then stop the daemons (rsh.py).
         death_signal = signal.SIGKILL if self.network is not None else signal.SIGTERM
-        self.spawn([*self.on_host(self.plan.hosts[0]), *argv], env, MPIRUN_LOG, death_signal)
+        self.spawn([*self.on_host(self.plan.hosts[0]), *argv], env, layout.MPIRUN_LOG, death_signal)
 
     def collect_extra_failures(self) -> None:
-        """Ranks mpirun saw die by a signal, as agent results (what an agent would report)."""
-        log = Path(self.plan.job_dir) / "logs" / MPIRUN_LOG
+        """Ranks mpirun saw die by a signal, reported as their host's agent would report them
+        (mpirun's ranks have no agent), so the launcher reads every backend's the same way."""
+        log = layout.logs_dir(self.plan.job_dir) / layout.MPIRUN_LOG
         text = log.read_text(errors="replace") if log.exists() else ""
         when = log.stat().st_mtime if log.exists() else time.time()
-        by_host: dict[int, list[dict[str, object]]] = {}
+        by_host: dict[int, list[WorkerFailure]] = {}
         for match in _SIGNALLED.finditer(text):
             rank, pid, signum = (int(g) for g in match.groups())
             host = rank // self.plan.procs_per_host
+            stem = self.plan.log_stem(self.plan.hosts[host].name, rank, 0)
             by_host.setdefault(host, []).append(
-                {
-                    "rank": rank,
-                    "local_rank": rank % self.plan.procs_per_host,
-                    "pid": pid,
-                    "exit_code": -signum,
-                    "timestamp": when,
-                    "error_file": f"{self.plan.log_stem(self.plan.hosts[host].name, rank, 0)}"
-                    ".error.json",
-                }
+                WorkerFailure(
+                    rank=rank,
+                    local_rank=rank % self.plan.procs_per_host,
+                    pid=pid,
+                    exit_code=-signum,
+                    timestamp=when,
+                    error_file=layout.error_file(stem),
+                )
             )
         for index, failures in by_host.items():
-            result = {"state": "FAILED", "failures": failures, "message": "reported by mpirun"}
-            (Path(self.plan.hosts[index].dir) / AGENT_RESULT).write_text(json.dumps(result))
+            result = AgentResult("FAILED", failures, "reported by mpirun")
+            write_result(self.plan.hosts[index].dir, result)

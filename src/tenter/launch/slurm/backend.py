@@ -25,14 +25,13 @@ from tenter.contract.fabric import CLUSTER_NIC
 from tenter.contract.placeholders import SLURM_NIC, slurm_node
 from tenter.contract.plan import Plan, make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
-from tenter.jobdir import control
+from tenter.jobdir import control, layout
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.lookup import tenter_home
 from tenter.jobdir.results import JobResult
 from tenter.launch import preemption, report
-from tenter.launch.api import JobStatus, python_executable
+from tenter.launch.api import JobStatus, python_executable, scheduler_preempts
 from tenter.launch.console import ConsoleTail, say
-from tenter.launch.slurm.node import PORT_FILE
 from tenter.launch.slurm.script import SCRIPT, sbatch_script
 from tenter.launch.supervised import job_dir_logs, read_plan
 from tenter.launch.supervisor import create_job_dir
@@ -152,7 +151,7 @@ class SlurmBackend:
         )
 
     def logs(
-        self, handle: JobHandle, ranks: list[int] | None, tag: bool | None, follow: bool
+        self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
     ) -> ConsoleTail:
         # The job directory is on the cluster's shared file system.
         return job_dir_logs(handle, ranks, tag)
@@ -164,6 +163,9 @@ class SlurmBackend:
                 "JOB", f"scancel {handle.scheduler_id} failed: {done.stderr.strip()}"
             )
         return f"cancelled Slurm job {handle.scheduler_id}"
+
+    def preempt(self, handle: JobHandle) -> str:
+        raise scheduler_preempts(self.name, handle.job_id)
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
@@ -250,5 +252,5 @@ def _rdzv_endpoint(plan: Plan) -> str:
     spec's."""
     if plan.rdzv_backend != "c10d":
         return plan.rdzv_endpoint
-    port_file = Path(plan.job_dir) / PORT_FILE
+    port_file = Path(plan.job_dir) / layout.RDZV_PORT_FILE
     return port_file.read_text().strip() if port_file.exists() else ""

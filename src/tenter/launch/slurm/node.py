@@ -30,13 +30,11 @@ import psutil
 from tenter.contract.placeholders import LIGHTHOUSE_PORT, RDZV_PORT, SLURM_NIC, resolve, slurm_node
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
+from tenter.jobdir import agent_result, layout
 from tenter.launch import agent
 from tenter.launch.lighthouse import Lighthouse
-from tenter.launch.report import AGENT_RESULT
 from tenter.launch.store import serve_store
 
-PORT_FILE = "rdzv-port"
-LIGHTHOUSE_PORT_FILE = "lighthouse-port"
 KEEP_ALIVE_S = 0.1
 """How often the first node checks that torchft's lighthouse runs."""
 
@@ -106,16 +104,16 @@ def node_main(plan_path: str) -> int:
     node_id = [n.name for n in nodes].index(os.environ["SLURMD_NODENAME"])
     plan = resolve_plan(Path(plan_path).read_text(), nodes, node_id)
     host = plan.hosts[node_id]
-    with open(Path(plan.job_dir) / "logs" / f"agent-{host.name}.log", "ab") as log:
+    with open(layout.logs_dir(plan.job_dir) / layout.agent_log(host.name), "ab") as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
-    resolved = Path(host.dir) / "plan.json"
+    resolved = Path(host.dir) / layout.PLAN_FILE
     resolved.write_text(plan.to_json())
     os.environ.update(host.env)
     if plan.rdzv_backend != "c10d":
         return agent.main([str(resolved), str(node_id), "0"])  # the endpoint has its port
     lighthouse = _lighthouse(plan, nodes, node_id) if plan.replica_groups else None
-    port_file = Path(plan.job_dir) / PORT_FILE
+    port_file = Path(plan.job_dir) / layout.RDZV_PORT_FILE
     store = None
     if node_id == 0:
         # The kernel picks the port and the store keeps the socket: no window for a clash.
@@ -129,7 +127,7 @@ def node_main(plan_path: str) -> int:
     code = agent.main([str(resolved), str(node_id), str(port)])
     if store is not None:
         # Serve the store (and the lighthouse) until every agent is done with it.
-        results = [Path(h.dir) / AGENT_RESULT for h in plan.hosts]
+        results = [agent_result.result_path(h.dir) for h in plan.hosts]
         deadline = time.monotonic() + 60
         while not all(r.exists() for r in results) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -147,7 +145,7 @@ def _publish(path: Path, text: str) -> None:
 def _lighthouse(plan: Plan, nodes: list[SlurmNode], node_id: int) -> Lighthouse | None:
     """``fault_tolerance``: the first node runs torchft's lighthouse, bound to its address, and
     restarts it if it dies; every node tells its workers where it listens."""
-    port_file = Path(plan.job_dir) / LIGHTHOUSE_PORT_FILE
+    port_file = Path(plan.job_dir) / layout.LIGHTHOUSE_PORT_FILE
     lighthouse = None
     if node_id == 0:
         lighthouse = Lighthouse(

@@ -16,6 +16,7 @@ import shlex
 from pathlib import Path
 
 from tenter.contract.plan import Plan
+from tenter.jobdir import layout
 from tenter.spec import JobSpec, lookup
 from tenter.spec.elastic import PREEMPTION_MARGIN_S
 
@@ -53,7 +54,7 @@ def sbatch_script(plan: Plan, spec: JobSpec, python: str) -> str:
     assert itype is not None, "the spec check rejects unknown instance types"
     procs, nodes = plan.procs_per_host, len(plan.hosts)
     cpus_per_task = max(1, itype.cpus // procs)
-    logs = Path(plan.job_dir) / "logs"
+    logs = layout.logs_dir(plan.job_dir)
     directives = [
         f"--job-name={plan.job_id}",
         *_placement(spec),
@@ -90,7 +91,7 @@ def sbatch_script(plan: Plan, spec: JobSpec, python: str) -> str:
             f"--container-workdir={plan.cwd}",
         ]
     step += [python, "-m", NODE_MODULE]
-    step.append(str(Path(plan.job_dir) / "plan.json"))
+    step.append(str(Path(plan.job_dir) / layout.PLAN_FILE))
     return "\n".join(
         [
             "#!/bin/bash",

@@ -1,0 +1,57 @@
+"""What one host reports: ``agent-result.json`` in its host directory. Its agent writes it
+(:mod:`tenter.launch.agent`), or, for mpirun's ranks, which have no agent, the mpi launcher
+from what mpirun saw; the launcher reads it (:func:`tenter.launch.report.collect_failures`).
+One writer and one reader of the format, here."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tenter.jobdir.layout import AGENT_RESULT_FILE, write_atomic
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    rank: int
+    """The job-wide rank (:meth:`tenter.contract.plan.Plan.job_rank`)."""
+    local_rank: int
+    pid: int
+    exit_code: int
+    """The worker's exit status; minus the signal's number for a worker killed by one."""
+    timestamp: float
+    error_file: str
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    state: str
+    """SUCCEEDED, FAILED, STOPPED (by a signal) or ERROR (the agent itself failed)."""
+    failures: list[WorkerFailure]
+    message: str = ""
+
+
+def result_path(host_dir: str) -> Path:
+    return Path(host_dir) / AGENT_RESULT_FILE
+
+
+def write_result(host_dir: str, result: AgentResult) -> None:
+    """Write ``result`` atomically: the launcher never reads half a report."""
+    try:
+        write_atomic(result_path(host_dir), json.dumps(asdict(result)))
+    except OSError:  # a full disk: the launcher reports the silent exit status instead
+        logger.exception("could not write %s", AGENT_RESULT_FILE)
+
+
+def read_result(host_dir: str) -> AgentResult | None:
+    """The host's report; None if it wrote none (it was stopped, or killed)."""
+    path = result_path(host_dir)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    failures = [WorkerFailure(**f) for f in data["failures"]]
+    return AgentResult(data["state"], failures, data["message"])
