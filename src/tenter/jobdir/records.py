@@ -70,6 +70,9 @@ class BufferedLines:
 
 INDEX_FILE = "index.jsonl"
 EVENTS_FILE = "events.jsonl"
+WORKERS_STORE_EVENT = "workers_store"
+"""In EVENTS_FILE: the port of the workers' store (the plan's ``${master_port}``) as whoever
+serves it bound it: the group's rank 0 agent for each round, or mpi's launcher."""
 RANK_DIR = "metrics"
 STEPS_DIR = "steps"
 """Under RANK_DIR: the DDP steps tenter counted on each rank (``rank-<N>.jsonl``)."""
@@ -117,3 +120,12 @@ def record_worker_logs(
         logs_dir / INDEX_FILE,
         {"stem": stem, "rank": rank, "local_rank": local_rank, "host": host, "attempt": attempt},
     )
+
+
+def workers_store_ports(job_dir: str | os.PathLike[str]) -> list[int]:
+    """The ports the job's workers' stores were served on, in the order they were."""
+    path = Path(job_dir) / EVENTS_FILE
+    if not path.exists():
+        return []
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    return [int(e["port"]) for e in events if e["event"] == WORKERS_STORE_EVENT]
