@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tenter.contract.placeholders import MASTER_PORT
 from tenter.contract.plan import Plan
 from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
 
@@ -20,7 +19,8 @@ pytestmark = pytest.mark.slow
 HOSTILE = "a b 'c' \"d\"; $(touch /tmp/tenter-pwned) `id` \\n*"
 
 
-def test_run_gives_every_rank_the_planned_contract_and_hostile_values_arrive_verbatim() -> None:
+def test_run_gives_every_rank_its_host_and_hostile_values_arrive_verbatim() -> None:
+    """(The whole planned environment of every rank: test_plan_is_what_runs.py.)"""
     done = tenter(
         "run",
         "--hosts",
@@ -46,11 +46,6 @@ def test_run_gives_every_rank_the_planned_contract_and_hostile_values_arrive_ver
             seen = json.loads(
                 (Path(host.dir) / "output/data" / f"rank-{rank.rank}.json").read_text()
             )
-            for key, planned in plan.rank_env(host, rank).items():
-                if planned == MASTER_PORT:
-                    assert seen["env"][key].isdigit()
-                else:
-                    assert seen["env"][key] == planned, key
             assert seen["argv"] == ["--lr", "0.1", "--note", HOSTILE, "--extra", HOSTILE]
             assert seen["env"]["SM_HP_NOTE"] == HOSTILE
             assert seen["cwd"] == str(REPO)  # the caller's (tenter()'s), as under torchrun

@@ -231,8 +231,6 @@ def test_mpirun_ranks_get_the_contract_of_their_own_host() -> None:
             env = seen["env"]
             assert env["SM_CURRENT_HOST"] == host.name
             assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == host.name
-            for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
-                assert env[key] == rank.env[key], key
             assert env["OMPI_COMM_WORLD_RANK"] == rank.env["RANK"]
             assert seen["argv"] == ["--note", hostile]
     assert not Path("/tmp/tenter-pwned").exists()

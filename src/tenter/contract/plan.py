@@ -244,7 +244,6 @@ def make_plan(
         addrs = [simulated_host_addr(i) for i in range(spec.instance_count)]
     assert addrs is not None
     checkpoint_dir = spec.checkpoint.dir or str(job_dir / layout.CHECKPOINTS_DIR)
-    restartable = elastic.max_restarts > 0
     ft = spec.fault_tolerance
     groups = ft.replica_groups if ft else 0
     per_group = spec.instance_count // groups if groups else spec.instance_count
@@ -301,7 +300,6 @@ def make_plan(
                             master_port=MASTER_PORT,
                             run_id=f"{job_id}-group-{group}" if ft else job_id,
                             max_restarts=elastic.max_restarts,
-                            use_agent_store=not restartable,
                         ),
                         "TORCHELASTIC_ERROR_FILE": layout.error_file(log),
                     },

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tenter.jobdir.layout import INDEX_FILE
+from tenter.jobdir.layout import EVENTS_FILE, INDEX_FILE
 
 FLUSH_S = 0.5
 FLUSH_RECORDS = 4096
@@ -70,6 +70,11 @@ class BufferedLines:
             self.flush()
 
 
+WORKERS_STORE_EVENT = "workers_store"
+"""In the events file: the port of the workers' store (the plan's ``${master_port}``) as whoever
+serves it bound it: the group's rank 0 agent for each round, or mpi's launcher."""
+
+
 class JsonlFollower:
     """Reads the complete lines appended to a file since the previous call."""
 
@@ -108,3 +113,12 @@ def record_worker_logs(
         logs_dir / INDEX_FILE,
         {"stem": stem, "rank": rank, "local_rank": local_rank, "host": host, "attempt": attempt},
     )
+
+
+def workers_store_ports(job_dir: str | os.PathLike[str]) -> list[int]:
+    """The ports the job's workers' stores were served on, in the order they were."""
+    path = Path(job_dir) / EVENTS_FILE
+    if not path.exists():
+        return []
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    return [int(e["port"]) for e in events if e["event"] == WORKERS_STORE_EVENT]

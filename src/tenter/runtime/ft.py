@@ -38,10 +38,10 @@ _HEALING = re.compile(r"healing required.*recover_src_manager_address='([^']*)'.
 
 def group_store() -> Any:
     """The replica group's store at ``MASTER_ADDR:MASTER_PORT``, which torchft's ``Manager``
-    connects to. The host agent serves it unless the job restarts workers (tenter then gives
-    each attempt a fresh store: ``TORCHELASTIC_USE_AGENT_STORE=False``); in that case the
-    group's rank 0 serves it here, as ``init_process_group`` would. Keep the returned object
-    for the whole run (None: the agent serves it)."""
+    connects to. tenter's host agent serves it (a fresh one each attempt); a launcher whose
+    ranks serve it themselves (``TORCHELASTIC_USE_AGENT_STORE=False``: mpirun's command for
+    external launchers) has the group's rank 0 serve it here, as ``init_process_group``
+    would. Keep the returned object for the whole run (None: the agent serves it)."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return None
     import torch.distributed as dist

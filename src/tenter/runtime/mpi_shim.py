@@ -79,7 +79,9 @@ def main(argv: list[str]) -> int:
         return 2
     env = rank_env(os.environ)
     os.environ.update(env)
-    logs = os.environ.get("TENTER_RANK_LOGS")
+    # An instruction to the shim, not part of the worker contract: the worker never sees it,
+    # as the plan it runs does not name it.
+    logs = os.environ.pop("TENTER_RANK_LOGS", None)
     if logs:
         _redirect_output(Path(logs), env)
     _stop_with_parent()

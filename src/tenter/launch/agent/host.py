@@ -35,7 +35,7 @@ from tenter.jobdir import layout
 from tenter.jobdir.agent_result import AgentResult, WorkerFailure
 from tenter.jobdir.control import stopping_marker
 from tenter.jobdir.layout import EVENTS_FILE
-from tenter.jobdir.records import append_line, record_worker_logs
+from tenter.jobdir.records import WORKERS_STORE_EVENT, append_line, record_worker_logs
 from tenter.launch.agent import rendezvous
 from tenter.launch.agent.workers import GroupState, WorkerEntry, WorkerGroup, start_worker
 from tenter.launch.console import read_index
@@ -101,7 +101,6 @@ class HostAgent:
         self.round: rendezvous.Round | None = None
         self.group = WorkerGroup([])
         self.crashed_at_exit: list[WorkerFailure] = []
-        self._use_agent_store = host.ranks[0].env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
         self._events = Path(plan.job_dir) / EVENTS_FILE
         self._stopping = stopping_marker(plan.job_dir, host.name)
 
@@ -164,7 +163,7 @@ class HostAgent:
         self.state = AgentState.RENDEZVOUS
         if self.round is not None:
             self.round.close()
-        self.round = rendezvous.join(self.handler, self.host.addr, self._use_agent_store)
+        self.round = rendezvous.join(self.handler, self.host.addr)
         self.attempt += 1
         hosts = self.round.hosts
         self._event(
@@ -174,6 +173,8 @@ class HostAgent:
             world_size=hosts * self.plan.procs_per_host,
             attempt=self.attempt,
         )
+        if self.round.workers_store is not None:
+            self._event(WORKERS_STORE_EVENT, attempt=self.attempt, port=self.round.master_port)
         entries = [self.entry(self.round, local) for local in range(self.plan.procs_per_host)]
         logs = layout.logs_dir(self.plan.job_dir)
         for entry in entries:
@@ -210,7 +211,6 @@ class HostAgent:
                 run_id=plan.run_id(self.host),
                 max_restarts=plan.max_restarts,
                 restart_count=plan.max_restarts - self.remaining_restarts,
-                use_agent_store=self._use_agent_store,
             ),
             # torchrun's agent sets it unless its own environment does.
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": self.base_env.get(

@@ -6,11 +6,13 @@ decides who is in a round and gives each host its group rank and the round's sto
 it, tenter's agents exchange one value per round through that store: where the workers'
 store is (``MASTER_ADDR:MASTER_PORT``), chosen by the group's rank 0 on its own address.
 
-When the workers use the agent's store (``TORCHELASTIC_USE_AGENT_STORE=True``, jobs without
-restarts) the rank 0 agent serves it for the round, bound to the host's job address, never to
-all interfaces (torch's own handler would serve it on ``*:PORT``: tenter's agent turns that
-off with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``). Each round gets a fresh store on a fresh
-port, so no worker ever reads a previous round's keys.
+The workers use the agent's store (``TORCHELASTIC_USE_AGENT_STORE=True``, with restarts or
+without): the rank 0 agent serves it for the round, bound to the host's job address, never to
+all interfaces. torch's own handler would serve it on ``*:PORT`` (tenter's agent turns that
+off with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), and so would the rank 0 worker's
+``init_process_group`` if the workers served it themselves (``TCPStore`` binds a port of its
+own on every interface). Each round, and so each restart, gets a fresh store on a fresh port,
+so no worker ever reads a previous round's keys.
 """
 
 from __future__ import annotations
@@ -70,8 +72,7 @@ class Round:
     master_addr: str
     master_port: int
     workers_store: Any
-    """The workers' store this host serves (group rank 0 with the agent's store), kept open
-    for the round."""
+    """The workers' store this host serves (group rank 0), kept open for the round."""
 
     def close(self) -> None:
         self.workers_store = None  # its server stops with the object
@@ -82,26 +83,15 @@ def _listener(addr: str) -> socket.socket:
     return socket.create_server((addr, 0), family=family, backlog=1024)
 
 
-def free_port(addr: str) -> int:
-    """A port free on ``addr`` now, for rank 0's worker to serve the workers' store on (as
-    torch's agent does when the workers do not use its store)."""
-    with _listener(addr) as probe:
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def join(handler: RendezvousHandler, addr: str, use_agent_store: bool) -> Round:
-    """Join the next round (blocks until it is complete) and learn the workers' store."""
+def join(handler: RendezvousHandler, addr: str) -> Round:
+    """Join the next round (blocks until it is complete) and learn the workers' store, which
+    this host serves if it is the round's rank 0."""
     info = handler.next_rendezvous()
     store, group_rank, hosts = info.store, info.rank, info.world_size
     served = None
     if group_rank == 0:
-        if use_agent_store:
-            served = serve_store(addr, _listener(addr))
-            port = served.port
-        else:
-            port = free_port(addr)
-        store.set(WORKERS_STORE_KEY, f"{addr}:{port}")
+        served = serve_store(addr, _listener(addr))
+        store.set(WORKERS_STORE_KEY, f"{addr}:{served.port}")
     master_addr, _, master_port = store.get(WORKERS_STORE_KEY).decode().rpartition(":")
     return Round(store, group_rank, hosts, master_addr, int(master_port), served)
 
