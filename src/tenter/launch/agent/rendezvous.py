@@ -72,6 +72,8 @@ class Round:
     workers_store: Any
     """The workers' store this host serves (group rank 0 with the agent's store), kept open
     for the round."""
+    restarts: int = 0
+    """Restarts within the round so far (:mod:`tenter.launch.agent.in_round`)."""
 
     def close(self) -> None:
         self.workers_store = None  # its server stops with the object
