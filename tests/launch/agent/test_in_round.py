@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import datetime
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,6 +11,7 @@ import pytest
 import torch.distributed as dist
 
 from tenter.launch.agent import in_round, rendezvous
+from tenter.launch.store import serve_store
 
 
 class Waiting:
@@ -25,9 +26,8 @@ class Waiting:
 
 @pytest.fixture
 def server() -> dist.TCPStore:
-    return dist.TCPStore(
-        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(30)
-    )
+    store: dist.TCPStore = serve_store("127.0.0.1", socket.create_server(("127.0.0.1", 0)))
+    return store
 
 
 def _round(server: dist.TCPStore, group_rank: int, hosts: int) -> rendezvous.Round:
@@ -40,8 +40,9 @@ def _restart(round_: rendezvous.Round, waiting: int = 0) -> rendezvous.Round | N
 
 
 def test_restart_gives_every_host_rank_0s_new_workers_store_if_all_hosts_join(
-    server: dist.TCPStore,
+    server: dist.TCPStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(in_round, "WAIT_S", 60.0)  # the hosts join one after another
     rounds = [_round(server, rank, 3) for rank in range(3)]
     assert not in_round.asked(rounds[1])
     with ThreadPoolExecutor(3) as pool:
