@@ -14,7 +14,8 @@ wall time and, at step 25 of the first attempt, injects the scenario's fault fro
   host), ``preempt`` (rank 0 sends the launcher, or torchrun's agents, SIGTERM; the job is
   then run again and resumes from its last checkpoint).
 - Strategies (:data:`STRATEGIES`) run the job and recover: ``tenter`` (``tenter run`` with
-  ``elastic.max_restarts``: a classic restart of the worker groups, warm workers), ``torchrun``
+  ``elastic.max_restarts``: a classic restart of the worker groups, warm workers; within
+  the rendezvous round when the job's membership is fixed, as in ``worker_kill``), ``torchrun``
   (two torchrun agents with a c10d rendezvous, ``--max-restarts``: the same restart from the
   last checkpoint, with torchrun's own process start-up), ``torchft`` (``tenter run`` of
   examples/torchft/train.py, the same model in two replica groups of one host x 1 process

@@ -16,6 +16,7 @@ from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 
 from tenter.contract.plan import Plan, make_plan
 from tenter.jobdir.agent_result import AgentResult
+from tenter.jobdir.layout import EVENTS_FILE
 from tenter.launch.agent.host import AgentState, HostAgent
 from tenter.spec import load
 
@@ -114,8 +115,12 @@ def test_run_restarts_until_its_restarts_are_spent_if_workers_keep_failing(
     plan = _plan(tmp_path, "sys.exit(3)", max_restarts=2)
     handler = OneHostRendezvous()
     agent, result = _run(plan, out, handler)
-    assert (result.state, agent.state, handler.rounds) == ("FAILED", AgentState.FAILED, 3)
+    # A job of fixed membership restarts within its rendezvous round.
+    assert (result.state, agent.state, handler.rounds) == ("FAILED", AgentState.FAILED, 1)
     assert agent.remaining_restarts == 0
+    events = (Path(plan.job_dir) / EVENTS_FILE).read_text().splitlines()
+    rounds = [json.loads(e) for e in events if '"rendezvous"' in e]
+    assert [(e["attempt"], e["restarts_in_round"]) for e in rounds] == [(0, 0), (1, 1), (2, 2)]
     # The workers that had failed when the agent looked (the other is stopped).
     assert result.failures and {(f.exit_code, f.pid > 0) for f in result.failures} == {(3, True)}
     # At least the failed worker of each round wrote its record (the other may have been

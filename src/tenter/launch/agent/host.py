@@ -11,8 +11,10 @@
                       +--(a worker failed, no restart left)--> stop the workers --> FAILED
     any state --(a stop signal)--> stop the workers --> STOPPED
 
-A restart is always a new rendezvous round: the hosts that are still there (and any joining)
-form the next world, as torchrun's agent does, and torch's rendezvous decides who is in it.
+A restart is a new rendezvous round: the hosts that are still there (and any joining) form
+the next world, as torchrun's agent does, and torch's rendezvous decides who is in it. A job of
+fixed membership restarts its workers within the round instead, when every host of the round
+joins the restart (:mod:`tenter.launch.agent.in_round`: no second of torch's rendezvous polls).
 The per-rank environment is the worker contract's (:func:`tenter.contract.torchrun.
 torchrun_env`): ``TORCHELASTIC_RESTART_COUNT`` counts this host's failures, as torchrun's.
 """
@@ -36,7 +38,7 @@ from tenter.jobdir.agent_result import AgentResult, WorkerFailure
 from tenter.jobdir.control import stopping_marker
 from tenter.jobdir.layout import EVENTS_FILE
 from tenter.jobdir.records import WORKERS_STORE_EVENT, append_line, record_worker_logs
-from tenter.launch.agent import rendezvous
+from tenter.launch.agent import in_round, rendezvous
 from tenter.launch.agent.workers import GroupState, WorkerEntry, WorkerGroup, start_worker
 from tenter.launch.console import read_index
 from tenter.launch.signals import STOP_SIGNALS
@@ -101,6 +103,8 @@ class HostAgent:
         self.round: rendezvous.Round | None = None
         self.group = WorkerGroup([])
         self.crashed_at_exit: list[WorkerFailure] = []
+        # A fixed membership restarts within the round (in_round); elastic ones need a new round.
+        self._in_round = plan.min_hosts == plan.max_hosts
         self._events = Path(plan.job_dir) / EVENTS_FILE
         self._stopping = stopping_marker(plan.job_dir, host.name)
 
@@ -144,38 +148,54 @@ class HostAgent:
             self._stop_workers(signal.SIGTERM)
             self.state = AgentState.FAILED
             return AgentResult("FAILED", failures)
+        if self._in_round and self.round is not None and in_round.asked(self.round):
+            logger.info("another host restarts its workers; restarting ours")
+            self._restart()
+            return None
         waiting = self.handler.num_nodes_waiting()
         if waiting > 0:  # membership changes use no restart, as torchrun's
             logger.info("%d hosts wait to join; restarting the workers", waiting)
-            self._restart()
+            self._restart(within_round=False)
         return None
 
-    def _restart(self) -> None:
+    def _restart(self, within_round: bool = True) -> None:
+        """Stop the workers and start them again: within the round if the job's membership is
+        fixed and every host joins, in a new rendezvous round otherwise."""
         self._event("restart", remaining=self.remaining_restarts)
         self._stop_workers(signal.SIGTERM)
         if self.pool is not None:
             # A failure within REFILL_DELAY_S of the start finds the pool still empty: the
             # restarted workers take spares started now, while the rendezvous round forms.
             self.pool.fill()
+        if within_round and self._in_round and self.round is not None:
+            self.state = AgentState.RENDEZVOUS
+            next_round = in_round.restart(self.round, self.handler, self.host.addr)
+            if next_round is not None:
+                self._start_workers(next_round)
+                return
         self._start_round()
 
     def _start_round(self) -> None:
         self.state = AgentState.RENDEZVOUS
         if self.round is not None:
             self.round.close()
-        self.round = rendezvous.join(self.handler, self.host.addr)
+        self._start_workers(rendezvous.join(self.handler, self.host.addr))
+
+    def _start_workers(self, round_: rendezvous.Round) -> None:
+        self.round = round_
         self.attempt += 1
-        hosts = self.round.hosts
+        hosts = round_.hosts
         self._event(
             "rendezvous",
-            group_rank=self.round.group_rank,
+            group_rank=round_.group_rank,
             hosts=hosts,
             world_size=hosts * self.plan.procs_per_host,
             attempt=self.attempt,
+            restarts_in_round=round_.restarts,
         )
-        if self.round.workers_store is not None:
-            self._event(WORKERS_STORE_EVENT, attempt=self.attempt, port=self.round.master_port)
-        entries = [self.entry(self.round, local) for local in range(self.plan.procs_per_host)]
+        if round_.workers_store is not None:
+            self._event(WORKERS_STORE_EVENT, attempt=self.attempt, port=round_.master_port)
+        entries = [self.entry(round_, local) for local in range(self.plan.procs_per_host)]
         logs = layout.logs_dir(self.plan.job_dir)
         for entry in entries:
             record_worker_logs(

@@ -72,7 +72,10 @@ class Round:
     master_addr: str
     master_port: int
     workers_store: Any
-    """The workers' store this host serves (group rank 0), kept open for the round."""
+    """The workers' store this host serves (group rank 0), kept open for the round (or
+    until the round's next restart)."""
+    restarts: int = 0
+    """Restarts within the round so far (:mod:`tenter.launch.agent.in_round`)."""
 
     def close(self) -> None:
         self.workers_store = None  # its server stops with the object
@@ -83,17 +86,28 @@ def _listener(addr: str) -> socket.socket:
     return socket.create_server((addr, 0), family=family, backlog=1024)
 
 
+def serve_workers_store(store: Store, key: str, addr: str) -> Any:
+    """Serve a fresh workers' store on ``addr`` (a port the kernel picks, the socket kept: no
+    window for a clash) and publish where under ``key`` in the round's store."""
+    served = serve_store(addr, _listener(addr))
+    store.set(key, f"{addr}:{served.port}")
+    return served
+
+
+def workers_store_at(store: Store, key: str) -> tuple[str, int]:
+    """Where the workers' store published under ``key`` is (waits for it)."""
+    master_addr, _, master_port = store.get(key).decode().rpartition(":")
+    return master_addr, int(master_port)
+
+
 def join(handler: RendezvousHandler, addr: str) -> Round:
     """Join the next round (blocks until it is complete) and learn the workers' store, which
     this host serves if it is the round's rank 0."""
     info = handler.next_rendezvous()
     store, group_rank, hosts = info.store, info.rank, info.world_size
-    served = None
-    if group_rank == 0:
-        served = serve_store(addr, _listener(addr))
-        store.set(WORKERS_STORE_KEY, f"{addr}:{served.port}")
-    master_addr, _, master_port = store.get(WORKERS_STORE_KEY).decode().rpartition(":")
-    return Round(store, group_rank, hosts, master_addr, int(master_port), served)
+    served = serve_workers_store(store, WORKERS_STORE_KEY, addr) if group_rank == 0 else None
+    master_addr, master_port = workers_store_at(store, WORKERS_STORE_KEY)
+    return Round(store, group_rank, hosts, master_addr, master_port, served)
 
 
 def exit_barrier(round_: Round, timeout_s: float) -> None:

@@ -1,0 +1,82 @@
+"""Restarts within a rendezvous round: hosts (threads here) agree through the round's store
+(a real TCPStore) on restarting together, or all fall back to torch's rendezvous."""
+
+from __future__ import annotations
+
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch.distributed as dist
+
+from tenter.launch.agent import in_round, rendezvous
+from tenter.launch.store import serve_store
+
+
+class Waiting:
+    """The part of torch's ``RendezvousHandler`` the restart asks: hosts waiting to join."""
+
+    def __init__(self, waiting: int = 0) -> None:
+        self.waiting = waiting
+
+    def num_nodes_waiting(self) -> int:
+        return self.waiting
+
+
+@pytest.fixture
+def server() -> dist.TCPStore:
+    store: dist.TCPStore = serve_store("127.0.0.1", socket.create_server(("127.0.0.1", 0)))
+    return store
+
+
+def _round(server: dist.TCPStore, group_rank: int, hosts: int) -> rendezvous.Round:
+    store = dist.TCPStore("127.0.0.1", server.port, is_master=False)
+    return rendezvous.Round(store, group_rank, hosts, "127.0.0.1", 1234, None)
+
+
+def _restart(round_: rendezvous.Round, waiting: int = 0) -> rendezvous.Round | None:
+    return in_round.restart(round_, Waiting(waiting), "127.0.0.1")  # type: ignore[arg-type]
+
+
+def test_restart_gives_every_host_rank_0s_new_workers_store_if_all_hosts_join(
+    server: dist.TCPStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(in_round, "WAIT_S", 60.0)  # the hosts join one after another
+    rounds = [_round(server, rank, 3) for rank in range(3)]
+    assert not in_round.asked(rounds[1])
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(_restart, rounds[2])
+        # A host whose workers still run sees that another restarts.
+        deadline = time.monotonic() + 30
+        while not in_round.asked(rounds[1]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        others = [pool.submit(_restart, r) for r in rounds[:2]]
+        restarted = [f.result(timeout=30) for f in [*others, first]]
+    assert all(restarted)
+    seen = {(r.restarts, r.group_rank, r.hosts, r.master_addr, r.master_port) for r in restarted}
+    port = restarted[0].master_port  # type: ignore[union-attr]
+    assert seen == {(1, rank, 3, "127.0.0.1", port) for rank in range(3)}
+    assert port != 1234
+    # The next restart is a new one: restart 1's keys do not ask for it.
+    assert not any(in_round.asked(r) for r in restarted)  # type: ignore[arg-type]
+
+
+def test_restart_falls_back_on_every_host_if_one_never_joins(
+    server: dist.TCPStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(in_round, "WAIT_S", 0.5)
+    rounds = [_round(server, rank, 3) for rank in range(3)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(_restart, rounds[:2]))
+    assert results == [None, None]
+    # A host that joins after the others gave up falls back at once, as they did.
+    assert _restart(rounds[2]) is None
+
+
+def test_restart_falls_back_at_once_if_a_host_waits_in_torchs_rendezvous(
+    server: dist.TCPStore,
+) -> None:
+    rounds = [_round(server, rank, 2) for rank in range(2)]
+    assert _restart(rounds[0], waiting=1) is None
+    assert _restart(rounds[1]) is None
