@@ -46,7 +46,7 @@ def test_run_gives_every_rank_the_planned_contract_and_hostile_values_arrive_ver
             seen = json.loads(
                 (Path(host.dir) / "output/data" / f"rank-{rank.rank}.json").read_text()
             )
-            for key, planned in plan.rank_env(host, rank).items():
+            for key, planned in plan.process_env(host, rank).items():
                 if planned == MASTER_PORT:
                     assert seen["env"][key].isdigit()
                 else:

@@ -99,7 +99,9 @@ class HostAgent:
         self.round: rendezvous.Round | None = None
         self.group = WorkerGroup([])
         self.crashed_at_exit: list[WorkerFailure] = []
-        self._use_agent_store = host.ranks[0].env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        self._use_agent_store = (
+            plan.process_env(host, host.ranks[0])["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        )
         self._events = Path(plan.job_dir) / EVENTS_FILE
         self._stopping = stopping_marker(plan.job_dir, host.name)
 

@@ -37,6 +37,7 @@ from tenter.contract.placeholders import MASTER_PORT, resolve
 from tenter.contract.plan import Plan, make_plan
 from tenter.contract.sagemaker import host_names
 from tenter.errors import MissingToolError
+from tenter.jobdir.layout import PLAN_FILE
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
 from tenter.launch.isolation import preflight
@@ -108,6 +109,7 @@ class MpiBackend(SupervisedBackend):
             allow_run_as_root=os.geteuid() == 0,
             agent_store=True,
             rank_logs=True,
+            plan_file=str(Path(plan.job_dir) / PLAN_FILE),
         )
         return dataclasses.replace(plan, launcher=argv)
 
