@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tenter.contract.plan import Plan
 from tests.conftest import REPO, SCRIPTS, tenter
 
 DUMP_ENV = str(SCRIPTS / "dump_env.py")
@@ -26,9 +27,18 @@ def plan(*args: str) -> dict[str, Any]:
     return data
 
 
+def host_envs(data: dict[str, Any]) -> list[dict[str, str]]:
+    """Per host: its whole environment (the plan's shared one and the host's own)."""
+    whole = Plan.from_json(json.dumps(data))
+    return [whole.host_env(h) for h in whole.hosts]
+
+
 def host_gpus(data: dict[str, Any]) -> list[tuple[list[str] | None, str | None]]:
     """Per host: its planned GPUs and its CUDA_VISIBLE_DEVICES."""
-    return [(h["gpus"], h["env"].get("CUDA_VISIBLE_DEVICES")) for h in data["hosts"]]
+    return [
+        (h["gpus"], env.get("CUDA_VISIBLE_DEVICES"))
+        for h, env in zip(data["hosts"], host_envs(data), strict=True)
+    ]
 
 
 def refused(*args: str) -> str:
@@ -62,7 +72,7 @@ def test_plan_gives_each_host_its_own_gpus_if_the_ranks_fit(
     fake_gpus(gpus)
     data = plan(*args, DUMP_ENV)
     assert host_gpus(data) == [(ids, ",".join(ids)) for ids in expected]
-    assert [h["env"]["SM_NUM_GPUS"] for h in data["hosts"]] == [str(len(i)) for i in expected]
+    assert [env["SM_NUM_GPUS"] for env in host_envs(data)] == [str(len(i)) for i in expected]
     assert data["gpu_note"] == ""
     text = tenter("plan", *args, DUMP_ENV).stdout
     assert "gpus        one per rank: each host sees its own as cuda:0, cuda:1, ..." in text
@@ -113,7 +123,7 @@ def test_plan_runs_a_cpu_job_without_gpus_if_its_ranks_outnumber_them(
     fake_gpus(gpus)
     data = plan(*args, DUMP_ENV)
     assert host_gpus(data) == [([], "")] * len(data["hosts"])
-    assert {h["env"]["SM_NUM_GPUS"] for h in data["hosts"]} == {"0"}
+    assert {env["SM_NUM_GPUS"] for env in host_envs(data)} == {"0"}
     assert CPU_NOTE in data["gpu_note"]
 
 

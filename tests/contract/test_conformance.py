@@ -12,7 +12,7 @@ import pytest
 from tenter.contract.plan import Plan
 from tenter.contract.worker import is_placement
 from tenter.launch.api import get_backend
-from tenter.runtime.mpi_shim import rank_env
+from tenter.runtime.mpi_shim import LAUNCH_ENV, PLAN_ENV, contract_env, rank_env
 from tenter.spec import JobSpec, load
 
 SCRIPTS = Path(__file__).parents[1] / "launch" / "scripts"
@@ -42,12 +42,15 @@ def spec(backend: str) -> JobSpec:
 def local_like(backend: str) -> dict[int, Env]:
     """rank -> environment, from a plan tenter's agents execute (local, Slurm)."""
     plan: Plan = get_backend(backend).dryrun(spec(backend), JOB_ID)
-    return {r.rank: plan.rank_env(h, r) for h in plan.hosts for r in h.ranks}
+    return {r.rank: plan.process_env(h, r) for h in plan.hosts for r in h.ranks}
 
 
-def under_mpirun() -> dict[int, Env]:
-    """rank -> environment, as mpirun's -x of each app context and the shim make it."""
+def under_mpirun(tmp_path: Path) -> dict[int, Env]:
+    """rank -> environment, as mpirun's -x of each app context and the shim (reading the plan
+    file the -x names) make it."""
     plan: Plan = get_backend("mpi").dryrun(spec("mpi"), JOB_ID)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(plan.to_json())
     world = plan.world_size
     contexts: list[Env] = [{}]
     argv = plan.launcher
@@ -56,13 +59,16 @@ def under_mpirun() -> dict[int, Env]:
             contexts.append({})
         elif arg == "-x" and "=" in argv[i + 1]:  # -x NAME alone forwards the launcher's
             name, _, value = argv[i + 1].partition("=")
-            contexts[-1][name] = value
+            contexts[-1][name] = str(plan_file) if name == PLAN_ENV else value
     out = {}
     for host, env in enumerate(contexts):
         for local in range(plan.procs_per_host):
             rank = host * plan.procs_per_host + local
             ompi = {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world)}
-            out[rank] = {**env, **rank_env({**env, **ompi})}
+            seen = {**env, **ompi}
+            seen |= contract_env(seen)
+            seen |= rank_env(seen)
+            out[rank] = {k: v for k, v in seen.items() if k not in ompi and k not in LAUNCH_ENV}
     return out
 
 
@@ -80,9 +86,9 @@ def what_it_does(env: Env) -> Env:
 
 
 @pytest.mark.parametrize("backend", ["mpi", "slurm"])
-def test_every_rank_gets_the_local_backends_variables(backend: str) -> None:
+def test_every_rank_gets_the_local_backends_variables(backend: str, tmp_path: Path) -> None:
     local = local_like("local")
-    other = under_mpirun() if backend == "mpi" else local_like(backend)
+    other = under_mpirun(tmp_path) if backend == "mpi" else local_like(backend)
     assert sorted(other) == sorted(local)
     for rank, env in local.items():
         assert what_it_does(other[rank]) == what_it_does(env), f"rank {rank}"

@@ -39,6 +39,6 @@ def test_a_resolved_plan_has_the_values_everywhere_and_nothing_else_changes(tmp_
     done = plan.resolved({RDZV_PORT: 29400, LIGHTHOUSE_PORT: 1, SLURM_NIC: "eth0"})
     assert done.rdzv_endpoint == plan.rdzv_endpoint.replace(RDZV_PORT, "29400")
     assert RDZV_PORT not in done.to_json()
-    assert done.hosts[1].env["QUOTED"] == 'say "hi"'
+    assert done.host_env(done.hosts[1])["QUOTED"] == 'say "hi"'
     assert done.resolved({}) == done
     assert plan.resolved({}) == plan

@@ -56,7 +56,7 @@ def test_plan_numbers_ranks_host_by_host() -> None:
 def test_plan_gives_each_rank_the_torchrun_environment() -> None:
     plan = plan_2x2()
     host = plan.hosts[1]
-    env = plan.rank_env(host, host.ranks[1])
+    env = plan.process_env(host, host.ranks[1])
     expected = {
         "RANK": "3",
         "LOCAL_RANK": "1",
@@ -83,7 +83,7 @@ def test_plan_gives_each_host_its_sagemaker_contract() -> None:
     plan = plan_2x2()
     host = plan.hosts[1]
     assert host.dir == "/home/jobs/demo-1/hosts/algo-2"
-    env = host.env
+    env = plan.host_env(host)
     assert env["SM_CURRENT_HOST"] == "algo-2"
     assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"]
     assert env["SM_CHANNEL_TRAINING"] == "/home/jobs/demo-1/hosts/algo-2/input/data/training"
@@ -96,7 +96,7 @@ def test_plan_gives_each_host_its_sagemaker_contract() -> None:
     assert env["SM_NUM_GPUS"] == "0"
     training_env = json.loads(env["SM_TRAINING_ENV"])
     assert training_env["current_host"] == "algo-2" and training_env["master_hostname"] == "algo-1"
-    assert json.loads(host.files["input/config/resourceconfig.json"]) == {
+    assert json.loads(plan.host_tree(host).files["input/config/resourceconfig.json"]) == {
         "current_host": "algo-2",
         "current_instance_type": "local",
         "current_group_name": "homogeneousCluster",
@@ -110,7 +110,7 @@ def test_plan_gives_each_host_its_sagemaker_contract() -> None:
         ],
         "network_interface_name": "lo",
     }
-    assert json.loads(host.files["input/config/hyperparameters.json"]) == {
+    assert json.loads(plan.host_tree(host).files["input/config/hyperparameters.json"]) == {
         "epochs": "3",
         "lr": "0.1",
         "verbose": "true",
@@ -154,4 +154,4 @@ def test_plan_tells_workers_the_process_group_backend(
     spec, _ = load({"entry_point": "scripts/contract.py", "source_dir": str(HERE), **fields}, HERE)
     plan = make_plan(spec, "pg-1", Path("/home"), "/usr/bin/python3")
     host = plan.hosts[0]
-    assert plan.rank_env(host, host.ranks[0]).get("TENTER_PG_BACKEND") == expected
+    assert plan.process_env(host, host.ranks[0]).get("TENTER_PG_BACKEND") == expected

@@ -44,7 +44,7 @@ def test_torchs_variables_count_within_the_group_and_torchfts_name_it() -> None:
     plan = plan_4_hosts_in_2_groups()
     third = plan.hosts[2]
     rank = third.ranks[1]
-    env = plan.rank_env(third, rank)
+    env = plan.process_env(third, rank)
     assert rank.rank == 5  # job-wide: names its log files
     assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR")} == {
         "RANK": "1",
@@ -64,7 +64,7 @@ def test_each_groups_ranks_have_their_own_job_wide_rank_and_log_files() -> None:
     plan = plan_4_hosts_in_2_groups()
     # torch's agent knows a rank by its RANK within the group: the job-wide rank names it.
     ranks = [
-        plan.job_rank(h, int(plan.rank_env(h, r)["RANK"])) for h in plan.hosts for r in h.ranks
+        plan.job_rank(h, int(plan.process_env(h, r)["RANK"])) for h in plan.hosts for r in h.ranks
     ]
     assert ranks == [r.rank for h in plan.hosts for r in h.ranks] == list(range(8))
     stems = [plan.log_stem(h.name, r.rank, 0) for h in plan.hosts for r in h.ranks]

@@ -68,7 +68,8 @@ def test_dryrun_renders_the_whole_mpirun_command(
     instance_type: str, golden: str, tenter_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # --allow-run-as-root only as root
-    argv = _mpirun_plan(instance_type).launcher
+    plan = _mpirun_plan(instance_type)
+    argv = plan.launcher
     assert_golden(GOLDEN / golden, _normalised(render_command(argv), tenter_home) + "\n")
     assert "--allow-run-as-root" not in argv
     contexts = " ".join(argv).split(" : ")
@@ -81,11 +82,17 @@ def test_dryrun_renders_the_whole_mpirun_command(
     assert "orte_abort_on_non_zero_status" in mca
     efa = ("FI_PROVIDER=efa", "FI_EFA_USE_DEVICE_RDMA=1", "RDMAV_FORK_SAFE=1", "NCCL_PROTO=simple")
     for index, context in enumerate(contexts):
+        # The shim reads each host's environment from the plan, not from the command line.
+        assert f"-x TENTER_PLAN_FILE={plan.job_dir}/plan.json " in context
+        assert "SM_" not in context
         # Each host's own values, not the master's (SageMaker's toolkit bug).
-        assert f"-x SM_CURRENT_HOST=algo-{index + 1} " in context
-        assert f'"current_host": "algo-{index + 1}"' in context
+        host = plan.hosts[index]
+        env = plan.process_env(host, host.ranks[0])
+        assert env["SM_CURRENT_HOST"] == f"algo-{index + 1}"
+        assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == f"algo-{index + 1}"
         for var in efa:
-            assert context.count(f"-x {var} ") == (1 if instance_type == "ml.p4d.24xlarge" else 0)
+            name, _, value = var.partition("=")
+            assert env.get(name) == (value if instance_type == "ml.p4d.24xlarge" else None)
 
 
 def test_allow_run_as_root_only_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,9 +236,10 @@ def test_mpirun_ranks_get_the_contract_of_their_own_host() -> None:
         for rank in host.ranks:
             seen = json.loads((Path(host.dir) / f"output/data/rank-{rank.rank}.json").read_text())
             env = seen["env"]
+            planned = plan.process_env(host, rank)
             assert env["SM_CURRENT_HOST"] == host.name
             assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == host.name
-            assert env["OMPI_COMM_WORLD_RANK"] == rank.env["RANK"]
+            assert env["OMPI_COMM_WORLD_RANK"] == planned["RANK"]
             assert seen["argv"] == ["--note", hostile]
     assert not Path("/tmp/tenter-pwned").exists()
     assert "[algo-2,3]<stdout>: rank 3 of 4 on algo-2: all_reduce ok" in done.stdout

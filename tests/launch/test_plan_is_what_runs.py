@@ -62,7 +62,7 @@ def test_every_rank_gets_exactly_its_planned_environment(name: str) -> None:
         for rank in host.ranks:
             record = Path(host.dir) / "output/data" / f"rank-{rank.rank}.json"
             seen: dict[str, str] = json.loads(record.read_text())["env"]
-            planned = {k: resolve(v, values) for k, v in plan.rank_env(host, rank).items()}
+            planned = {k: resolve(v, values) for k, v in plan.process_env(host, rank).items()}
             assert {k: seen.get(k) for k in planned} == planned, f"rank {rank.rank}"
             unplanned = {
                 k: v

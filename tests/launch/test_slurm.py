@@ -69,7 +69,7 @@ def test_dryrun_renders_the_whole_sbatch_script(
     gpus = "--gpus-per-node=8" if instance_type == "ml.p4d.24xlarge" else "--gpus-per-node=4"
     assert script.count(f"#SBATCH {gpus}\n") == 1
     # Host names are Slurm's to give: the plan has placeholders the nodes resolve.
-    assert plan.hosts[1].env["TENTER_HOST_ADDR"] == "${slurm_node_1}"
+    assert plan.host_env(plan.hosts[1])["TENTER_HOST_ADDR"] == "${slurm_node_1}"
 
 
 def test_dryrun_puts_the_slurm_block_in_the_script(tenter_home: Path) -> None:
@@ -121,9 +121,9 @@ def test_hosts_go_to_nodes_in_rendezvous_order_at_their_addresses(tenter_home: P
     nodes = [SlurmNode("b", "127.0.0.1"), SlurmNode("a", "127.0.0.2")]
     plan = resolve_plan(text, nodes, node_id=0)  # as the first node resolves it
     assert [h.addr for h in plan.hosts] == ["127.0.0.1", "127.0.0.2"]
-    assert plan.hosts[1].env["TENTER_HOST_ADDR"] == "127.0.0.2"
-    assert plan.hosts[0].env["SM_NETWORK_INTERFACE_NAME"] == "lo"  # the NIC of its address
-    assert plan.hosts[1].ranks[0].env["MASTER_ADDR"] == "127.0.0.1"
+    assert plan.host_env(plan.hosts[1])["TENTER_HOST_ADDR"] == "127.0.0.2"
+    assert plan.host_env(plan.hosts[0])["SM_NETWORK_INTERFACE_NAME"] == "lo"  # its NIC
+    assert plan.process_env(plan.hosts[1], plan.hosts[1].ranks[0])["MASTER_ADDR"] == "127.0.0.1"
     assert plan.rdzv_endpoint.startswith("127.0.0.1:")
 
 

@@ -83,7 +83,7 @@ def render_command(argv: list[str]) -> str:
 
 
 def render(plan: Plan) -> str:
-    envs = [plan.rank_env(h, r) for h in plan.hosts for r in h.ranks]
+    envs = [plan.process_env(h, r) for h in plan.hosts for r in h.ranks]
     common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
     lines = [
         f"job         {plan.job_id}  (backend {plan.backend})",
@@ -121,7 +121,7 @@ def render(plan: Plan) -> str:
         group = f"  replica group {host.replica_group}" if plan.replica_groups else ""
         gpus = "" if host.gpus is None else f"  GPUs {','.join(host.gpus) or 'none'}"
         lines += ["", f"host {host.name} ({host.addr})  {host.dir}{group}{gpus}"]
-        lines += _env_lines({k: v for k, v in host.env.items() if k not in common}, "  ")
+        lines += _env_lines({k: v for k, v in plan.host_env(host).items() if k not in common}, "  ")
         for rank in host.ranks:
             own = {k: v for k, v in rank.env.items() if k not in common}
             lines.append(f"  rank {rank.rank} (local {rank.local_rank}):")

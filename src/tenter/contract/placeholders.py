@@ -9,7 +9,11 @@ the launch can tell appears in it as a named placeholder, ``${name}``:
   the ranks and the launcher serves it;
 - ``${lighthouse_port}``: where torchft's lighthouse listens (``fault_tolerance``);
 - ``${slurm_node_<i>}``, ``${slurm_nic}``: the address of the allocation's node ``i`` and the
-  interface that carries a node's address, which only Slurm's allocation tells.
+  interface that carries a node's address, which only Slurm's allocation tells;
+- ``${host}``, ``${host_index}``, ``${host_addr}``, ``${host_dir}``: the host a process runs
+  on, in the environment and files every host shares (kept once in the plan, so that the plan
+  grows with the hosts, not their square); :meth:`tenter.contract.plan.Plan.host_env` fills
+  them in for each host.
 
 :func:`resolve` fills them in, in one string or (:meth:`tenter.contract.plan.Plan.resolved`)
 in a whole plan; nothing else in tenter substitutes text. A placeholder whose value is not
@@ -25,6 +29,10 @@ RDZV_PORT = "${rdzv_port}"
 MASTER_PORT = "${master_port}"
 LIGHTHOUSE_PORT = "${lighthouse_port}"
 SLURM_NIC = "${slurm_nic}"
+HOST = "${host}"
+HOST_INDEX = "${host_index}"
+HOST_ADDR = "${host_addr}"
+HOST_DIR = "${host_dir}"
 
 _PLACEHOLDER = re.compile(r"\$\{[a-z0-9_]+\}")
 

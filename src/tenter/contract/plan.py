@@ -5,6 +5,13 @@
 (local, Slurm) or mpirun execute this same object: each agent reads its :class:`HostPlan` from
 ``plan.json``.
 
+What every host shares is kept once (:attr:`Plan.env`, :attr:`Plan.host_files`, written with
+the host placeholders ``${host}``, ``${host_dir}``...); a :class:`HostPlan` holds only what
+differs on its host, and a :class:`RankPlan` its rank's torchrun variables. So the plan grows
+with the hosts, not their square (every host's ``SM_HOSTS`` names them all), and
+:meth:`Plan.process_env` is the one function that composes a process's environment on every
+backend.
+
 What cannot be known before launch (free ports the launcher picks, Slurm's nodes) appears as
 a named placeholder, filled in by :meth:`Plan.resolved` (:mod:`tenter.contract.placeholders`).
 """
@@ -12,16 +19,26 @@ a named placeholder, filled in by :meth:`Plan.resolved` (:mod:`tenter.contract.p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
 
 from tenter.contract import isolation, sagemaker, torchrun, worker
 from tenter.contract.fabric import LOOPBACK_NIC
-from tenter.contract.placeholders import LIGHTHOUSE_PORT, MASTER_PORT, RDZV_PORT, resolve
+from tenter.contract.placeholders import (
+    HOST,
+    HOST_ADDR,
+    HOST_DIR,
+    HOST_INDEX,
+    LIGHTHOUSE_PORT,
+    MASTER_PORT,
+    RDZV_PORT,
+    resolve,
+)
 from tenter.jobdir import layout
 from tenter.spec import InstanceType, JobSpec, lookup, processes_per_host
 from tenter.spec.catalog import detect_local
@@ -35,7 +52,8 @@ class RankPlan:
     rank: int
     local_rank: int
     env: dict[str, str]
-    """The torchrun variables of this rank, on top of its host's environment."""
+    """The torchrun variables of this rank, on top of its host's environment (those equal on
+    every rank are in :attr:`Plan.env`)."""
     stdout: str
     stderr: str
     error_file: str
@@ -53,9 +71,10 @@ class HostPlan:
     dir: str
     """The host's SageMaker ``/opt/ml`` directory."""
     env: dict[str, str]
-    """Every process of the host gets this environment (plus its rank's variables)."""
+    """What this host's environment has beyond (or instead of) the plan's shared one
+    (:meth:`Plan.host_env` composes the two)."""
     files: dict[str, str]
-    """Files to write under ``dir``: relative path -> content."""
+    """Files to write under ``dir`` beyond the plan's ``host_files``: relative path -> content."""
     links: dict[str, str]
     """Symlinks to create under ``dir``: relative path -> target (input channels)."""
     ranks: list[RankPlan]
@@ -117,6 +136,15 @@ class Plan:
     gpu_note: str = ""
     """What the launcher says once when the machine's GPUs are too few for one per rank and
     the ranks run without them (:func:`tenter.spec.gpus.cpu_note`)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """The environment every process of every host shares, with the host placeholders
+    (``${host}``, ``${host_index}``, ``${host_addr}``, ``${host_dir}``) where a value names
+    its host."""
+    common_rank_env: dict[str, str] = field(default_factory=dict)
+    """torch's variables equal on every rank (``WORLD_SIZE``, ``MASTER_ADDR``...); each
+    :class:`RankPlan` holds the rest."""
+    host_files: dict[str, str] = field(default_factory=dict)
+    """Files every host writes under its ``dir`` (host placeholders filled in as in ``env``)."""
 
     @property
     def world_size(self) -> int:
@@ -159,12 +187,26 @@ class Plan:
             return layout.rank_log_stem(logs, rank, host, attempt)
         return layout.rank_log_stem(logs, rank)
 
-    def rank_env(self, host: HostPlan, rank: RankPlan) -> dict[str, str]:
-        """Everything the worker of ``rank`` gets beyond the launcher's own environment."""
-        return {**host.env, **rank.env}
+    def host_env(self, host: HostPlan) -> dict[str, str]:
+        """Every process of ``host`` gets this environment (and its rank's variables)."""
+        values = host_values(host)
+        return {**{k: resolve(v, values) for k, v in self.env.items()}, **host.env}
+
+    def process_env(self, host: HostPlan, rank: RankPlan) -> dict[str, str]:
+        """Everything the worker of ``rank`` gets beyond the launcher's own environment: the
+        shared environment, its host's, its rank's. Every backend composes it here."""
+        return {**self.host_env(host), **self.common_rank_env, **rank.env}
+
+    def host_tree(self, host: HostPlan) -> HostPlan:
+        """``host`` with its whole environment and every file it writes under its ``dir``."""
+        values = host_values(host)
+        shared = {k: resolve(v, values) for k, v in self.host_files.items()}
+        return dataclasses.replace(host, env=self.host_env(host), files={**shared, **host.files})
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        """The plan as compact JSON (a plan of 1,024 hosts is megabytes: indenting it would
+        add a third, and take json's slow path)."""
+        return json.dumps(self, default=vars)
 
     def resolved(self, values: Mapping[str, object]) -> Plan:
         """This plan with the placeholders that ``values`` names filled in, everywhere (see
@@ -182,6 +224,21 @@ class Plan:
             ]
 
         return cls(**{**data, "hosts": hosts("hosts"), "spare_hosts": hosts("spare_hosts")})
+
+
+def host_values(host: HostPlan) -> dict[str, str]:
+    """The host placeholders' values on ``host``."""
+    return {HOST: host.name, HOST_INDEX: str(host.index), HOST_ADDR: host.addr, HOST_DIR: host.dir}
+
+
+def _own(
+    shared: Mapping[str, str], values: Mapping[str, str], full: Mapping[str, str]
+) -> dict[str, str]:
+    """What of ``full`` (a host's environment or files) the ``shared`` one, filled in with
+    the host's ``values``, does not already say."""
+    filled = {k: resolve(v, values) for k, v in shared.items()}
+    assert filled.keys() <= full.keys(), "every host has every shared variable"
+    return {k: v for k, v in full.items() if filled.get(k) != v}
 
 
 def new_job_id(name: str) -> str:
@@ -251,15 +308,15 @@ def make_plan(
     # hosts, the isolated hosts' switch, the first host on a cluster.
     lighthouse_addr = isolation.SWITCH_ADDR if isolated else "127.0.0.1" if simulated else addrs[0]
     lighthouse = f"http://{lighthouse_addr}:{LIGHTHOUSE_PORT}" if ft else ""
-    hosts = []
-    for index, (name, addr) in enumerate(zip(names, addrs, strict=True)):
-        group, group_index = divmod(index, per_group)
-        host_dir = job_dir / layout.HOSTS_DIR / name
-        where = worker.Placement(
+
+    def placement(
+        host: str, index: str, addr: str, host_dir: PurePath, group: int
+    ) -> worker.Placement:
+        return worker.Placement(
             job_id=job_id,
             job_dir=job_dir,
-            host=name,
-            host_index=str(index),
+            host=host,
+            host_index=index,
             host_addr=addr,
             hosts=names,
             host_dir=host_dir,
@@ -273,17 +330,57 @@ def make_plan(
             replica_group=group if ft else None,
             lighthouse=lighthouse,
         )
+
+    def config_files(host: str) -> dict[str, str]:
         config = {
             "resourceconfig.json": sagemaker.resource_config(
-                name, names, itype.sagemaker_name, network_interface
+                host, names, itype.sagemaker_name, network_interface
             ),
             "hyperparameters.json": sagemaker.hyperparameters_json(spec.hyperparameters),
             "inputdataconfig.json": sagemaker.input_data_config(spec.channels),
         }
+        return {f"input/config/{f}": json.dumps(content, indent=2) for f, content in config.items()}
+
+    # What every host shares, once, naming its host by the host placeholders; each host
+    # keeps what differs. Spelled out per host (quadratic: every host's SageMaker variables
+    # list all hosts) only where hosts may differ beyond their names: the first (SageMaker's
+    # master), simulated hosts (their shares of the machine's GPUs; at most
+    # MAX_SIMULATED_HOSTS), and all of them if the second shows a difference the
+    # placeholders cannot carry (a job directory whose name JSON escapes).
+    shared_env = worker.host_env(
+        spec, itype, procs, placement(HOST, HOST_INDEX, HOST_ADDR, PurePath(HOST_DIR), 0)
+    )
+    shared_files = config_files(HOST)
+    spell_out = simulated or gpus is not None
+
+    def whole_env(index: int) -> dict[str, str]:
+        host_dir = job_dir / layout.HOSTS_DIR / names[index]
+        where = placement(names[index], str(index), addrs[index], host_dir, index // per_group)
+        env = worker.host_env(spec, _host_type(itype, gpus, index), procs, where)
+        return _with_gpus(env, gpus, index)
+
+    spelled = {index: whole_env(index) for index in range(len(names))} if spell_out else {}
+    # A simulated host without GPUs lacks a GPU host's variables: shared is what all have.
+    for env in spelled.values():
+        shared_env = {k: v for k, v in shared_env.items() if k in env}
+    logs_dir = str(layout.logs_dir(job_dir))
+    hosts = []
+    for index, (name, addr) in enumerate(zip(names, addrs, strict=True)):
+        group, group_index = divmod(index, per_group)
+        host_dir = job_dir / layout.HOSTS_DIR / name
+        values = {HOST: name, HOST_INDEX: str(index), HOST_ADDR: addr, HOST_DIR: str(host_dir)}
+        own_env = {"REPLICA_GROUP_ID": str(group)} if ft and group else {}
+        own_files: dict[str, str] = {}
+        if spell_out or index < 2:
+            full_env = spelled[index] if index in spelled else whole_env(index)
+            exact_env = _own(shared_env, values, full_env)
+            exact_files = _own(shared_files, values, config_files(name))
+            spell_out = spell_out or (index == 1 and (exact_env, exact_files) != (own_env, {}))
+            own_env, own_files = exact_env, exact_files
         ranks = []
         for local_rank in range(procs):
             rank = index * procs + local_rank
-            log = layout.rank_log_stem(layout.logs_dir(job_dir), rank)
+            log = layout.rank_log_stem(logs_dir, rank)  # a str join: 8,192 ranks at 1,024 hosts
             ranks.append(
                 RankPlan(
                     rank=rank,
@@ -314,15 +411,8 @@ def make_plan(
                 index=index,
                 addr=addr,
                 dir=str(host_dir),
-                env=_with_gpus(
-                    worker.host_env(spec, _host_type(itype, gpus, index), procs, where),
-                    gpus,
-                    index,
-                ),
-                files={
-                    f"input/config/{fname}": json.dumps(content, indent=2)
-                    for fname, content in config.items()
-                },
+                env=own_env,
+                files=own_files,
                 links={
                     **{f"input/data/{ch}": path for ch, path in spec.channels.items()},
                     # SageMaker's /opt/ml/checkpoints, shared by all hosts of the job.
@@ -333,6 +423,13 @@ def make_plan(
                 gpus=None if gpus is None or not gpus.machine_gpus else list(gpus.hosts[index]),
             )
         )
+    # torch's variables equal on every rank (WORLD_SIZE, MASTER_ADDR...) are kept once too
+    # (taken out of the ranks' dicts in place: nothing has seen them yet).
+    envs = [rank.env for host in hosts for rank in host.ranks]
+    common = dict(functools.reduce(lambda a, b: a & b.items(), envs[1:], set(envs[0].items())))
+    for env in envs:
+        for name in common:
+            del env[name]
     return Plan(
         job_id=job_id,
         job_dir=str(job_dir),
@@ -345,7 +442,19 @@ def make_plan(
         or f"{isolation.SWITCH_ADDR if isolated else '127.0.0.1'}:{RDZV_PORT}",
         instance_type=spec.instance_type,
         spare_hosts=[
-            _spare_host(spec, job_id, tenter_home, python, count, procs, gpus) for count in spare
+            _spare_host(
+                spec,
+                job_id,
+                tenter_home,
+                python,
+                count,
+                procs,
+                gpus,
+                shared_env,
+                shared_files,
+                common,
+            )
+            for count in spare
         ],
         checkpoint_dir=checkpoint_dir,
         # torch's name for the etcd backend of its dynamic rendezvous (the one that orders
@@ -370,6 +479,9 @@ def make_plan(
         gpu_note=cpu_note(gpus.machine_gpus, len(gpus.hosts), procs)
         if gpus is not None and gpus.without_gpus
         else "",
+        env=shared_env,
+        host_files=shared_files,
+        common_rank_env=common,
     )
 
 
@@ -398,9 +510,12 @@ def _spare_host(
     count: int,
     procs: int,
     gpus: GpuPlacement | None,
+    shared_env: Mapping[str, str],
+    shared_files: Mapping[str, str],
+    common_rank_env: Mapping[str, str],
 ) -> HostPlan:
     """Host ``count`` of the job, as it is when it joins the ``count - 1`` before it (on
-    the GPUs planned for it with the others)."""
+    the GPUs planned for it with the others), beyond what the job's hosts share."""
     grown = spec.model_copy(
         update={
             "instance_count": count,
@@ -409,4 +524,18 @@ def _spare_host(
             "elastic": spec.elastic.model_copy(update={"max_hosts": None}),
         }
     )
-    return make_plan(grown, job_id, tenter_home, python, gpus=gpus).hosts[-1]
+    alone = make_plan(grown, job_id, tenter_home, python, gpus=gpus)
+    host = alone.hosts[-1]
+    values = host_values(host)
+    whole = alone.host_tree(host)
+    filled = {k: resolve(v, values) for k, v in shared_env.items()}
+    own_env = {k: v for k, v in whole.env.items() if filled.get(k) != v}
+    base = {**filled, **own_env, **common_rank_env}
+    ranks = []
+    for rank in host.ranks:
+        env = alone.process_env(host, rank)
+        assert base.keys() <= env.keys(), "every rank has every shared variable"
+        ranks.append(dataclasses.replace(rank, env=_own(base, {}, env)))
+    return dataclasses.replace(
+        whole, env=own_env, files=_own(shared_files, values, whole.files), ranks=ranks
+    )

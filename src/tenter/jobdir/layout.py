@@ -96,7 +96,7 @@ def rank_log_stem(
     """A rank's log files, less their suffix: ``logs/rank-N``, or with ``host``, for a
     restart or a rank moved to another host, ``logs/rank-N.<host>.attempt-<K>``."""
     name = f"rank-{rank}" if host is None else f"rank-{rank}.{host}.attempt-{attempt}"
-    return str(Path(logs) / name)
+    return f"{os.fspath(logs)}/{name}"  # not pathlib's join: a plan names 8,192 at 1,024 hosts
 
 
 def error_file(stem: str | os.PathLike[str]) -> str:

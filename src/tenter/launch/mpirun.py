@@ -4,17 +4,18 @@ that run mpirun themselves (a Kubernetes MPIJob's launcher pod).
 One MPMD app context per host::
 
     mpirun <global flags: --tag-output, binding, mapping, --mca ...>
-        -np 8 --host algo-1:8 -x <host 1's contract> python -m tenter.runtime.mpi_shim CMD
-      : -np 8 --host algo-2:8 -x <host 2's contract> python -m tenter.runtime.mpi_shim CMD
+        -np 8 --host algo-1:8 -x TENTER_PLAN_FILE=<plan> python -m tenter.runtime.mpi_shim CMD
+      : -np 8 --host algo-2:8 -x TENTER_PLAN_FILE=<plan> python -m tenter.runtime.mpi_shim CMD
 
 Why per-host app contexts: the worker contract has per-host values (``SM_CURRENT_HOST``,
 ``SM_TRAINING_ENV``, ``SM_RESOURCE_CONFIG``, the host's ``/opt/ml`` paths, ``TENTER_HOST*``).
 SageMaker's toolkit runs a single context with ``-x SM_CURRENT_HOST``, which forwards the
 master's value to every rank (every rank believes it is on algo-1; the toolkit then
-``LD_PRELOAD``s a gethostname shim to paper over it). Open MPI's ``-x`` belongs to its app
-context, so each context carries its host's exact environment, visible in ``tenter plan``;
-the alternative, a wrapper that rebuilds host values on each host from
-``OMPI_COMM_WORLD_NODE_RANK``, would need the whole spec on every host and would hide them.
+``LD_PRELOAD``s a gethostname shim to paper over it). Each rank's shim reads the plan
+(``plan.json`` in the job directory, on every host) and composes its host's exact environment
+with the one function every backend uses (:meth:`tenter.contract.plan.Plan.process_env`), as
+``tenter plan`` shows it; the command line carries only the file's name and the variables of
+mpirun's own (``MASTER_*``, the user's ``-x``), so it grows with the hosts, not their square.
 Ranks are numbered in context order, so host ``i`` holds ranks ``i*P .. i*P+P-1``, the
 same ranks as on every other backend; ``tenter.runtime.mpi_shim`` adds the per-rank torchrun
 variables (``RANK``, ``LOCAL_RANK``, ...) from ``OMPI_COMM_WORLD_*`` before the command runs.
@@ -35,6 +36,7 @@ from tenter.contract.fabric import CLUSTER_NIC, fabric_env
 from tenter.contract.placeholders import MASTER_PORT
 from tenter.contract.plan import Plan, make_plan
 from tenter.jobdir import layout
+from tenter.runtime.mpi_shim import GIVEN_ENV, PLAN_ENV
 from tenter.spec import JobSpec, lookup
 from tenter.spec.catalog import InstanceType
 from tenter.spec.mpi_options import MpiOptions
@@ -114,6 +116,7 @@ def mpirun_argv(
     allow_run_as_root: bool = False,
     agent_store: bool = False,
     rank_logs: bool = False,
+    plan_file: str | None = None,
 ) -> list[str]:
     """The mpirun argv that runs ``plan``: host ``i`` of the plan on ``hosts[i]``.
 
@@ -126,6 +129,12 @@ def mpirun_argv(
     host). ``agent_store``: the launcher serves ``MASTER_ADDR:MASTER_PORT`` (torch elastic's
     agent store) instead of rank 0. ``rank_logs``: each rank writes ``logs/rank-N.*`` in the
     job directory (which must be on a shared file system) instead of mpirun's console.
+    ``plan_file``: where every host reads the plan (the job directory's ``plan.json``): the
+    shim composes each rank's environment from it (:meth:`Plan.process_env`), so the command
+    line carries only the variables below, not every host's contract (which, naming every
+    host, grows with the square of the hosts: 146 MB at 1,024 p5 hosts); without it (a
+    Kubernetes MPIJob's launcher, with no shared job directory) each context carries its
+    host's environment in ``-x``.
     """
     if len(hosts) != len(plan.hosts):
         raise ValueError(f"the plan has {len(plan.hosts)} hosts but {len(hosts)} were given")
@@ -140,17 +149,25 @@ def mpirun_argv(
         argv += ["--mca", name, value]
     if hostfile is not None:
         argv += ["--hostfile", hostfile]
+    first = plan.hosts[0]
     job_env = {
-        "MASTER_ADDR": master_addr or plan.hosts[0].ranks[0].env["MASTER_ADDR"],
+        "MASTER_ADDR": master_addr or plan.process_env(first, first.ranks[0])["MASTER_ADDR"],
         "MASTER_PORT": master_port,
         "TORCHELASTIC_USE_AGENT_STORE": str(agent_store),
     }
     if rank_logs:
         job_env["TENTER_RANK_LOGS"] = str(layout.logs_dir(plan.job_dir))
     for host, target in zip(plan.hosts, hosts, strict=True):
-        env: dict[str, str | None] = {**host.env, **job_env}
         # The user's -x replaces the contract's value as well as tenter's defaults.
-        env = {**env, **options.env}
+        given: dict[str, str | None] = {**job_env, **options.env}
+        if plan_file is not None:  # tenter's defaults with a value are the plan's already
+            given = {
+                k: v for k, v in given.items() if v is None or k in job_env or k in user_options.env
+            }
+        if plan_file is None:
+            env = {**plan.host_env(host), **given}
+        else:
+            env = {**given, PLAN_ENV: plan_file, GIVEN_ENV: ",".join(given)}
         argv += ["-np", str(slots_per_host)]
         argv += ["--host", target if hostfile else f"{target}:{host_slots or slots_per_host}"]
         for name, env_value in env.items():

@@ -99,7 +99,11 @@ def create_job_dir(plan: Plan) -> None:
     if Path(plan.job_dir).exists():
         raise FileExistsError(f"job directory {plan.job_dir} exists: a job id is never reused")
     try:
-        layout.create(Path(plan.job_dir), plan.hosts, shared_dirs=[plan.checkpoint_dir])
+        layout.create(
+            Path(plan.job_dir),
+            [plan.host_tree(h) for h in plan.hosts],
+            shared_dirs=[plan.checkpoint_dir],
+        )
         layout.write_atomic(Path(plan.job_dir) / layout.PLAN_FILE, plan.to_json())
     except OSError as e:
         shutil.rmtree(plan.job_dir, ignore_errors=True)

@@ -1,9 +1,12 @@
 """``python -m tenter.runtime.mpi_shim COMMAND [ARGS...]``: a rank started by mpirun becomes a
 torch rank, then ``exec``s COMMAND.
 
-mpirun gives each rank ``OMPI_COMM_WORLD_RANK``/``_SIZE``; its host's part of the worker
-contract arrives through ``-x`` (``TENTER_HOST_INDEX``, ``TENTER_NUM_HOSTS``, ``SM_*``,
-``MASTER_ADDR``/``MASTER_PORT``). The shim adds the per-rank torchrun variables with the same
+mpirun gives each rank ``OMPI_COMM_WORLD_RANK``/``_SIZE``; the worker contract of its host
+(``TENTER_HOST_INDEX``, ``TENTER_NUM_HOSTS``, ``SM_*``...) is the plan's, read from the file
+``TENTER_PLAN_FILE`` names and composed by :meth:`tenter.contract.plan.Plan.process_env`, under
+the variables mpirun's ``-x`` gives (``MASTER_ADDR``/``MASTER_PORT``, the user's; listed in
+``TENTER_MPIRUN_ENV``); without the file (a Kubernetes MPIJob) it all arrives through ``-x``.
+The shim adds the per-rank torchrun variables with the same
 function every backend uses (:func:`tenter.contract.torchrun.torchrun_env`), so a plain
 ``init_process_group("gloo")`` script works unchanged under mpirun. ``LOCAL_RANK`` is
 ``RANK - host index * processes per host``, not ``OMPI_COMM_WORLD_LOCAL_RANK``: they agree on a
@@ -29,9 +32,30 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from tenter.contract.plan import Plan
 from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout
 from tenter.jobdir.records import record_worker_logs
+
+PLAN_ENV = "TENTER_PLAN_FILE"
+"""Where the shim reads the plan (:func:`tenter.launch.mpirun.mpirun_argv`'s ``plan_file``)."""
+GIVEN_ENV = "TENTER_MPIRUN_ENV"
+"""The names of the variables mpirun's ``-x`` gives, which stand over the plan's."""
+LAUNCH_ENV = (PLAN_ENV, GIVEN_ENV)
+
+
+def contract_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The plan's environment of the rank mpirun started in ``environ`` (empty without a plan
+    file), less what mpirun's ``-x`` gives."""
+    plan_file = environ.get(PLAN_ENV)
+    if not plan_file:
+        return {}
+    plan = Plan.from_json(Path(plan_file).read_text())
+    rank = int(environ["OMPI_COMM_WORLD_RANK"])
+    host = plan.hosts[rank // plan.procs_per_host]
+    given = set(environ.get(GIVEN_ENV, "").split(","))
+    env = plan.process_env(host, host.ranks[rank % plan.procs_per_host])
+    return {k: v for k, v in env.items() if k not in given}
 
 
 def rank_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -77,6 +101,9 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m tenter.runtime.mpi_shim COMMAND [ARGS...]", file=sys.stderr)
         return 2
+    os.environ.update(contract_env(os.environ))
+    for name in LAUNCH_ENV:  # how the contract came, not part of it
+        os.environ.pop(name, None)
     env = rank_env(os.environ)
     os.environ.update(env)
     # An instruction to the shim, not part of the worker contract: the worker never sees it,

@@ -85,7 +85,7 @@ def _plan(tmp_path: Path, script: str, max_restarts: int = 0) -> Plan:
 
 def _run(plan: Plan, out: Path, handler: RendezvousHandler) -> tuple[HostAgent, AgentResult]:
     host = plan.hosts[0]
-    agent = HostAgent(plan, host, handler, {"OUT": str(out), **host.env}, pool=None)
+    agent = HostAgent(plan, host, handler, {"OUT": str(out), **plan.host_env(host)}, pool=None)
     return agent, agent.run()
 
 
@@ -104,7 +104,8 @@ def test_run_succeeds_with_torchruns_variables_if_every_worker_exits_0(
     env = records["rank-1.error.json"]
     master_addr, master_port = env["MASTER_ADDR"], env["MASTER_PORT"]
     assert master_addr == "127.100.0.1" and int(master_port) > 0
-    planned = {**plan.hosts[0].ranks[1].env, "MASTER_PORT": master_port}
+    host = plan.hosts[0]
+    planned = {**plan.process_env(host, host.ranks[1]), "MASTER_PORT": master_port}
     assert {k: env[k] for k in planned} == planned
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
 

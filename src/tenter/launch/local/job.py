@@ -57,7 +57,7 @@ class LocalJob(Supervisor):
                 str(host.index),
                 str(self.rdzv_port),
             ],
-            host.env,
+            self.plan.host_env(host),
             log_path.name,
         )
 
@@ -168,7 +168,7 @@ class LocalJob(Supervisor):
             self.plan = dataclasses.replace(
                 self.plan, hosts=[*self.plan.hosts, host], spare_hosts=spare[1:]
             )
-            layout.create_host(host)
+            layout.create_host(self.plan.host_tree(host))
             layout.write_atomic(Path(self.plan.job_dir) / layout.PLAN_FILE, self.plan.to_json())
             self._start_agent(host)
             say(f"host {host.name} joining; it enters at the next rendezvous")

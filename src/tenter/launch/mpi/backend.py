@@ -38,7 +38,7 @@ from tenter.contract.sagemaker import host_names
 from tenter.errors import MissingToolError
 from tenter.jobdir import layout
 from tenter.jobdir.agent_result import AgentResult, WorkerFailure, write_result
-from tenter.jobdir.layout import EVENTS_FILE
+from tenter.jobdir.layout import EVENTS_FILE, PLAN_FILE
 from tenter.jobdir.lookup import tenter_home
 from tenter.jobdir.records import WORKERS_STORE_EVENT, append_line
 from tenter.launch.api import python_executable
@@ -108,6 +108,7 @@ class MpiBackend(SupervisedBackend):
             allow_run_as_root=os.geteuid() == 0,
             agent_store=True,
             rank_logs=True,
+            plan_file=str(Path(plan.job_dir) / PLAN_FILE),
         )
         return dataclasses.replace(plan, launcher=argv)
 

@@ -109,7 +109,7 @@ def node_main(plan_path: str) -> int:
         os.dup2(log.fileno(), 2)
     resolved = Path(host.dir) / layout.PLAN_FILE
     resolved.write_text(plan.to_json())
-    os.environ.update(host.env)
+    os.environ.update(plan.host_env(host))
     if plan.rdzv_backend != "c10d":
         return agent.main([str(resolved), str(node_id), "0"])  # the endpoint has its port
     lighthouse = _lighthouse(plan, nodes, node_id) if plan.replica_groups else None

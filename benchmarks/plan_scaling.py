@@ -1,0 +1,134 @@
+"""How the plan grows with the hosts: its JSON, mpirun's command line and the Kubernetes
+manifests, and the seconds to plan, for ml.p5.48xlarge x 8 processes at 8 ... 1,024 hosts.
+
+    python benchmarks/plan_scaling.py [--hosts 8,64,128,256,1024]
+
+Targets (issue 25): at 1,024 hosts the Slurm plan (the ``plan.json`` every node reads) under
+5 MB and planned in under 1 s; mpirun's command line well under Linux's ARG_MAX (2 MB).
+The anchor is the layout before the shared environment (every host's whole environment in the
+plan and in mpirun's ``-x``), measured the same way in the same run with the sources that
+``--anchor`` names, up to 256 hosts (at 1,024 it takes ~1 GB). Exits 1 when a target is
+missed (the command line: half of ARG_MAX).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tenter.launch import api
+from tenter.spec import JobSpec, load
+
+SCRIPT = Path(__file__).parent / "workloads" / "noop.py"
+ARG_MAX = os.sysconf("SC_ARG_MAX")
+PLAN_BYTES, PLAN_SECONDS = 5_000_000, 1.0
+
+
+def spec(backend: str, hosts: int) -> JobSpec:
+    job, _ = load(
+        {
+            "entry_point": SCRIPT.name,
+            "source_dir": str(SCRIPT.parent),
+            "backend": backend,
+            "instance_type": "ml.p5.48xlarge",
+            "hosts": hosts,
+            "processes_per_host": 8,
+            **({"kubernetes": {"image": "example.com/train:1"}} if backend == "kubernetes" else {}),
+        },
+        SCRIPT.parent,
+    )
+    return job
+
+
+def timed(make: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.perf_counter()
+    result = make()
+    return result, time.perf_counter() - start
+
+
+def measure(hosts: int) -> dict[str, float]:
+    """One row: the Slurm plan's JSON and the seconds to plan and print it, mpirun's command
+    line, the Kubernetes manifests (bytes)."""
+    slurm, seconds = timed(lambda: api.dryrun(spec("slurm", hosts), "bench-1"))
+    text, dump = timed(slurm.to_json)
+    mpi = api.dryrun(spec("mpi", hosts), "bench-1")
+    k8s = api.dryrun(spec("kubernetes", hosts), "bench-1")
+    return {
+        "plan": len(text),
+        "seconds": seconds + dump,
+        "argv": sum(len(arg) + 1 for arg in mpi.launcher),
+        "k8s": len(str(k8s)),
+    }
+
+
+def anchor(source: str, hosts: list[int]) -> dict[int, dict[str, float]]:
+    """The same rows measured with another tenter's sources (the anchor: before the shared
+    environment), in a process of its own."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--rows", ",".join(map(str, hosts))],
+        env={**os.environ, "PYTHONPATH": source},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {int(k): v for k, v in json.loads(out).items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hosts", default="8,64,128,256,1024")
+    parser.add_argument(
+        "--anchor",
+        metavar="SRC",
+        help="the src/ of tenter before the change (git archive main src | tar -x -C DIR): "
+        "measured up to --anchor-hosts, beside",
+    )
+    parser.add_argument("--anchor-hosts", type=int, default=256)
+    parser.add_argument("--rows", help=argparse.SUPPRESS)  # the anchor's own process
+    args = parser.parse_args()
+    if args.rows:
+        print(json.dumps({n: measure(int(n)) for n in args.rows.split(",")}))
+        return 0
+    hosts = [int(n) for n in args.hosts.split(",")]
+    measure(1)  # the backends' imports, once
+    before = (
+        anchor(args.anchor, [n for n in hosts if n <= args.anchor_hosts]) if args.anchor else {}
+    )
+    missed = []
+    print(f"ARG_MAX {ARG_MAX:,}; ml.p5.48xlarge x 8 processes; sizes in bytes; before: --anchor")
+    print(
+        f"{'hosts':>6} {'slurm plan':>12} {'before':>13} {'seconds':>8} {'before':>7} "
+        f"{'mpirun argv':>12} {'before':>13} {'k8s':>9} {'before':>9}"
+    )
+    for n in hosts:
+        now, old = measure(n), before.get(n)
+
+        def beside(key: str, old: Any = old) -> str:
+            if old is None:
+                return "-"
+            return f"{old[key]:,.2f}" if key == "seconds" else f"{old[key]:,.0f}"
+
+        print(
+            f"{n:>6} {now['plan']:>12,} {beside('plan'):>13} {now['seconds']:>8.2f} "
+            f"{beside('seconds'):>7} {now['argv']:>12,} {beside('argv'):>13} "
+            f"{now['k8s']:>9,} {beside('k8s'):>9}"
+        )
+        if n == 1024:
+            if now["plan"] >= PLAN_BYTES or now["seconds"] >= PLAN_SECONDS:
+                missed.append(f"plan {now['plan']:,} bytes in {now['seconds']:.2f} s")
+            if now["argv"] >= ARG_MAX // 2:
+                missed.append(f"mpirun argv {now['argv']:,} bytes (ARG_MAX {ARG_MAX:,})")
+    for miss in missed:
+        print("MISSED:", miss, file=sys.stderr)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
