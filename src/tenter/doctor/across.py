@@ -103,7 +103,9 @@ def doctor_job(
         argv = [sys.executable, "-m", "tenter.doctor.across", plan_file, str(host.index), *names]
         # The host's environment, as its processes have it, but not the job's id: the probe
         # is not one of the job's processes (which the launcher kills when it fences a host).
-        env = {k: v for k, v in {**os.environ, **host.env}.items() if k != "TENTER_JOB_ID"}
+        env = {
+            k: v for k, v in {**os.environ, **plan.host_env(host)}.items() if k != "TENTER_JOB_ID"
+        }
         # All hosts at once: each probe imports torch, the slow part.
         probes.append(
             subprocess.Popen(

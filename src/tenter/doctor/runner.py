@@ -71,6 +71,6 @@ def check_job(spec: JobSpec, plan: Plan, checks: tuple[Check, ...] = CHECKS) -> 
         # machine's own say nothing of them.
         checks = tuple(c for c in checks if c.name not in ISOLATED_HOSTS_OWN)
     return [
-        run_checks(System(env={**os.environ, **host.env}), job, checks, host=host.name)
+        run_checks(System(env={**os.environ, **plan.host_env(host)}), job, checks, host=host.name)
         for host in plan.hosts
     ]
