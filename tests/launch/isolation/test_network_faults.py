@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tenter.errors import ExitCode, TenterError
+from tenter.jobdir.records import WORKERS_STORE_EVENT
 from tenter.launch import report
 from tenter.launch.isolation import faults
 from tests.conftest import SCRIPTS, Background, assert_nothing_left, tenter
@@ -24,9 +25,11 @@ def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def events(job_dir: Path) -> list[tuple[str, str]]:
-    """The job's events but rendezvous rounds, in order: (event, host)."""
+    """The job's events but rendezvous rounds (and where each round's workers' store is), in
+    order: (event, host)."""
     lines = (job_dir / "events.jsonl").read_text().splitlines()
-    return [(e["event"], e["host"]) for e in map(json.loads, lines) if e["event"] != "rendezvous"]
+    rounds = ("rendezvous", WORKERS_STORE_EVENT)
+    return [(e["event"], e["host"]) for e in map(json.loads, lines) if e["event"] not in rounds]
 
 
 def primary_failures(job_dir: Path) -> list[tuple[str, int]]:
