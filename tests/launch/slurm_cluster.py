@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import yaml
 
 from tenter.contract.isolation import SWITCH_ADDR, etc_hosts, host_addr
 from tenter.launch.isolation.hosts import files_only
@@ -394,10 +395,19 @@ def cancel_when_ready(
     tenter: Callable[..., Finished], queue: Callable[[], list[str]], hosts: int, procs: int
 ) -> str:
     """Submit block.py on ``hosts`` x ``procs`` detached; once every rank says it is ready,
-    ``tenter cancel`` it and wait until it left the queue as CANCELLED. Its logs."""
+    ``tenter cancel`` it and wait until it left the queue as CANCELLED. Its logs.
+
+    Slurm's SIGTERM is a preemption request to the job (docs/backends.md): block.py never
+    checks for it, so the job stops once its ``preemption_grace`` is over, 2 s here."""
+    spec = Path(os.environ["TENTER_HOME"]).parent / "cancelled-job.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {"entry_point": str(SCRIPTS / "block.py"), "checkpoint": {"preemption_grace": 2}}
+        )
+    )
     started = tenter(
-        "run", "--backend", "slurm", "--detach", "--hosts", str(hosts),
-        "--procs-per-host", str(procs), str(SCRIPTS / "block.py"),
+        "run", str(spec), "--backend", "slurm", "--detach", "--hosts", str(hosts),
+        "--procs-per-host", str(procs),
     )  # fmt: skip
     assert started.returncode == 0, started.stderr
     job = started.stdout.strip()
