@@ -163,7 +163,9 @@ def _tenter_job(cell: Cell, script: list[str], more: str, procs: int = 2) -> Ran
         f"isolation: {'network' if cell.fault.isolated else 'none'}\n{more}"
     )
     argv = [sys.executable, "-m", "tenter", "run", str(spec)]
-    env = {**cell.env, "TENTER_HOME": str(home)}
+    # Warm spares, as on a GPU host (on by default where a machine has 2 CPUs per worker;
+    # a 2-CPU machine would start its 4 workers cold).
+    env = {**cell.env, "TENTER_HOME": str(home), "TENTER_WARM_WORKERS": "1"}
     code = _run(argv, env)
     resumed_at = None
     if cell.fault.resume:

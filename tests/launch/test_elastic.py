@@ -37,8 +37,11 @@ def test_workers_restart_after_a_sigkill_and_the_job_succeeds(tmp_path: Path) ->
 
 
 def test_training_killed_after_and_between_checkpoints_resumes_to_the_uninterrupted_model(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The restarted workers run from warm spares, as on a GPU host (this test's 2 workers
+    # get them by default only on a machine of 4 CPUs or more).
+    monkeypatch.setenv("TENTER_WARM_WORKERS", "1")
     train = str(REPO / "examples" / "elastic" / "train.py")
     job: dict[str, object] = {
         "instance_count": 2,

@@ -1,6 +1,6 @@
 """Warm workers: a restarted worker runs from a spare that had torch imported, and starts as a
 fresh worker would (the exact resume of a killed training is tests/launch/test_elastic.py's,
-which runs with warm workers, the default)."""
+which runs with warm workers); spares are kept by default where the machine has the CPUs."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tenter.launch import warm as warm_pool
 from tenter.launch.processes import env_of
 from tests.conftest import AS_A_BACKGROUND_JOB, SCRIPTS, Background, assert_nothing_left, tenter
 from tests.launch.specs import write_spec
@@ -31,6 +32,25 @@ they start with the defaults (and Python's KeyboardInterrupt for SIGINT)."""
 
 PER_RUN = {"MASTER_PORT", "TENTER_WARM_WORKERS"}
 """Differ from one run to the next by design (the store's port), or by the test's choice."""
+
+
+@pytest.mark.parametrize(
+    ("setting", "cpus", "workers", "on"),
+    [
+        ("", 96, 8, True),  # a p4d host: 8 GPUs' workers, 96 vCPUs
+        ("", 2, 4, False),  # 2 simulated hosts x 2 workers on a 2-CPU machine
+        ("", 2, 1, True),
+        ("", 3, 2, False),
+        ("1", 2, 4, True),  # forced on, or off, whatever the machine
+        ("0", 96, 8, False),
+    ],
+)
+def test_spares_are_kept_by_default_where_there_are_two_cpus_per_worker(
+    setting: str, cpus: int, workers: int, on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(warm_pool.ENABLED_ENV, setting)
+    monkeypatch.setattr(warm_pool.os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    assert warm_pool.enabled(workers) is on
 
 
 def _starts(job_dir: Path) -> dict[str, dict[str, Any]]:

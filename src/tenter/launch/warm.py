@@ -10,7 +10,7 @@ Spares are separate processes that import torch themselves, not forks of a proce
 did: torch's thread pools (OpenMP, gloo) do not survive a fork.
 
 A worker is started fresh (the slow way, with the same result) when no spare can stand in
-for it: warm workers are off (``TENTER_WARM_WORKERS=0``), the command is not tenter's
+for it: warm workers are off (see :func:`enabled`), the command is not tenter's
 bootstrap under this Python, the working directory differs, or the environment differs from
 the spare's in a variable that may be read at start-up (only :data:`PER_WORKER` may
 differ).
@@ -42,7 +42,14 @@ from tenter.runtime.warm import PRELOAD, TITLE_ROOM, WAIT_FLAG, Handoff
 logger = logging.getLogger(__name__)
 
 ENABLED_ENV = "TENTER_WARM_WORKERS"
-"""``0`` starts every worker fresh; anything else (the default) uses warm workers."""
+"""``0`` starts every worker fresh, ``1`` keeps spares; unset (the default), spares are kept
+where the machine has the CPUs for them (:func:`enabled`)."""
+
+CPUS_PER_WORKER = 2
+"""The CPUs a machine needs per worker for spares to pay: a worker's and its spare's. With
+fewer, a spare importing torch (seconds of CPU, 1 s after every start) takes them from the
+workers' own start: on a 2-CPU machine a no-op job of 2 x 2 workers took 11.2 s with spares
+and 7.1 s without (``benchmarks/launch_overhead.py``), a 27% longer test suite."""
 
 PER_WORKER = frozenset(
     {
@@ -84,8 +91,14 @@ PIPE_SIZE = 1 << 20
 spare that is still importing torch."""
 
 
-def enabled() -> bool:
-    return os.environ.get(ENABLED_ENV, "1") != "0"
+def enabled(workers_here: int) -> bool:
+    """Whether to keep spares for ``workers_here`` workers that share this machine's CPUs:
+    as :data:`ENABLED_ENV` says, else if the CPUs this process may use are at least
+    :data:`CPUS_PER_WORKER` per worker (a GPU host's are: 8 workers, 96 or more CPUs)."""
+    setting = os.environ.get(ENABLED_ENV, "")
+    if setting:
+        return setting != "0"
+    return len(os.sched_getaffinity(0)) >= CPUS_PER_WORKER * workers_here
 
 
 @dataclass
@@ -123,10 +136,25 @@ class WarmPool:
 
     @classmethod
     def for_workers(
-        cls, command: Sequence[str], size: int, env: Mapping[str, str], cwd: str
+        cls,
+        command: Sequence[str],
+        size: int,
+        env: Mapping[str, str],
+        cwd: str,
+        workers_here: int,
     ) -> WarmPool | None:
-        """The pool for workers that run ``command``; None if they cannot be warm."""
-        if not enabled() or list(command[1:3]) != ["-m", BOOTSTRAP]:
+        """The pool of ``size`` spares for workers that run ``command``; None if they cannot
+        be warm or warm workers are off for ``workers_here`` workers on this machine."""
+        if list(command[1:3]) != ["-m", BOOTSTRAP]:
+            return None
+        if not enabled(workers_here):
+            logger.info(
+                "warm workers off (%s=%s, %d workers on %d CPUs): workers start fresh",
+                ENABLED_ENV,
+                os.environ.get(ENABLED_ENV, "unset"),
+                workers_here,
+                len(os.sched_getaffinity(0)),
+            )
             return None
         return cls(command[0], size, env, cwd)
 

@@ -87,7 +87,15 @@ def main(argv: list[str]) -> int:
     workers_env = dict(os.environ)
     # The agent serves the workers' store itself, on the host's address (see rendezvous).
     os.environ[rendezvous.SHARED_STORE_OPT_OUT] = "1"
-    pool = WarmPool.for_workers(plan.command, plan.procs_per_host, workers_env, plan.cwd)
+    # The local backend's simulated hosts share this machine's CPUs.
+    hosts_here = len(plan.hosts) if plan.backend == "local" else 1
+    pool = WarmPool.for_workers(
+        plan.command,
+        plan.procs_per_host,
+        workers_env,
+        plan.cwd,
+        workers_here=hosts_here * plan.procs_per_host,
+    )
     handler = None
     try:
         _install_stop_handlers(plan, host)
