@@ -261,6 +261,7 @@ class Supervisor:
             if reason is not None:
                 stopped_at = time.time()
                 self._stop()
+            self._last_ledger_pass()
             self.events.print_new()
         finally:
             self._store = None
@@ -331,6 +332,14 @@ class Supervisor:
         # A pass reads the records once but reckons over all of them: a long job's passes
         # are spaced out so that they take at most 1/LEDGER_SHARE of a core.
         self._next_ledger = started + max(LEDGER_S, LEDGER_SHARE * (time.monotonic() - started))
+
+    def _last_ledger_pass(self) -> None:
+        """Once the ranks are gone: what their last steps show. A job that ended between two
+        passes (or within its first) has its stragglers named all the same, as any later
+        reading of its records names them."""
+        if self._next_ledger != float("inf"):  # unless the ledger was given up
+            self._next_ledger = 0.0
+            self._keep_ledger()
 
     def _ledger_pass(self) -> None:
         if self._ledger is None:
