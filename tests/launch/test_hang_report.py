@@ -77,6 +77,38 @@ def test_frozen_import_frames_are_not_shown_as_where_a_rank_is() -> None:
     assert "<frozen" not in text
 
 
+HELPER_THREAD = """Thread 0x00007f4197cff6c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 629 in wait
+  File "/src/tenter/runtime/flight_recorder.py", line 52 in _serve
+  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
+"""
+MAIN_THREAD = """Current thread 0x00007f41b808db80 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 629 in wait
+  File "/tests/launch/scripts/hang.py", line 14 in <module>
+  File "<frozen runpy>", line 291 in run_path
+  File "/src/tenter/runtime/bootstrap.py", line 145 in <module>
+  File "<frozen runpy>", line 198 in _run_module_as_main
+"""
+"""A worker's faulthandler dump (CI run 10 of 2026-11-26, shortened): the threads other than
+the main one come first."""
+
+
+def test_where_a_rank_is_comes_from_its_main_thread_once_its_dump_is_whole() -> None:
+    whole = HELPER_THREAD + "\n" + MAIN_THREAD
+    # The reader may find the dump half written: it waits for the main thread's last frame.
+    for partial in (HELPER_THREAD, whole[: whole.index("hang.py")], whole[:-20]):
+        assert not hang.is_complete(partial)
+    assert hang.is_complete(whole)
+    text = hang.report([rank(0, "done")], {0: whole}, 110.0, {})
+    assert 'now at:\n    File "/tests/launch/scripts/hang.py", line 14 in <module>' in text
+    # The kernel may hand the signal to another thread: "Current thread" is then that one.
+    swapped = whole.replace("Current thread", "Thread").replace(
+        "Thread 0x00007f4197cff6c0", "Current thread 0x00007f4197cff6c0"
+    )
+    assert hang.is_complete(swapped)
+    assert 'hang.py", line 14' in hang.report([rank(0, "done")], {0: swapped}, 110.0, {})
+
+
 def test_an_exit_status_is_not_a_signal_and_oom_is_named_only_when_counted() -> None:
     assert exit_meaning(137).startswith("exit code 137 (the process exited with it")
     assert exit_meaning(-9, oom_kills=2).endswith("out-of-memory killer (2 OOM kills in the job)")

@@ -113,14 +113,37 @@ def _ranges(ranks: list[int]) -> str:
     return ", ".join(parts)
 
 
+OUTERMOST_FRAME = "in _run_module_as_main"
+"""The last line of a worker's main-thread stack: every worker runs ``python -m`` (tenter's
+bootstrap, fresh or warm). faulthandler writes the main thread, the oldest, last."""
+
+
+def _main_thread(stacks: str) -> str:
+    """The main thread's block of a faulthandler dump: the one that ends in the interpreter's
+    outermost frame (the thread that took the signal, "Current thread", is usually the main
+    one, but the kernel may hand a process's signal to any of its threads); else the current
+    thread's, else the first."""
+    blocks = [b for b in stacks.split("\n\n") if "most recent call first" in b]
+    for pick in (lambda b: b.rstrip().endswith(OUTERMOST_FRAME), lambda b: "Current thread" in b):
+        found = next((b for b in blocks if pick(b)), None)
+        if found is not None:
+            return found
+    return blocks[0] if blocks else ""
+
+
+def is_complete(stacks: str) -> bool:
+    """Whether a dump has been written to the end of its main thread: faulthandler writes it
+    in pieces from the rank's signal handler, so a reader can find half of it."""
+    return _main_thread(stacks).rstrip().endswith(OUTERMOST_FRAME)
+
+
 def _innermost_frames(stacks: str, count: int = 3) -> list[str]:
     """The main thread's innermost frames from a faulthandler dump."""
-    blocks = stacks.split("\n\n")
-    main = next(
-        (b for b in blocks if "most recent call first" in b and "Current thread" in b),
-        blocks[0] if blocks else "",
-    )
-    frames = [line.strip() for line in main.splitlines() if line.strip().startswith("File ")]
+    frames = [
+        line.strip()
+        for line in _main_thread(stacks).splitlines()
+        if line.strip().startswith("File ")
+    ]
     # The user's own code says more than the stdlib, torch or import-machinery frames it is
     # blocked in.
     own = [f for f in frames if "/lib/python3" not in f and not f.startswith('File "<frozen')]
@@ -128,20 +151,25 @@ def _innermost_frames(stacks: str, count: int = 3) -> list[str]:
 
 
 def collect_stacks(progress: list[RankProgress]) -> dict[int, str]:
-    """Ask every rank for its stacks and wait (briefly) for them to be written."""
+    """Ask every rank for its stacks and wait (up to STACKS_WAIT_S) until each has written
+    them whole; a rank that has not by then is reported with what it wrote."""
     asked = [p for p in progress if p.state != EXITING]  # no stack dump left to answer
     for p in asked:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGUSR1)
     deadline = time.monotonic() + STACKS_WAIT_S
     stacks: dict[int, str] = {}
-    while time.monotonic() < deadline and len(stacks) < len(asked):
+    complete: set[int] = set()
+    while True:
         for p in asked:
             path = Path(f"{p.stem}.stacks")
-            if p.rank not in stacks and path.exists() and path.stat().st_size:
+            if p.rank not in complete and path.exists() and path.stat().st_size:
                 stacks[p.rank] = path.read_text(errors="replace")
+                if is_complete(stacks[p.rank]):
+                    complete.add(p.rank)
+        if len(complete) == len(asked) or time.monotonic() >= deadline:
+            return stacks
         time.sleep(0.05)
-    return stacks
 
 
 def process_state(pid: int) -> str:
