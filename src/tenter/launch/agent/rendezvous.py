@@ -142,6 +142,7 @@ def join_planned(plan: Plan, host: HostPlan, rdzv_port: str) -> Round:
     client = TCPStore(store_addr.strip("[]"), int(store_port), is_master=False, timeout=timeout)
     store = PrefixStore(PLANNED_ROUND_PREFIX.format(run_id=plan.run_id(host)), client)
     group_rank, hosts = host.index % plan.hosts_per_group, plan.hosts_per_group
+    logger.info("joining the planned first round as group rank %d of %d", group_rank, hosts)
     served = serve_workers_store(store, WORKERS_STORE_KEY, host.addr) if group_rank == 0 else None
     deadline = time.monotonic() + plan.join_timeout
     # Short looks, not one blocking get: a stop signal is handled between two.
@@ -153,7 +154,7 @@ def join_planned(plan: Plan, host: HostPlan, rdzv_port: str) -> Round:
             )
         time.sleep(PLANNED_POLL_S)
     master_addr, master_port = workers_store_at(store, WORKERS_STORE_KEY)
-    logger.info("joined the planned first round as group rank %d of %d", group_rank, hosts)
+    logger.info("joined the planned first round: workers' store at %s:%d", master_addr, master_port)
     return Round(store, group_rank, hosts, master_addr, master_port, served, planned=True)
 
 
