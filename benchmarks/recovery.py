@@ -278,10 +278,11 @@ AGENT_REACTION = re.compile(
 file:line] ...``, in local time (torchrun's agent; torch's rendezvous under either)."""
 TENTER_AGENT_REACTION = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) tenter\.launch\.agent\S*: "
-    r".*(failed \(exit code|hosts wait to join)"
+    r".*(failed \(exit code|hosts wait to join|joining the planned first round)"
 )
 """tenter's agent's own line for the same: ``2026-11-23 23:32:18,069 tenter.launch.agent.host:
-rank 1 (pid N) failed (exit code -9)``, in local time."""
+rank 1 (pid N) failed (exit code -9)``, in local time; a fixed job's first round (a resumed
+run's, after a preemption) is its own, not torch's."""
 
 
 def _reactions(logs: list[Path]) -> list[float]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tenter.contract.placeholders import SLURM_NIC
 from tenter.contract.plan import Plan
 from tenter.contract.worker import is_placement
 from tenter.launch.api import get_backend
@@ -112,5 +113,6 @@ def test_placement_variables_are_what_differs() -> None:
     """The exceptions are real: each backend does place the job differently."""
     local, slurm = local_like("local")[0], local_like("slurm")[0]
     assert local["MASTER_ADDR"] != slurm["MASTER_ADDR"]
-    assert local["NCCL_SOCKET_IFNAME"] == "lo" and slurm["NCCL_SOCKET_IFNAME"] == "eth0"
+    # Slurm's nodes learn theirs: the interface of their NodeAddr.
+    assert local["NCCL_SOCKET_IFNAME"] == "lo" and slurm["NCCL_SOCKET_IFNAME"] == SLURM_NIC
     assert in_pods()["TENTER_CHECKPOINT_DIR"] == "/opt/ml/checkpoints"

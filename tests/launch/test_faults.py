@@ -125,6 +125,10 @@ def test_elastic_summary_after_a_lost_host_names_the_survivors(tmp_path: Path) -
     assert lost == "host algo-1 lost: its agent was killed by SIGKILL\n"
     assert (hosts / "algo-2/output/success").exists()
     assert json.loads((job.job_dir / "summary.json").read_text())["hosts"] == 1
+    # An elastic membership: every round, the first too, is torch's rendezvous'.
+    events = [json.loads(e) for e in (job.job_dir / "events.jsonl").read_text().splitlines()]
+    rounds = [(e["host"], e["attempt"], e["planned"]) for e in events if e["event"] == "rendezvous"]
+    assert sorted(rounds) == [("algo-1", 0, False), ("algo-2", 0, False), ("algo-2", 1, False)]
     assert_nothing_left(job.job_dir)
 
 

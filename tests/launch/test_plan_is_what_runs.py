@@ -16,7 +16,7 @@ import pytest
 
 from tenter.contract.placeholders import MASTER_PORT, SLURM_NIC, resolve, slurm_node
 from tenter.contract.plan import Plan
-from tenter.jobdir.layout import PLAN_FILE
+from tenter.jobdir.layout import EVENTS_FILE, PLAN_FILE
 from tenter.jobdir.records import workers_store_ports
 from tests.conftest import SCRIPTS, assert_nothing_left, tenter
 from tests.launch.backends import BACKENDS, Backend, ready
@@ -74,4 +74,9 @@ def test_every_rank_gets_exactly_its_planned_environment(name: str) -> None:
             assert unplanned == {}, f"rank {rank.rank}"
             seen_ranks.append(int(seen["RANK"]))
     assert sorted(seen_ranks) == list(range(backend.world))
+    # A fixed membership: the agents started in the plan's round, not one of torch's.
+    events = [json.loads(line) for line in (done.job_dir / EVENTS_FILE).read_text().splitlines()]
+    rounds = [(e["host"], e["planned"]) for e in events if e["event"] == "rendezvous"]
+    agents = [] if name == "mpi" else [(h.name, True) for h in plan.hosts]
+    assert sorted(rounds) == agents
     assert_nothing_left(done.job_dir)

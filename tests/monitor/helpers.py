@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from tenter.contract.plan import Plan
+from tenter.jobdir import layout
 from tenter.launch import api
 from tenter.launch.supervisor import create_job_dir
 from tenter.monitor.records import rank_file
@@ -32,7 +33,7 @@ def fake_job(hosts: int = 2, procs: int = 2, *, step_s: dict[int, float] | None 
     index = Path(plan.job_dir) / "logs" / "index.jsonl"
     for host in plan.hosts:
         for r in host.ranks:
-            entry = {"stem": r.stdout.removesuffix(".stdout"), "rank": r.rank}
+            entry = {"stem": layout.rank_stem(r.stdout, layout.STDOUT_SUFFIX), "rank": r.rank}
             entry |= {"local_rank": r.local_rank, "host": host.name, "attempt": 0}
             with open(index, "a") as fp:
                 fp.write(json.dumps(entry) + "\n")

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from tenter.contract.placeholders import SLURM_NIC
+from tenter.launch.api import get_backend
 from tenter.spec import SpecError, load
 from tests.conftest import REPO, SCRIPTS, tenter
 
@@ -159,3 +161,43 @@ def test_bad_flag_value_exits_2_naming_the_field_and_writes_nothing(tmp_path: Pa
     assert done.returncode == 2
     assert "slurm.partition: 'gpu$(id)' holds '$', '(', ')'" in done.stderr
     assert "Traceback" not in done.stderr and not home.exists()
+
+
+def test_network_interface_is_a_name_and_only_for_real_hosts() -> None:
+    bad = "is not a network interface name: 1 to 15 letters, digits and _ . : -"
+    real = {"backend": "mpi", "instance_type": "ml.p4d.24xlarge"}
+    assert problems({**real, "mpirun": {"network_interface": "eth0; id"}}) == [
+        f"mpirun.network_interface: 'eth0; id' {bad} (e.g. eth0, ens5; `ip -br addr` on a "
+        "host lists them)"
+    ]
+    assert problems({"backend": "slurm", "slurm": {"network_interface": "x" * 16}})[0].startswith(
+        f"slurm.network_interface: '{'x' * 16}' {bad}"
+    )
+    assert problems({"backend": "mpi", "mpirun": {"network_interface": "ens5"}}) == [
+        "mpirun.network_interface: 'ens5': hosts simulated on this machine use loopback; set a "
+        "catalog instance_type with isolation: none for real hosts, or remove it"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("backend", "block", "expected"),
+    [
+        ("mpi", {}, "eth0"),  # SageMaker's name, mpirun's ranks cannot learn it
+        ("mpi", {"mpirun": {"network_interface": "ens5"}}, "ens5"),
+        ("slurm", {}, SLURM_NIC),  # learned on each node: its NodeAddr's interface
+        ("slurm", {"slurm": {"network_interface": "ens5"}}, "ens5"),
+    ],
+)
+def test_real_hosts_sockets_use_the_given_interface_or_the_backends_default(
+    backend: str, block: dict[str, Any], expected: str
+) -> None:
+    fields = {"backend": backend, "instance_type": "ml.p4d.24xlarge", "instance_count": 2}
+    spec, _ = load({**BASE, **fields, **block}, REPO)
+    plan = get_backend(backend).dryrun(spec, "nic-1")
+    host = plan.hosts[1]
+    env = plan.process_env(host, host.ranks[0])
+    assert (env["NCCL_SOCKET_IFNAME"], env["SM_NETWORK_INTERFACE_NAME"]) == (expected, expected)
+    if backend == "mpi":
+        argv = " ".join(plan.launcher)
+        assert f"btl_tcp_if_include {expected}" in argv
+        assert f"oob_tcp_if_include {expected}" in argv

@@ -67,7 +67,7 @@ class HostPlan:
     addr: str
     """The host's address. Simulated hosts each get their own loopback address (isolated
     hosts: :func:`tenter.contract.isolation.host_addr`), ordered so that torch elastic's
-    rendezvous gives host i the group rank i."""
+    rendezvous gives host i the group rank i, as a job's planned first round does."""
     dir: str
     """The host's SageMaker ``/opt/ml`` directory."""
     env: dict[str, str]
@@ -400,8 +400,8 @@ def make_plan(
                         ),
                         "TORCHELASTIC_ERROR_FILE": layout.error_file(log),
                     },
-                    stdout=f"{log}.stdout",
-                    stderr=f"{log}.stderr",
+                    stdout=layout.stdout_file(log),
+                    stderr=layout.stderr_file(log),
                     error_file=layout.error_file(log),
                 )
             )

@@ -14,6 +14,7 @@
 <job_dir>/report/                    ``tenter report``'s plots and report.md
 <job_dir>/checkpoints/               the job's checkpoints (unless the spec names a dir)
 <job_dir>/logs/rank-<N>.stdout|.stderr|.error.json   (restarts: rank-<N>.<host>.attempt-<K>.*)
+<job_dir>/logs/rank-<N>.watch|.stacks|.finished      progress, stacks on demand, "returned"
 <job_dir>/logs/index.jsonl           which log files exist, for which rank, host and attempt
 <job_dir>/logs/agent-<host>[.<K>].log   each host agent's own log (K: its K-th replacement)
 <job_dir>/logs/launcher.log, mpirun.log, lighthouse.log, store.log, replica-<G>.step
@@ -66,6 +67,12 @@ ERROR_FILE_SUFFIX = ".error.json"
 """A rank's error file: its log stem and this (torch's error-file convention)."""
 FINISHED_SUFFIX = ".finished"
 """A rank's log stem and this: its script returned (see ``contract.torchrun.finished_marker``)."""
+STDOUT_SUFFIX, STDERR_SUFFIX = ".stdout", ".stderr"
+"""A rank's log stem and these: its output."""
+WATCH_SUFFIX = ".watch"
+"""A rank's log stem and this: its progress record (``TENTER_WATCH_FILE``, the hang watch)."""
+STACKS_SUFFIX = ".stacks"
+"""A rank's log stem and this: its stacks, dumped when the launcher asks (SIGUSR1)."""
 HOST_SUBDIRS = (
     "input/config",
     "input/data",
@@ -102,6 +109,27 @@ def rank_log_stem(
 def error_file(stem: str | os.PathLike[str]) -> str:
     """The error file of the rank whose logs are ``stem``.*."""
     return f"{stem}{ERROR_FILE_SUFFIX}"
+
+
+def stdout_file(stem: str | os.PathLike[str]) -> str:
+    return f"{stem}{STDOUT_SUFFIX}"
+
+
+def stderr_file(stem: str | os.PathLike[str]) -> str:
+    return f"{stem}{STDERR_SUFFIX}"
+
+
+def watch_file(stem: str | os.PathLike[str]) -> str:
+    return f"{stem}{WATCH_SUFFIX}"
+
+
+def stacks_file(stem: str | os.PathLike[str]) -> str:
+    return f"{stem}{STACKS_SUFFIX}"
+
+
+def rank_stem(rank_file: str, suffix: str) -> str:
+    """The log stem of a rank's file named ``<stem><suffix>``."""
+    return rank_file.removesuffix(suffix)
 
 
 def rank_file(job_dir: str | os.PathLike[str], rank: int) -> Path:

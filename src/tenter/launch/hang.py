@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from tenter.contract.plan import Plan
+from tenter.jobdir import layout
 from tenter.launch.console import read_index
 
 STACKS_WAIT_S = 3.0
@@ -84,7 +85,7 @@ def read_progress(plan: Plan) -> list[RankProgress]:
         if e["attempt"] != last[e["host"]]:
             continue
         try:
-            raw = Path(f"{e['stem']}.watch").read_bytes().split(b"\n", 1)[0]
+            raw = Path(layout.watch_file(str(e["stem"]))).read_bytes().split(b"\n", 1)[0]
             data = json.loads(raw)
         except (OSError, ValueError):
             continue
@@ -162,7 +163,7 @@ def collect_stacks(progress: list[RankProgress]) -> dict[int, str]:
     complete: set[int] = set()
     while True:
         for p in asked:
-            path = Path(f"{p.stem}.stacks")
+            path = Path(layout.stacks_file(p.stem))
             if p.rank not in complete and path.exists() and path.stat().st_size:
                 stacks[p.rank] = path.read_text(errors="replace")
                 if is_complete(stacks[p.rank]):
@@ -239,6 +240,6 @@ def report(
         lines.append("no suspect: every rank answered and all are at the same collective and step")
     lines.append(
         "every rank's stacks: "
-        + ", ".join(sorted({f"{Path(p.stem).name}.stacks" for p in progress}))
+        + ", ".join(sorted({Path(layout.stacks_file(p.stem)).name for p in progress}))
     )
     return "\n".join(lines)

@@ -266,8 +266,8 @@ def collect_failures(
                 timestamp=timestamp,
                 message=message,
                 traceback=traceback,
-                stderr_tail="" if traceback else _tail(f"{stem}.stderr"),
-                log=f"{stem}.stderr",
+                stderr_tail="" if traceback else _tail(layout.stderr_file(stem)),
+                log=layout.stderr_file(stem),
                 secondary=killed_by_us or bool(_PEER_ERROR.search(message + traceback)),
             )
         )

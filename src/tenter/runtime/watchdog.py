@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tenter.jobdir import layout
 from tenter.runtime import flight_recorder
 
 RECORD_BYTES = 4096
@@ -106,7 +107,7 @@ def _watched(record: ProgressRecord, name: str, fn: Callable[..., Any]) -> Calla
 def install(path: str) -> None:
     job_dir = os.environ.get("TENTER_JOB_DIR")
     if job_dir:
-        flight_recorder.enable(path.removesuffix(".watch"), job_dir)
+        flight_recorder.enable(layout.rank_stem(path, layout.WATCH_SUFFIX), job_dir)
     record = ProgressRecord(path)
     for name in COLLECTIVES:
         if hasattr(dist, name):
@@ -129,7 +130,8 @@ def install(path: str) -> None:
         return destroy(*args, **kwargs)
 
     dist.destroy_process_group = leaving
-    stacks = open(path.removesuffix(".watch") + ".stacks", "w")  # noqa: SIM115 (lives with the process)
+    stem = layout.rank_stem(path, layout.WATCH_SUFFIX)
+    stacks = open(layout.stacks_file(stem), "w")  # noqa: SIM115 (lives with the process)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
 
     def at_exit() -> None:

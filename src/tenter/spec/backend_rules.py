@@ -69,9 +69,19 @@ def _mpirun_problems(spec: JobSpec, itype: InstanceType) -> list[Problem]:
                     f"is also set in custom_mpi_options ('{custom[name]}'); keep one",
                 )
             )
+    simulated = itype.is_local or spec.isolation != "none"
+    if spec.mpirun.network_interface and simulated:
+        out.append(
+            Problem(
+                "mpirun.network_interface",
+                f"'{spec.mpirun.network_interface}': hosts simulated on this machine use "
+                f"{'loopback' if itype.is_local else 'eth0 of their own namespaces'}; set a "
+                "catalog instance_type with isolation: none for real hosts, or remove it",
+            )
+        )
     if spec.mpirun.hostfile:
         path = "mpirun.hostfile"
-        if itype.is_local or spec.isolation != "none":
+        if simulated:
             out.append(
                 Problem(
                     path,

@@ -2,6 +2,7 @@
 
 mpirun:
   hostfile: hosts.txt          # Open MPI's hostfile: the job's hosts are its first N
+  network_interface: ens5      # the hosts' NIC (default eth0, SageMaker's name)
   mca:                         # more MCA parameters, over tenter's defaults
     btl_tcp_if_include: ens5
     plm_rsh_args: "-p 2222"
@@ -16,12 +17,27 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from tenter.spec.base import StrictModel
 
 _MCA_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}$")
+
+
+def _nic(value: str) -> str:
+    if not _NIC_NAME.match(value):
+        raise ValueError(
+            f"{value[:40]!r} is not a network interface name: 1 to 15 letters, digits and "
+            "_ . : - (e.g. eth0, ens5; `ip -br addr` on a host lists them)"
+        )
+    return value
+
+
+NicName = Annotated[str, AfterValidator(_nic)]
+"""A Linux network interface's name."""
 MAX_HOSTFILE_BYTES = 1 << 20
 """A hostfile longer than this is no hostfile (and is not read whole)."""
 
@@ -30,6 +46,11 @@ class MpirunOptions(StrictModel):
     hostfile: str | None = None
     """Open MPI's hostfile (``host slots=N`` per line; relative to the spec file). The job's
     hosts are its first ``instance_count`` hosts, in order; mpirun gets it as ``--hostfile``."""
+    network_interface: NicName | None = None
+    """The hosts' network interface: mpirun's TCP (``btl_tcp_if_include``,
+    ``oob_tcp_if_include``) and the ranks' sockets (``GLOO_SOCKET_IFNAME``,
+    ``NCCL_SOCKET_IFNAME``). Default ``eth0``, SageMaker's name; real hosts' often differ
+    (``ens5``, ``enp71s0``: ``ip -br addr`` on a host tells)."""
     mca: dict[str, str] = Field(default_factory=dict, max_length=256)
     """Extra MCA parameters (``--mca NAME VALUE``); a value replaces tenter's default."""
 

@@ -13,6 +13,7 @@ slurm:
   container_mounts:
     - {source: /fsx, target: /fsx}
   extra_directives: ["--mail-type=END", "--comment=nightly"]
+  network_interface: ens5      # default: the NIC of each node's NodeAddr, found on the node
 
 Values are written into the batch script, so each is checked here for what could break out of
 its line: a newline, a quote, a shell metacharacter. Only the rules of these values alone live
@@ -28,6 +29,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, field_validator
 
 from tenter.spec.base import StrictModel
+from tenter.spec.mpirun import NicName
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/@%+=#\-]+$")
 """What a value in an ``#SBATCH`` line may hold: no space, quote, newline, ``$``, backquote,
@@ -117,6 +119,10 @@ class SlurmOptions(StrictModel):
     mounts at their own paths (the agents read the plan there, the ranks write logs)."""
     container_python: SlurmValue = "python3"
     """The container's Python (with ``container_image``)."""
+    network_interface: NicName | None = None
+    """The nodes' network interface for the ranks' sockets (``GLOO_SOCKET_IFNAME``,
+    ``NCCL_SOCKET_IFNAME``). Default: on each node, the interface that carries its
+    ``NodeAddr`` (what ``scontrol show node`` says), found when the job starts there."""
     extra_directives: list[SbatchDirective] = Field(default_factory=list, max_length=64)
     """More ``#SBATCH`` lines, each a long option (``--mail-type=END``); not those tenter sets
     itself or those above."""

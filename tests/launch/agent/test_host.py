@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 from tenter.contract.plan import Plan, make_plan
 from tenter.jobdir.agent_result import AgentResult
 from tenter.jobdir.layout import EVENTS_FILE
+from tenter.launch.agent import rendezvous
 from tenter.launch.agent.host import AgentState, HostAgent
 from tenter.spec import load
 
@@ -83,9 +84,15 @@ def _plan(tmp_path: Path, script: str, max_restarts: int = 0) -> Plan:
     return plan
 
 
-def _run(plan: Plan, out: Path, handler: RendezvousHandler) -> tuple[HostAgent, AgentResult]:
+def _run(
+    plan: Plan,
+    out: Path,
+    handler: RendezvousHandler,
+    planned_round: Callable[[], rendezvous.Round] | None = None,
+) -> tuple[HostAgent, AgentResult]:
     host = plan.hosts[0]
-    agent = HostAgent(plan, host, handler, {"OUT": str(out), **plan.host_env(host)}, pool=None)
+    env = {"OUT": str(out), **plan.host_env(host)}
+    agent = HostAgent(plan, host, handler, env, pool=None, planned_round=planned_round)
     return agent, agent.run()
 
 
@@ -146,6 +153,25 @@ def test_run_restarts_without_using_a_restart_if_a_host_waits_to_join(
     assert (result.state, agent.state, handler.rounds) == ("SUCCEEDED", AgentState.SUCCEEDED, 2)
     second = _records(out)["rank-0.algo-1.attempt-1.error.json"]
     assert second["TORCHELASTIC_RESTART_COUNT"] == "0"
+
+
+def test_the_first_round_is_the_planned_one_and_a_new_round_torchs(
+    tmp_path: Path, out: Path
+) -> None:
+    plan = _plan(tmp_path, "import time\nif 'attempt-1' not in out: time.sleep(120)")
+    handler = OneHostRendezvous()
+    handler.waiting = 1  # a new round, once the planned one's workers run
+
+    def planned_round() -> rendezvous.Round:
+        store = dist.PrefixStore("planned", dist.HashStore())
+        return rendezvous.Round(store, 0, 1, "127.0.0.1", 29400, None, planned=True)
+
+    _, result = _run(plan, out, handler, planned_round)
+    assert (result.state, handler.rounds) == ("SUCCEEDED", 1)
+    events = (Path(plan.job_dir) / EVENTS_FILE).read_text().splitlines()
+    rounds = [json.loads(e) for e in events if '"rendezvous"' in e]
+    assert [(e["attempt"], e["planned"]) for e in rounds] == [(0, True), (1, False)]
+    assert _records(out)["rank-1.error.json"]["MASTER_PORT"] == "29400"
 
 
 def test_run_succeeds_and_notes_workers_that_crashed_at_exit_after_finishing(

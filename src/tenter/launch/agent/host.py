@@ -11,10 +11,13 @@
                       +--(a worker failed, no restart left)--> stop the workers --> FAILED
     any state --(a stop signal)--> stop the workers --> STOPPED
 
-A restart is a new rendezvous round: the hosts that are still there (and any joining) form
-the next world, as torchrun's agent does, and torch's rendezvous decides who is in it. A job of
-fixed membership restarts its workers within the round instead, when every host of the round
-joins the restart (:mod:`tenter.launch.agent.in_round`: no second of torch's rendezvous polls).
+A job of fixed membership starts in the round its plan gives
+(:func:`tenter.launch.agent.rendezvous.join_planned`: no round of torch's rendezvous); an
+agent started again on a host (after a partition) joins torch's. A restart is a new
+rendezvous round: the hosts that are still there (and any joining) form the next world, as
+torchrun's agent does, and torch's rendezvous decides who is in it. A job of fixed membership
+restarts its workers within the round instead, when every host of the round joins the restart
+(:mod:`tenter.launch.agent.in_round`: no second of torch's rendezvous polls).
 The per-rank environment is the worker contract's (:func:`tenter.contract.torchrun.
 torchrun_env`): ``TORCHELASTIC_RESTART_COUNT`` counts this host's failures, as torchrun's.
 """
@@ -25,7 +28,7 @@ import enum
 import logging
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +94,7 @@ class HostAgent:
         handler: RendezvousHandler,
         base_env: Mapping[str, str],
         pool: WarmPool | None,
+        planned_round: Callable[[], rendezvous.Round] | None = None,
     ) -> None:
         self.plan, self.host, self.handler = plan, host, handler
         self.base_env = dict(base_env)
@@ -105,6 +109,7 @@ class HostAgent:
         self.crashed_at_exit: list[WorkerFailure] = []
         # A fixed membership restarts within the round (in_round); elastic ones need a new round.
         self._in_round = plan.min_hosts == plan.max_hosts
+        self._planned_round = planned_round
         self._events = Path(plan.job_dir) / EVENTS_FILE
         self._stopping = stopping_marker(plan.job_dir, host.name)
 
@@ -155,19 +160,14 @@ class HostAgent:
         waiting = self.handler.num_nodes_waiting()
         if waiting > 0:  # membership changes use no restart, as torchrun's
             logger.info("%d hosts wait to join; restarting the workers", waiting)
-            self._restart(within_round=False)
+            self._restart_in_new_round()
         return None
 
-    def _restart(self, within_round: bool = True) -> None:
+    def _restart(self) -> None:
         """Stop the workers and start them again: within the round if the job's membership is
         fixed and every host joins, in a new rendezvous round otherwise."""
-        self._event("restart", remaining=self.remaining_restarts)
-        self._stop_workers(signal.SIGTERM)
-        if self.pool is not None:
-            # A failure within REFILL_DELAY_S of the start finds the pool still empty: the
-            # restarted workers take spares started now, while the rendezvous round forms.
-            self.pool.fill()
-        if within_round and self._in_round and self.round is not None:
+        self._stop_for_restart()
+        if self._in_round and self.round is not None:
             self.state = AgentState.RENDEZVOUS
             next_round = in_round.restart(self.round, self.handler, self.host.addr)
             if next_round is not None:
@@ -175,11 +175,30 @@ class HostAgent:
                 return
         self._start_round()
 
+    def _restart_in_new_round(self) -> None:
+        """Stop the workers and start them in a new round of torch's rendezvous, which the
+        hosts waiting to join enter."""
+        self._stop_for_restart()
+        self._start_round()
+
+    def _stop_for_restart(self) -> None:
+        self._event("restart", remaining=self.remaining_restarts)
+        self._stop_workers(signal.SIGTERM)
+        if self.pool is not None:
+            # A failure within REFILL_DELAY_S of the start finds the pool still empty: the
+            # restarted workers take spares started now, while the next round forms.
+            self.pool.fill()
+
     def _start_round(self) -> None:
         self.state = AgentState.RENDEZVOUS
         if self.round is not None:
             self.round.close()
-        self._start_workers(rendezvous.join(self.handler, self.host.addr))
+        # The job's first round as planned, if given; every later one is torch's (as is the
+        # first of an agent started again on a host: ``attempt`` goes on from its rounds).
+        if self.attempt < 0 and self._planned_round is not None:
+            self._start_workers(self._planned_round())
+        else:
+            self._start_workers(rendezvous.join(self.handler, self.host.addr))
 
     def _start_workers(self, round_: rendezvous.Round) -> None:
         self.round = round_
@@ -192,6 +211,7 @@ class HostAgent:
             world_size=hosts * self.plan.procs_per_host,
             attempt=self.attempt,
             restarts_in_round=round_.restarts,
+            planned=round_.planned,
         )
         if round_.workers_store is not None:
             self._event(WORKERS_STORE_EVENT, attempt=self.attempt, port=round_.master_port)
@@ -200,7 +220,7 @@ class HostAgent:
         for entry in entries:
             record_worker_logs(
                 logs,
-                entry.stdout.removesuffix(".stdout"),
+                layout.rank_stem(entry.stdout, layout.STDOUT_SUFFIX),
                 entry.rank,
                 entry.local_rank,
                 self.host.name,
@@ -238,7 +258,7 @@ class HostAgent:
             ),
             # torch's `record` (and tenter's bootstrap) write the worker's failure there.
             "TORCHELASTIC_ERROR_FILE": layout.error_file(stem),
-            **({"TENTER_WATCH_FILE": f"{stem}.watch"} if plan.hang_timeout else {}),
+            **({"TENTER_WATCH_FILE": layout.watch_file(stem)} if plan.hang_timeout else {}),
         }
         return WorkerEntry(
             rank=job_rank,
@@ -246,8 +266,8 @@ class HostAgent:
             argv=plan.command,
             env=env,
             cwd=plan.cwd,
-            stdout=f"{stem}.stdout",
-            stderr=f"{stem}.stderr",
+            stdout=layout.stdout_file(stem),
+            stderr=layout.stderr_file(stem),
             error_file=layout.error_file(stem),
         )
 

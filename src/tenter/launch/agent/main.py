@@ -1,8 +1,9 @@
 """``python -m tenter.launch.agent PLAN_JSON HOST_INDEX RDZV_PORT``: run one host of a job.
 
 The agent reads its host's part of the plan, joins the job's rendezvous (torch's c10d or etcd
-handler) with the host's address, runs the host's workers as the plan says, and writes what
-happened to ``agent-result.json`` in the host directory for the launcher to report.
+handler; a job of fixed membership starts in the round its plan gives) with the host's
+address, runs the host's workers as the plan says, and writes what happened to
+``agent-result.json`` in the host directory for the launcher to report.
 
 Signals: SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the workers with that signal (SIGKILL after
 the stop grace period) and end the agent as STOPPED. The launcher of a local job stops its
@@ -15,6 +16,7 @@ once the spec's ``checkpoint.preemption_grace`` has passed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -100,7 +102,12 @@ def main(argv: list[str]) -> int:
     try:
         _install_stop_handlers(plan, host)
         handler = rendezvous.create_handler(plan, host, rdzv_port)
-        agent = HostAgent(plan, host, handler, workers_env, pool)
+        planned = (
+            functools.partial(rendezvous.join_planned, plan, host, rdzv_port)
+            if rendezvous.planned(plan)
+            else None
+        )
+        agent = HostAgent(plan, host, handler, workers_env, pool, planned)
         result = agent.run()
         # What the report notes (the launcher sees this host succeed).
         failures = [*result.failures, *agent.finished_then_crashed()]

@@ -13,6 +13,14 @@ off with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), and so would the rank 0 work
 ``init_process_group`` if the workers served it themselves (``TCPStore`` binds a port of its
 own on every interface). Each round, and so each restart, gets a fresh store on a fresh port,
 so no worker ever reads a previous round's keys.
+
+A job of fixed membership (``min_hosts == max_hosts``, torch's c10d rendezvous) starts without
+a round of torch's rendezvous (:func:`join_planned`): the plan already gives every host its
+group rank (its place among the hosts, the order torch's rendezvous gives simulated hosts
+too), so the agents meet on the job's store under a prefix of their own, exchange the
+workers' store as above, and start. torch's round polls its state once a second, so the
+last host to join used to wait up to a second for nothing. A later round (a restart that
+cannot stay within the round, a host that comes back) is torch's, as before.
 """
 
 from __future__ import annotations
@@ -20,13 +28,15 @@ from __future__ import annotations
 import datetime
 import logging
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from torch.distributed import Store
+from torch.distributed import PrefixStore, Store, TCPStore
 from torch.distributed.elastic.rendezvous import (
     RendezvousHandler,
     RendezvousParameters,
+    RendezvousTimeoutError,
     registry,
 )
 
@@ -40,6 +50,10 @@ WORKERS_STORE_KEY = "tenter/workers-store"
 """In the round's store: ``ADDR:PORT`` of the workers' store (``MASTER_ADDR:MASTER_PORT``)."""
 FINISHED_KEY = "tenter/finished/{group_rank}"
 """In the round's store: set by each host whose workers all succeeded (the exit barrier)."""
+PLANNED_ROUND_PREFIX = "tenter/planned-round/{run_id}/"
+"""In the job's store: the keys of the first round of a job of fixed membership."""
+PLANNED_POLL_S = 0.01
+"""How often a host of the planned round looks for the workers' store (a store round trip)."""
 SHARED_STORE_OPT_OUT = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 """torch's switch that stops its rendezvous handler serving a store on all interfaces."""
 
@@ -76,6 +90,8 @@ class Round:
     until the round's next restart)."""
     restarts: int = 0
     """Restarts within the round so far (:mod:`tenter.launch.agent.in_round`)."""
+    planned: bool = False
+    """Formed as the plan has it (:func:`join_planned`), not by torch's rendezvous."""
 
     def close(self) -> None:
         self.workers_store = None  # its server stops with the object
@@ -108,6 +124,38 @@ def join(handler: RendezvousHandler, addr: str) -> Round:
     served = serve_workers_store(store, WORKERS_STORE_KEY, addr) if group_rank == 0 else None
     master_addr, master_port = workers_store_at(store, WORKERS_STORE_KEY)
     return Round(store, group_rank, hosts, master_addr, master_port, served)
+
+
+def planned(plan: Plan) -> bool:
+    """Whether the job's first round needs no rendezvous round of torch's: its membership
+    is fixed, and its store (c10d's, served by the launcher) can carry the round's keys."""
+    return plan.rdzv_backend == "c10d" and plan.min_hosts == plan.max_hosts
+
+
+def join_planned(plan: Plan, host: HostPlan, rdzv_port: str) -> Round:
+    """The job's first round as the plan has it (see the module's doc): blocks until group
+    rank 0 has published the workers' store, at most the rendezvous' join timeout."""
+    endpoint = resolve(plan.rdzv_endpoint, {RDZV_PORT: rdzv_port})
+    store_addr, _, store_port = endpoint.rpartition(":")
+    timeout = datetime.timedelta(seconds=plan.join_timeout)
+    # A client of the job's store: the launcher may start serving it after this agent.
+    client = TCPStore(store_addr.strip("[]"), int(store_port), is_master=False, timeout=timeout)
+    store = PrefixStore(PLANNED_ROUND_PREFIX.format(run_id=plan.run_id(host)), client)
+    group_rank, hosts = host.index % plan.hosts_per_group, plan.hosts_per_group
+    logger.info("joining the planned first round as group rank %d of %d", group_rank, hosts)
+    served = serve_workers_store(store, WORKERS_STORE_KEY, host.addr) if group_rank == 0 else None
+    deadline = time.monotonic() + plan.join_timeout
+    # Short looks, not one blocking get: a stop signal is handled between two.
+    while not store.check([WORKERS_STORE_KEY]):
+        if time.monotonic() > deadline:
+            raise RendezvousTimeoutError(
+                f"group rank 0 of the round did not start within join_timeout "
+                f"({plan.join_timeout} s)"
+            )
+        time.sleep(PLANNED_POLL_S)
+    master_addr, master_port = workers_store_at(store, WORKERS_STORE_KEY)
+    logger.info("joined the planned first round: workers' store at %s:%d", master_addr, master_port)
+    return Round(store, group_rank, hosts, master_addr, master_port, served, planned=True)
 
 
 def exit_barrier(round_: Round, timeout_s: float) -> None:

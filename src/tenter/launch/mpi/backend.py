@@ -87,10 +87,10 @@ class MpiBackend(SupervisedBackend):
                 addrs, mpi_hosts, nic = ["127.0.0.1"] * count, ["localhost"] * count, LOOPBACK_NIC
             elif spec.mpirun.hostfile:
                 addrs = mpi_hosts = hostfile_hosts(Path(spec.mpirun.hostfile))[:count]
-                nic = CLUSTER_NIC
+                nic = spec.mpirun.network_interface or CLUSTER_NIC
             else:
                 addrs = mpi_hosts = host_names(count)
-                nic = CLUSTER_NIC
+                nic = spec.mpirun.network_interface or CLUSTER_NIC
             plan = make_plan(
                 spec, job_id, tenter_home(), python, addrs=addrs, network_interface=nic
             )

@@ -21,7 +21,6 @@ import threading
 import time
 from pathlib import Path
 
-from tenter.contract.fabric import CLUSTER_NIC
 from tenter.contract.placeholders import SLURM_NIC, slurm_node
 from tenter.contract.plan import Plan, make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
@@ -69,7 +68,7 @@ class SlurmBackend:
             tenter_home(),
             python,
             addrs=[slurm_node(i) for i in range(spec.instance_count)],
-            network_interface=SLURM_NIC if itype.is_local else CLUSTER_NIC,
+            network_interface=spec.slurm.network_interface or SLURM_NIC,
         )
         script = Path(plan.job_dir) / SCRIPT
         return dataclasses.replace(
