@@ -101,13 +101,15 @@ def test_namespaces_and_links_go_when_their_creator_is_killed() -> None:
         line = OutputReader(creator.stdout).next_line(time.monotonic() + WAIT_S)
         assert line is not None
         holders = [psutil.Process(int(pid)) for pid in line.split()]
-        assert len(namespaces() - before_ns) == 4
+        created = namespaces() - before_ns
+        assert len(created) == 4
     finally:
         creator.kill()  # what the test does; also when the wait failed
     creator.wait(timeout=WAIT_S)
     _, alive = psutil.wait_procs(holders, timeout=10)
     assert not alive
-    assert namespaces() == before_ns
+    # The creator's own: other work on a shared machine may make and end namespaces meanwhile.
+    assert namespaces() & created == set()
     assert links() == before_links
 
 
