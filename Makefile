@@ -7,7 +7,9 @@
 # A GPU machine whose $(PYTHON) already imports a CUDA build of torch (matched to its driver)
 # keeps it: the venv sees it (--system-site-packages) and tenter's other packages are resolved
 # from pyproject's ranges beside it, since the locks pin torch 2.13.0 (TORCH=cpu forces the
-# locked CPU build instead).
+# locked CPU build instead). A $(PYTHON) that is itself a venv (GPU images install torch into
+# one) passes on only its base interpreter's packages: .venv is given its site-packages too
+# (machine-torch.pth).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -27,6 +29,8 @@ $(BIN)/tenter: pyproject.toml $(LOCK)
 ifeq ($(TORCH),system)
 	@echo "keeping this machine's CUDA torch: $$($(PYTHON) -c 'import torch; print(torch.__version__)')"
 	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PYTHON) -c "import site; print(*site.getsitepackages(), sep='\\n')" \
+		> "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/machine-torch.pth"
 	$(BIN)/$(PIP) $(WHEELS) -e ".[examples,plot,dev]"
 else
 	$(PYTHON) -m venv $(VENV)

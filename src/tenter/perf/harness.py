@@ -194,6 +194,17 @@ def unsupported(backend: str, type_name: str, op_name: str | None) -> str | None
                 "torch's nccl backend pre-multiplies only half, float, double and bfloat16; "
                 "choose one of those with -d"
             )
+        if type_name == "bfloat16":
+            # Seen on torch 2.11.0 (NCCL 2.28.9): every element came back wrong. No torch
+            # release tenter checks is known to carry the fix (pytorch/pytorch#190747).
+            return (
+                "torch's nccl backend hands NCCL bfloat16's pre-multiply factor as a 4-byte "
+                "float, which NCCL reads as 0 (pytorch/pytorch#190745); choose half, float "
+                "or double with -d"
+            )
+    if op_name == "avg" and type_name.startswith("f8") and backend == "nccl":
+        # Seen on NCCL 2.28.9: ncclInvalidArgument, which ends the run in the first call.
+        return "NCCL does not average fp8 tensors (ncclAvg); use -o sum, or a wider -d"
     if backend == "gloo" and op_name == "avg":
         if TorchVersion(torch.__version__) < _AVG_ON_GLOO:
             return (
