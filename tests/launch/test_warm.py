@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,56 @@ def test_spares_are_kept_by_default_where_there_are_two_cpus_per_worker(
     monkeypatch.setenv(warm_pool.ENABLED_ENV, setting)
     monkeypatch.setattr(warm_pool.os, "sched_getaffinity", lambda pid: set(range(cpus)))
     assert warm_pool.enabled(workers) is on
+
+
+@pytest.mark.parametrize(
+    ("setting", "cpus", "workers", "first"),
+    [
+        ("", 96, 8, True),  # spares kept, and the CPUs for them at the first start
+        ("1", 96, 8, True),
+        ("", 2, 1, True),
+        ("1", 2, 4, False),  # forced on without the CPUs: spares for restarts only
+        ("0", 96, 8, False),
+    ],
+)
+def test_the_first_workers_are_spares_only_where_the_cpus_are_there_for_them(
+    setting: str, cpus: int, workers: int, first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(warm_pool.ENABLED_ENV, setting)
+    monkeypatch.setattr(warm_pool.os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    assert warm_pool.early(workers) is first
+
+
+def test_the_agent_starts_its_spares_before_it_imports_torch() -> None:
+    # What the agent's command line imports before it starts the spares (tenter.launch.agent's
+    # main): torch's import, seconds, is what the spares run beside.
+    code = (
+        "import sys, tenter.launch.agent.main\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_where_the_cpus_allow_the_first_worker_is_a_spare_and_starts_as_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One worker on this 2-CPU machine: 2 CPUs per worker, so spares by default, from the start.
+    assert warm_pool.early(1)
+    starts = {}
+    for warm in ("", "0"):
+        monkeypatch.setenv("TENTER_WARM_WORKERS", warm)
+        monkeypatch.setenv("TENTER_HOME", str(tmp_path / f"home-{warm or 'default'}"))
+        done = tenter("run", str(write_spec(tmp_path, "record_start.py")))
+        assert done.returncode == 0, done.stderr
+        assert_nothing_left(done.job_dir)
+        starts[warm] = _starts(done.job_dir)
+        log = (done.job_dir / "logs/agent-algo-1.log").read_text()
+        assert ("starting 1 warm workers for the first start" in log) == (warm == ""), log
+    warm_start, fresh = starts[""]["rank-0.stdout"], starts["0"]["rank-0.stdout"]
+    assert warm_start["warm"] and not fresh["warm"]
+    assert {**warm_start, "warm": False} == fresh
 
 
 def _starts(job_dir: Path) -> dict[str, dict[str, Any]]:
@@ -160,7 +212,8 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     job.wait_for("ready")
     job_id = job.job_dir.name
     start = json.loads((job.job_dir / "start/rank-0.stdout.json").read_text())
-    assert not start["warm"]  # the first start never waits for a spare
+    # One worker on this 2-CPU machine: its spare was started with the agent.
+    assert start["warm"] is warm_pool.early(1)
     spare = _wait_for_spare(job_id, {start["pid"]})
     psutil.Process(spare).send_signal(signal.SIGKILL)
     _wait_for_spare(job_id, {start["pid"], spare})
@@ -182,8 +235,8 @@ def test_a_worker_is_titled_with_the_users_command_line_warm_or_fresh(
 ) -> None:
     monkeypatch.setenv("TENTER_WARM_WORKERS", warm)
     release = tmp_path / "release"
-    # The first start is always fresh (spares never delay it): the worker read is a restarted
-    # one, from a spare when the job has spares.
+    # The worker read is a restarted one, from a spare when the job has spares (a 1 x 1 job on
+    # this 2-CPU machine: its first worker may be a spare too).
     spec = write_spec(
         tmp_path,
         "titled.py",

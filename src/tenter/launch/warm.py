@@ -15,12 +15,15 @@ bootstrap under this Python, the working directory differs, or the environment d
 the spare's in a variable that may be read at start-up (only :data:`PER_WORKER` may
 differ).
 
-Spares never delay a start: the pool is first filled :data:`REFILL_DELAY_S` after the job's
-first workers started (fresh), and spares used are replaced as long after the restarted
-workers started; spares run at :data:`SPARE_NICE` (on a machine with few cores, importing
-torch competes with the workers' first steps). A worker that was a spare keeps that
-niceness: lowering it again needs a privilege agents do not have, and all of a host's
-restarted workers share it.
+Spares never delay a start. Where the machine has :data:`CPUS_PER_WORKER` CPUs per worker
+(:func:`early`), the pool is filled as the agent starts, before it imports torch itself: the
+spares' imports run beside the agent's, and the first workers are spares. Elsewhere it is
+first filled :data:`REFILL_DELAY_S` after the job's first workers started (fresh). Spares
+used are replaced as long after the restarted workers started, and run at
+:data:`SPARE_NICE` (on a machine with few cores, importing torch competes with the workers'
+first steps); a worker that was such a spare keeps that niceness: lowering it again needs a
+privilege agents do not have, and all of a host's restarted workers share it. The first
+spares run at the agent's niceness: no worker runs yet to give way to.
 """
 
 from __future__ import annotations
@@ -91,6 +94,10 @@ PIPE_SIZE = 1 << 20
 spare that is still importing torch."""
 
 
+def _cpus_to_spare(workers_here: int) -> bool:
+    return len(os.sched_getaffinity(0)) >= CPUS_PER_WORKER * workers_here
+
+
 def enabled(workers_here: int) -> bool:
     """Whether to keep spares for ``workers_here`` workers that share this machine's CPUs:
     as :data:`ENABLED_ENV` says, else if the CPUs this process may use are at least
@@ -98,7 +105,14 @@ def enabled(workers_here: int) -> bool:
     setting = os.environ.get(ENABLED_ENV, "")
     if setting:
         return setting != "0"
-    return len(os.sched_getaffinity(0)) >= CPUS_PER_WORKER * workers_here
+    return _cpus_to_spare(workers_here)
+
+
+def early(workers_here: int) -> bool:
+    """Whether the first workers are spares, started with the agent: only where spares are
+    kept and the CPUs are there for them, whatever :data:`ENABLED_ENV` forces (without the
+    CPUs, the spares' imports would compete with the agent's and delay the first start)."""
+    return enabled(workers_here) and _cpus_to_spare(workers_here)
 
 
 @dataclass
@@ -124,7 +138,9 @@ class WarmPool:
     """The spares of one host. All methods run on the agent's main thread: a spare's
     parent-death signal fires when the thread that started it ends."""
 
-    def __init__(self, python: str, size: int, env: Mapping[str, str], cwd: str) -> None:
+    def __init__(
+        self, python: str, size: int, env: Mapping[str, str], cwd: str, workers_here: int
+    ) -> None:
         self.command = [python, "-m", BOOTSTRAP]
         """The workers a spare can become: ``COMMAND SCRIPT|-m MODULE [ARGS...]``."""
         self._size = size
@@ -133,6 +149,7 @@ class WarmPool:
         variables, and their working directory."""
         self._spares: list[Spare] = []
         self._refill_at = math.inf  # not before the first workers started
+        self._workers_here = workers_here
 
     @classmethod
     def for_workers(
@@ -156,34 +173,41 @@ class WarmPool:
                 len(os.sched_getaffinity(0)),
             )
             return None
-        return cls(command[0], size, env, cwd)
+        return cls(command[0], size, env, cwd, workers_here)
+
+    def fill_first(self) -> None:
+        """Start the spares now, for the first workers, where :func:`early` says so (the
+        agent calls this before it imports torch)."""
+        if early(self._workers_here):
+            logger.info("starting %d warm workers for the first start", self._size)
+            self.fill(nice=0)
 
     def fill_later(self) -> None:
         """Fill the pool :data:`REFILL_DELAY_S` from now (the workers just started)."""
         self._refill_at = min(self._refill_at, time.monotonic() + REFILL_DELAY_S)
 
-    def fill(self, preload: Sequence[str] = PRELOAD) -> None:
-        """Start spares up to the pool's size, importing ``preload`` while they wait; replace
-        any that died waiting."""
+    def fill(self, preload: Sequence[str] = PRELOAD, nice: int = SPARE_NICE) -> None:
+        """Start spares up to the pool's size, at ``nice`` above the agent, importing
+        ``preload`` while they wait; replace any that died waiting."""
         for spare in [s for s in self._spares if s.proc.poll() is not None]:
             _lost(spare)
             self._spares.remove(spare)
         while len(self._spares) < self._size:
-            self._spares.append(self._start(preload))
+            self._spares.append(self._start(preload, nice))
 
     def fill_when_due(self) -> None:
         """Called often: refill once the workers that took spares have had their start."""
         if time.monotonic() >= self._refill_at:
             self.fill()
 
-    def _start(self, preload: Sequence[str]) -> Spare:
+    def _start(self, preload: Sequence[str], nice: int) -> Spare:
         proc = subprocess.Popen(
             [*self.command, WAIT_FLAG, *preload, TITLE_ROOM],
             env=self._env,
             cwd=self._cwd,
             stdin=subprocess.PIPE,  # the handoff; stdout and stderr: the agent's log
             start_new_session=True,  # as a fresh worker's: the agent signals its group
-            preexec_fn=worker_preexec(nice=SPARE_NICE),
+            preexec_fn=worker_preexec(nice=nice),
         )
         assert proc.stdin is not None
         fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)

@@ -1,80 +1,20 @@
 """``python -m tenter.launch.agent PLAN_JSON HOST_INDEX RDZV_PORT``: run one host of a job.
 
-The agent reads its host's part of the plan, joins the job's rendezvous (torch's c10d or etcd
-handler; a job of fixed membership starts in the round its plan gives) with the host's
-address, runs the host's workers as the plan says, and writes what happened to
-``agent-result.json`` in the host directory for the launcher to report.
-
-Signals: SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the workers with that signal (SIGKILL after
-the stop grace period) and end the agent as STOPPED. The launcher of a local job stops its
-agents with SIGTERM and preempts the job itself; it starts them with a parent-death signal, so
-a launcher that dies stops them as a cancel. On a scheduler's nodes (Slurm) SIGTERM comes
-from the scheduler (``scancel``, a preemption) and asks for a preemption: the agent writes the
-request its workers check at their step boundaries and lets them finish, stopping them only
-once the spec's ``checkpoint.preemption_grace`` has passed.
+The agent reads its host's part of the plan and starts the host's spare workers first, where
+the machine has the CPUs for them (:func:`tenter.launch.warm.early`): each spare imports torch
+while the agent imports it for the rendezvous, seconds each (4-5 s for a CUDA build on the
+H100 machine), so the first workers start from spares instead of after the agent's import.
+Nothing of torch is imported before that (a test holds this module to it); then
+:func:`tenter.launch.agent.run.run_host` does the rest.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import signal
-from types import FrameType
 
-from torch.distributed.elastic.rendezvous import RendezvousError
-
-from tenter.contract.placeholders import RDZV_PORT, resolve
-from tenter.contract.plan import HostPlan, Plan
-from tenter.jobdir.agent_result import AgentResult, write_result
-from tenter.jobdir.control import request_preemption
-from tenter.launch.agent import rendezvous
-from tenter.launch.agent.host import HostAgent, StopSignal
-from tenter.launch.signals import STOP_SIGNALS
+from tenter.contract.plan import Plan
 from tenter.launch.warm import WarmPool
-
-AGENT_SIGNALS = (*STOP_SIGNALS, signal.SIGQUIT)
-"""The signals that stop the agent: torchrun's (``TORCHELASTIC_SIGNALS_TO_HANDLE``)."""
-
-logger = logging.getLogger(__name__)
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise StopSignal(signum)
-
-
-def _install_stop_handlers(plan: Plan, host: HostPlan) -> None:
-    """Every stop signal stops the workers now; on a scheduler's node with a grace period, a
-    SIGTERM asks for a preemption first and arms a timer for the grace period, at whose end
-    the workers are stopped as that SIGTERM would have."""
-    for sig in AGENT_SIGNALS:
-        signal.signal(sig, _stop)
-    if plan.backend == "local" or not plan.preemption_grace:
-        return
-
-    def preempt(signum: int, frame: FrameType | None) -> None:
-        request_preemption(plan.job_dir, plan.preemption_grace, by=host.name)
-        signal.signal(signal.SIGALRM, lambda _, f: _stop(signal.SIGTERM, f))
-        if signal.getitimer(signal.ITIMER_REAL)[0] == 0:  # a second SIGTERM keeps the deadline
-            signal.setitimer(signal.ITIMER_REAL, plan.preemption_grace)
-
-    signal.signal(signal.SIGTERM, preempt)
-
-
-def _explain(error: Exception, plan: Plan, rdzv_port: str) -> str:
-    """What went wrong, naming the rendezvous endpoint and the underlying cause."""
-    text = f"{type(error).__name__}: {error}"
-    if error.__cause__ is not None:
-        text += f" (cause: {str(error.__cause__)[:300]})"
-    if isinstance(error, RendezvousError):
-        endpoint = resolve(plan.rdzv_endpoint, {RDZV_PORT: rdzv_port})
-        text = f"rendezvous ({plan.rdzv_backend} at {endpoint}) failed: {text}"
-        if plan.rdzv_backend == "etcd-v2":
-            text += (
-                "; check that etcd is reachable there and serves the v2 API "
-                "(etcd <= 3.5 started with --enable-v2; etcd 3.6 removed it)"
-            )
-    return text
 
 
 def main(argv: list[str]) -> int:
@@ -87,8 +27,6 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("torch.distributed.elastic").setLevel(logging.INFO)
     workers_env = dict(os.environ)
-    # The agent serves the workers' store itself, on the host's address (see rendezvous).
-    os.environ[rendezvous.SHARED_STORE_OPT_OUT] = "1"
     # The local backend's simulated hosts share this machine's CPUs.
     hosts_here = len(plan.hosts) if plan.backend == "local" else 1
     pool = WarmPool.for_workers(
@@ -98,31 +36,9 @@ def main(argv: list[str]) -> int:
         plan.cwd,
         workers_here=hosts_here * plan.procs_per_host,
     )
-    handler = None
-    try:
-        _install_stop_handlers(plan, host)
-        handler = rendezvous.create_handler(plan, host, rdzv_port)
-        planned = (
-            functools.partial(rendezvous.join_planned, plan, host, rdzv_port)
-            if rendezvous.planned(plan)
-            else None
-        )
-        agent = HostAgent(plan, host, handler, workers_env, pool, planned)
-        result = agent.run()
-        # What the report notes (the launcher sees this host succeed).
-        failures = [*result.failures, *agent.finished_then_crashed()]
-        result = AgentResult(result.state, failures, result.message)
-    except StopSignal as e:  # before the agent ran
-        result = AgentResult("STOPPED", [], str(e))
-    except Exception as e:  # rendezvous timeouts and the like: report, don't just die
-        logger.exception("agent of %s failed", host.name)
-        result = AgentResult("ERROR", [], _explain(e, plan, rdzv_port))
-    finally:
-        for sig in AGENT_SIGNALS:  # what is left is this host's own cleanup
-            signal.signal(sig, signal.SIG_IGN)
-        if handler is not None:
-            handler.shutdown()
-        if pool is not None:
-            pool.close()
-    write_result(host.dir, result)
-    return 0 if result.state == "SUCCEEDED" else 1
+    if pool is not None:
+        pool.fill_first()
+    # Imported here, not above: the spares import torch meanwhile.
+    from tenter.launch.agent.run import run_host
+
+    return run_host(plan, host, rdzv_port, workers_env, pool)

@@ -1,0 +1,111 @@
+"""One host's run, once its spares are started (:mod:`.main`): the stop signals, the
+rendezvous (torch's c10d or etcd handler; a job of fixed membership starts in the round its
+plan gives), the host's workers, and ``agent-result.json`` in the host directory for the
+launcher to report.
+
+Signals: SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the workers with that signal (SIGKILL after
+the stop grace period) and end the agent as STOPPED. The launcher of a local job stops its
+agents with SIGTERM and preempts the job itself; it starts them with a parent-death signal, so
+a launcher that dies stops them as a cancel. On a scheduler's nodes (Slurm) SIGTERM comes
+from the scheduler (``scancel``, a preemption) and asks for a preemption: the agent writes the
+request its workers check at their step boundaries and lets them finish, stopping them only
+once the spec's ``checkpoint.preemption_grace`` has passed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+from types import FrameType
+
+from torch.distributed.elastic.rendezvous import RendezvousError
+
+from tenter.contract.placeholders import RDZV_PORT, resolve
+from tenter.contract.plan import HostPlan, Plan
+from tenter.jobdir.agent_result import AgentResult, write_result
+from tenter.jobdir.control import request_preemption
+from tenter.launch.agent import rendezvous
+from tenter.launch.agent.host import HostAgent, StopSignal
+from tenter.launch.signals import STOP_SIGNALS
+from tenter.launch.warm import WarmPool
+
+AGENT_SIGNALS = (*STOP_SIGNALS, signal.SIGQUIT)
+"""The signals that stop the agent: torchrun's (``TORCHELASTIC_SIGNALS_TO_HANDLE``)."""
+
+logger = logging.getLogger(__name__)
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise StopSignal(signum)
+
+
+def _install_stop_handlers(plan: Plan, host: HostPlan) -> None:
+    """Every stop signal stops the workers now; on a scheduler's node with a grace period, a
+    SIGTERM asks for a preemption first and arms a timer for the grace period, at whose end
+    the workers are stopped as that SIGTERM would have."""
+    for sig in AGENT_SIGNALS:
+        signal.signal(sig, _stop)
+    if plan.backend == "local" or not plan.preemption_grace:
+        return
+
+    def preempt(signum: int, frame: FrameType | None) -> None:
+        request_preemption(plan.job_dir, plan.preemption_grace, by=host.name)
+        signal.signal(signal.SIGALRM, lambda _, f: _stop(signal.SIGTERM, f))
+        if signal.getitimer(signal.ITIMER_REAL)[0] == 0:  # a second SIGTERM keeps the deadline
+            signal.setitimer(signal.ITIMER_REAL, plan.preemption_grace)
+
+    signal.signal(signal.SIGTERM, preempt)
+
+
+def _explain(error: Exception, plan: Plan, rdzv_port: str) -> str:
+    """What went wrong, naming the rendezvous endpoint and the underlying cause."""
+    text = f"{type(error).__name__}: {error}"
+    if error.__cause__ is not None:
+        text += f" (cause: {str(error.__cause__)[:300]})"
+    if isinstance(error, RendezvousError):
+        endpoint = resolve(plan.rdzv_endpoint, {RDZV_PORT: rdzv_port})
+        text = f"rendezvous ({plan.rdzv_backend} at {endpoint}) failed: {text}"
+        if plan.rdzv_backend == "etcd-v2":
+            text += (
+                "; check that etcd is reachable there and serves the v2 API "
+                "(etcd <= 3.5 started with --enable-v2; etcd 3.6 removed it)"
+            )
+    return text
+
+
+def run_host(
+    plan: Plan, host: HostPlan, rdzv_port: str, workers_env: dict[str, str], pool: WarmPool | None
+) -> int:
+    """Join the rendezvous, run the host's workers and write its result; 0 if it succeeded."""
+    # The agent serves the workers' store itself, on the host's address (see rendezvous).
+    os.environ[rendezvous.SHARED_STORE_OPT_OUT] = "1"
+    handler = None
+    try:
+        _install_stop_handlers(plan, host)
+        handler = rendezvous.create_handler(plan, host, rdzv_port)
+        planned = (
+            functools.partial(rendezvous.join_planned, plan, host, rdzv_port)
+            if rendezvous.planned(plan)
+            else None
+        )
+        agent = HostAgent(plan, host, handler, workers_env, pool, planned)
+        result = agent.run()
+        # What the report notes (the launcher sees this host succeed).
+        failures = [*result.failures, *agent.finished_then_crashed()]
+        result = AgentResult(result.state, failures, result.message)
+    except StopSignal as e:  # before the agent ran
+        result = AgentResult("STOPPED", [], str(e))
+    except Exception as e:  # rendezvous timeouts and the like: report, don't just die
+        logger.exception("agent of %s failed", host.name)
+        result = AgentResult("ERROR", [], _explain(e, plan, rdzv_port))
+    finally:
+        for sig in AGENT_SIGNALS:  # what is left is this host's own cleanup
+            signal.signal(sig, signal.SIG_IGN)
+        if handler is not None:
+            handler.shutdown()
+        if pool is not None:
+            pool.close()
+    write_result(host.dir, result)
+    return 0 if result.state == "SUCCEEDED" else 1
