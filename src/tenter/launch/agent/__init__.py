@@ -1,6 +1,8 @@
 """tenter's per-host agent: one host of a job, on torch's public elastic API only.
 
-- :mod:`~tenter.launch.agent.main`: the command line and signals (the manual);
+- :mod:`~tenter.launch.agent.main`: the command line, and the spares started before torch's
+  import;
+- :mod:`~tenter.launch.agent.run`: the stop signals and the run (the manual);
 - :mod:`~tenter.launch.agent.host`: the state machine (rendezvous, run, restart, finish);
 - :mod:`~tenter.launch.agent.rendezvous`: a rendezvous round through torch's handler, and the
   workers' store, bound to the host's address;
