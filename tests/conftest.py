@@ -23,6 +23,7 @@ from typing import IO, Any, NoReturn
 import psutil
 import pytest
 
+from tenter.jobdir import layout
 from tenter.spec.catalog import GPU_LISTING_ENV
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,6 +237,7 @@ def assert_nothing_left(job_dir: Path) -> None:
                 in_namespace = ipaddress.ip_address(addr) in ISOLATED_HOSTS
                 assert in_namespace or port_is_free(addr, int(master_port))
     assert list(Path(os.environ["TMPDIR"]).iterdir()) == []
+    assert not (job_dir / layout.SPARES_DIR).exists()  # the warm spares' temporary files
 
 
 WAIT_S = 180.0

@@ -5,6 +5,7 @@ which runs with warm workers); spares are kept by default where the machine has 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +18,15 @@ import pytest
 
 from tenter.launch import warm as warm_pool
 from tenter.launch.processes import env_of
-from tests.conftest import AS_A_BACKGROUND_JOB, SCRIPTS, Background, assert_nothing_left, tenter
+from tests.conftest import (
+    AS_A_BACKGROUND_JOB,
+    REPO,
+    SCRIPTS,
+    WAIT_S,
+    Background,
+    assert_nothing_left,
+    tenter,
+)
 from tests.launch.specs import write_spec
 
 pytestmark = pytest.mark.slow
@@ -31,6 +40,8 @@ TORCHRUN_WORKER_SIGNALS = {
 """A worker of ``python -m torch.distributed.run`` (torch 2.13) started as a background job
 (SIGINT and SIGQUIT ignored): its agent handles these before it starts the workers, so
 they start with the defaults (and Python's KeyboardInterrupt for SIGINT)."""
+
+TEMP_DIR_AT_IMPORT = "tests.launch.scripts.temp_dir_at_import"
 
 PER_RUN = {"MASTER_PORT", "TENTER_WARM_WORKERS"}
 """Differ from one run to the next by design (the store's port), or by the test's choice."""
@@ -227,6 +238,24 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     metrics = [json.loads(line) for line in (job.job_dir / "metrics.jsonl").open()]
     assert any(m["rank"] == 0 and m.get("rss_bytes") for m in metrics)
     assert_nothing_left(job.job_dir)
+
+
+def test_killed_spares_leave_no_temporary_directory(tmp_path: Path) -> None:
+    # As torch 2.7 does at import of torch.distributed.checkpoint, which spares preload: a
+    # directory that only atexit removes, and a spare is SIGKILLed when its pool closes.
+    pool_tmp = tmp_path / "job/spares/algo-1"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    pool = warm_pool.WarmPool(sys.executable, 2, env, str(tmp_path), 1, pool_tmp)
+    pool.fill(preload=[TEMP_DIR_AT_IMPORT])
+    made = []
+    deadline = time.monotonic() + WAIT_S
+    while len(made) < 2 and time.monotonic() < deadline:
+        made = list(pool_tmp.iterdir())
+        time.sleep(0.1)  # polls for the condition; nothing to be notified by
+    assert len(made) == 2, made  # each spare's directory, in the pool's, not the machine's
+    pool.close()
+    assert not pool_tmp.exists() and not pool_tmp.parent.exists()
+    assert list(Path(os.environ["TMPDIR"]).iterdir()) == []
 
 
 @pytest.mark.parametrize("warm", ["1", "0"])

@@ -60,6 +60,9 @@ STORE_LOG = "store.log"
 REPLICA_STEP_FILE = "replica-{group}.step"
 """Under LOGS_DIR: the last step replica group ``group`` committed, written by its rank 0
 (:mod:`tenter.runtime.ft`), read by the launcher when the group is lost."""
+SPARES_DIR = "spares"
+"""Under it, per host: the temporary directory of the host's warm spares
+(:mod:`tenter.launch.warm`), removed when the host's agent ends."""
 ETC_DIR = "etc"
 """An isolated job's hosts' own ``/etc`` files."""
 AGENT_RESULT_FILE = "agent-result.json"
@@ -144,6 +147,10 @@ def rank_steps_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
 
 def host_model_dir(job_dir: str | os.PathLike[str], host: str) -> Path:
     return Path(job_dir) / HOSTS_DIR / host / "model"
+
+
+def spares_tmp_dir(job_dir: str | os.PathLike[str], host: str) -> Path:
+    return Path(job_dir) / SPARES_DIR / host
 
 
 def agent_log(host: str, replacement: int = 0) -> str:

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -415,6 +416,8 @@ def record_result(plan: Plan, failures: list[Failure], outcome: Outcome) -> JobR
     result = dataclasses.replace(result, goodput=_final_ledger(plan, result.state))
     summary = render_summary(result, plan, outcome)
     why = None if result.ok else failure_reason(result)
+    # What the spares of an agent that was killed left (its pool removes its own at its end).
+    shutil.rmtree(Path(plan.job_dir) / layout.SPARES_DIR, ignore_errors=True)
     try:
         for host in plan.hosts:
             lost = outcome.lost_hosts.get(host.name)

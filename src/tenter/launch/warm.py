@@ -9,6 +9,11 @@ files and arguments to a spare (:mod:`tenter.runtime.warm`), which becomes that 
 Spares are separate processes that import torch themselves, not forks of a process that
 did: torch's thread pools (OpenMP, gloo) do not survive a fork.
 
+Spares are SIGKILLed when their pool closes (one may still be importing torch), so nothing
+runs their ``atexit``: their temporary directory (``TMPDIR``) is the pool's own, removed with
+it. torch 2.7's ``torch.distributed.checkpoint`` (:data:`PRELOAD`) creates one at import
+(``torch.distributed.nn.jit.instantiator``), which only ``atexit`` removes.
+
 A worker is started fresh (the slow way, with the same result) when no spare can stand in
 for it: warm workers are off (see :func:`enabled`), the command is not tenter's
 bootstrap under this Python, the working directory differs, or the environment differs from
@@ -33,10 +38,12 @@ import fcntl
 import logging
 import math
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tenter.contract.worker import BOOTSTRAP
 from tenter.launch.processes import worker_preexec
@@ -139,7 +146,13 @@ class WarmPool:
     parent-death signal fires when the thread that started it ends."""
 
     def __init__(
-        self, python: str, size: int, env: Mapping[str, str], cwd: str, workers_here: int
+        self,
+        python: str,
+        size: int,
+        env: Mapping[str, str],
+        cwd: str,
+        workers_here: int,
+        tmp_dir: Path,
     ) -> None:
         self.command = [python, "-m", BOOTSTRAP]
         """The workers a spare can become: ``COMMAND SCRIPT|-m MODULE [ARGS...]``."""
@@ -147,6 +160,8 @@ class WarmPool:
         self._env, self._cwd = dict(env), cwd
         """What every spare starts with: the workers' environment but the per-rank
         variables, and their working directory."""
+        self._tmp_dir = tmp_dir
+        """The spares' ``TMPDIR`` until they become workers; the pool's to remove."""
         self._spares: list[Spare] = []
         self._refill_at = math.inf  # not before the first workers started
         self._workers_here = workers_here
@@ -159,9 +174,12 @@ class WarmPool:
         env: Mapping[str, str],
         cwd: str,
         workers_here: int,
+        tmp_dir: Path,
     ) -> WarmPool | None:
-        """The pool of ``size`` spares for workers that run ``command``; None if they cannot
-        be warm or warm workers are off for ``workers_here`` workers on this machine."""
+        """The pool of ``size`` spares for workers that run ``command``, with ``tmp_dir``
+        (created on the first start, removed on :meth:`close`) as their temporary directory;
+        None if they cannot be warm or warm workers are off for ``workers_here`` workers on
+        this machine."""
         if list(command[1:3]) != ["-m", BOOTSTRAP]:
             return None
         if not enabled(workers_here):
@@ -173,7 +191,7 @@ class WarmPool:
                 len(os.sched_getaffinity(0)),
             )
             return None
-        return cls(command[0], size, env, cwd, workers_here)
+        return cls(command[0], size, env, cwd, workers_here, tmp_dir)
 
     def fill_first(self) -> None:
         """Start the spares now, for the first workers, where :func:`early` says so (the
@@ -201,9 +219,10 @@ class WarmPool:
             self.fill()
 
     def _start(self, preload: Sequence[str], nice: int) -> Spare:
+        self._tmp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         proc = subprocess.Popen(
             [*self.command, WAIT_FLAG, *preload, TITLE_ROOM],
-            env=self._env,
+            env={**self._env, "TMPDIR": str(self._tmp_dir)},  # the handoff's env replaces it
             cwd=self._cwd,
             stdin=subprocess.PIPE,  # the handoff; stdout and stderr: the agent's log
             start_new_session=True,  # as a fresh worker's: the agent signals its group
@@ -259,3 +278,7 @@ class WarmPool:
             if spare.proc.stdin is not None:
                 spare.proc.stdin.close()
         self._spares.clear()
+        # The workers that were spares have ended too (the agent closes the pool last).
+        shutil.rmtree(self._tmp_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the job's other hosts may still have theirs
+            self._tmp_dir.parent.rmdir()

@@ -7,7 +7,8 @@ bootstrap arguments the agent would have given a fresh worker. It takes them ove
 the bootstrap runs the script as a fresh worker would: what a restart saves is interpreter
 start-up and ``import torch`` (seconds), which the spare paid while the job was running.
 
-Taken over exactly: ``os.environ`` (the C environment too), the working directory, stdin
+Taken over exactly: ``os.environ`` (the C environment too; ``tempfile`` reads ``TMPDIR``
+again), the working directory, stdin
 (``/dev/null``, as the agent's own), stdout and stderr (the rank's files, truncated as the
 agent's ``open(path, "w")`` does), and, by the bootstrap, ``sys.argv`` and ``sys.path[0]``.
 The process is the one the agent started, so ``os.getpid()``, signals, the exit status,
@@ -26,6 +27,7 @@ import importlib
 import json
 import os
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 
 WAIT_FLAG = "--warm"
@@ -101,5 +103,6 @@ def become(handoff: Handoff) -> list[str]:
     _redirect(2, handoff.stderr)
     os.environ.clear()  # os.environ's clear and update also set the C environment
     os.environ.update(handoff.env)
+    tempfile.tempdir = None  # the rank's TMPDIR from now on, not the spare's
     os.chdir(handoff.cwd)
     return handoff.argv

@@ -1,14 +1,16 @@
 """Records how this worker process started, in ``$TENTER_JOB_DIR/start/<stdout file name>.json``:
-environment, cwd, argv, sys.path[0], standard streams, signal dispositions, session, parent-death
-signal, pid, and whether it ran from a warm spare. On the first attempt rank 1 SIGKILLs itself after
-a barrier (to be restarted); with RELEASE_FILE set, rank 0 of the first attempt instead says
-"ready" and exits with status 3 once that file exists (the test decides when)."""
+environment, cwd, temporary directory, argv, sys.path[0], standard streams, signal dispositions,
+session, parent-death signal, pid, and whether it ran from a warm spare. On the first attempt
+rank 1 SIGKILLs itself after a barrier (to be restarted); with RELEASE_FILE set, rank 0 of the
+first attempt instead says "ready" and exits with status 3 once that file exists (the test
+decides when)."""
 
 import ctypes
 import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ prctl(2, ctypes.byref(pdeathsig), 0, 0, 0)  # PR_GET_PDEATHSIG
 record = {
     "env": dict(os.environ),
     "cwd": os.getcwd(),
+    "tempdir": tempfile.gettempdir(),
     "argv": sys.argv,
     "path0": sys.path[0],
     "streams": [os.readlink(f"/proc/self/fd/{fd}") for fd in (0, 1, 2)],

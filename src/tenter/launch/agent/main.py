@@ -14,6 +14,7 @@ import logging
 import os
 
 from tenter.contract.plan import Plan
+from tenter.jobdir.layout import spares_tmp_dir
 from tenter.launch.warm import WarmPool
 
 
@@ -35,6 +36,7 @@ def main(argv: list[str]) -> int:
         workers_env,
         plan.cwd,
         workers_here=hosts_here * plan.procs_per_host,
+        tmp_dir=spares_tmp_dir(plan.job_dir, host.name),
     )
     if pool is not None:
         pool.fill_first()
