@@ -25,7 +25,8 @@ wall time and, at step 25 of the first attempt, injects the scenario's fault fro
   checkpoints to resume a preempted job from) shows ``n/a``.
 
 Measured from the fault's time: ``detect_s``, until the first agent reacted (its log: a
-worker's failure seen, a new node seen, a rendezvous round joined); ``recover_s``, until
+worker's failure seen, a new node seen, a rendezvous round joined) or tenter's launcher
+declared a host unreachable (a partition; ``events.jsonl``); ``recover_s``, until
 rank 0 completed its first step after the recovery; ``lost_steps``, steps done before the
 fault and done again after it; and whether the final model is bit for bit an uninterrupted
 run's where it should be (a restart at full size; after a host is lost the world is smaller,
@@ -47,6 +48,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import os
 import re
 import statistics
@@ -113,6 +115,9 @@ class Ran:
     """The model can be compared with the uninterrupted run's (the same training script)."""
     resumed_at: float | None = None
     """When the job was run again (``Fault.resume``)."""
+    noticed: tuple[float, ...] = ()
+    """When tenter's launcher declared a host unreachable (``events.jsonl``): what a
+    partition's detection is, the agents having nothing to react to before."""
 
 
 SCENARIOS: dict[str, Callable[[], Fault]] = {}
@@ -174,7 +179,14 @@ def _tenter_job(cell: Cell, script: list[str], more: str, procs: int = 2) -> Ran
     jobs = sorted((home / "jobs").iterdir())
     logs = sorted(p for job in jobs for p in job.glob("logs/agent-*.log"))
     model = jobs[-1] / "hosts/algo-1/model/model.pt" if jobs else home
-    return Ran(code, logs, model, resumed_at=resumed_at)
+    noticed = tuple(
+        event["time"]
+        for job in jobs
+        if (job / "events.jsonl").exists()
+        for event in map(json.loads, (job / "events.jsonl").read_text().splitlines())
+        if event["event"] == "unreachable"
+    )
+    return Ran(code, logs, model, resumed_at=resumed_at, noticed=noticed)
 
 
 @strategy
@@ -334,7 +346,7 @@ def measure(cell: Cell, ran: Ran, reference: dict[str, torch.Tensor] | None) -> 
         first = next(((t, s) for t, s in after if t >= resumed), after[-1])
     else:
         first = first_recovered(max((t, s) for t, s in steps if t < 0), after)
-    reacted = [t - fault for t in _reactions(ran.agent_logs) if t >= fault]
+    reacted = [t - fault for t in [*_reactions(ran.agent_logs), *ran.noticed] if t >= fault]
     exact = None
     if cell.fault.exact and ran.comparable and reference is not None:
         model = torch.load(ran.model) if ran.model.exists() else {}

@@ -11,11 +11,16 @@ current step, while the other groups train on without rolling back:
 
 The lines that change from examples/elastic/train.py (see docs/fault_tolerance.md):
 
-1. ``import torchft`` wrappers instead of torch's DDP, and no ``tenter.init()``: the
-   Manager's own process group spans the replica groups and is reconfigured at every step.
+1. torchft's Manager instead of torch's DDP, and no ``tenter.init()``: the Manager's own
+   process group spans the replica groups and is reconfigured at every step.
 2. ``store = ft.group_store()``, then ``manager = Manager(pg=ProcessGroupGloo(), ...,
    **ft.manager_options())`` with the model's state_dict functions, for healing.
-3. ``DistributedDataParallel(manager, model)`` and ``Optimizer(manager, optimizer)``.
+3. After ``backward()``, each gradient is averaged with ``manager.allreduce`` (all sent,
+   then all waited for), and ``Optimizer(manager, optimizer)`` steps only if the quorum
+   committed. Not torchft's ``DistributedDataParallel``: in torchft 0.2 its gradient hook
+   crashes the worker when a collective fails (``assert fut._fut`` in ``torchft/ddp.py``),
+   as every step shared with a replica group that was just lost does; ``Work.wait()`` of
+   ``manager.allreduce`` reports the error to the Manager instead, which then skips the step.
 4. torchft's ``DistributedSampler``, sharded by replica group.
 5. The loop runs until ``manager.current_step()`` reaches the step count (a healed group
    jumps ahead to its peers' step), and calls ``progress.step()`` after each step.
@@ -34,13 +39,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from torchft import (
-    DistributedDataParallel,
-    DistributedSampler,
-    Manager,
-    Optimizer,
-    ProcessGroupGloo,
-)
+from torchft import DistributedSampler, Manager, Optimizer, ProcessGroupGloo
 
 from tenter.runtime import ft
 
@@ -59,6 +58,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--batch_size", type=int, default=32, help="per replica group")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds a collective may take (torchft's)"
+    )
     return parser.parse_args()
 
 
@@ -90,14 +92,13 @@ def main() -> None:
 
     store = ft.group_store()  # noqa: F841 (kept for the run: the Manager connects to it)
     manager = Manager(
-        pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
+        pg=ProcessGroupGloo(timeout=timedelta(seconds=args.timeout)),
         load_state_dict=load_state_dict,
         state_dict=state_dict,
-        timeout=timedelta(seconds=10),
+        timeout=timedelta(seconds=args.timeout),
         **ft.manager_options(),
     )
     progress = ft.Progress(manager)
-    ddp = DistributedDataParallel(manager, model)
     ft_optimizer = Optimizer(manager, optimizer)
     loss_fn = nn.MSELoss()
 
@@ -105,8 +106,12 @@ def main() -> None:
     while manager.current_step() < args.steps:
         x, y = next(batches)
         ft_optimizer.zero_grad()  # starts this step's quorum
-        loss = loss_fn(ddp(x), y)
-        loss.backward()  # averaged across the groups in the quorum
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        # Averaged across the groups in the quorum; a failed one skips the step.
+        works = [manager.allreduce(p.grad) for p in model.parameters() if p.grad is not None]
+        for work in works:
+            work.wait()
         ft_optimizer.step()  # only if every group of the quorum committed
         progress.step()
         step = manager.current_step()

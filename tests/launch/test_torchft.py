@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from tenter.errors import ExitCode
+from tenter.launch.isolation import faults
 from tests.conftest import REPO, Background, assert_nothing_left, port_is_free, tenter
 from tests.launch.slurm_cluster import queue, slurm_cluster
 from tests.launch.specs import write_spec
@@ -26,19 +28,27 @@ TRAIN = str(REPO / "examples" / "torchft" / "train.py")
 
 
 def ft_spec(
-    tmp_path: Path, steps: int, *, min_replicas: int = 2, max_restarts: int = 1, **environment: str
+    tmp_path: Path,
+    steps: int,
+    *,
+    min_replicas: int = 2,
+    max_restarts: int = 1,
+    args: tuple[str, ...] = (),
+    isolation: str = "none",
+    **environment: str,
 ) -> Path:
     """Two groups; by default both must train every step (min_replicas 2): a group that stops
     stops the step, so a fault at step N is met at step N whatever the machine's load."""
     return write_spec(
         tmp_path,
         "ft_faults.py",
-        args=[TRAIN, "--steps", str(steps)],
+        args=[TRAIN, "--steps", str(steps), *args],
         instance_count=2,
         processes_per_host=1,
         environment={"RUST_LOG": "warn", **environment},
         elastic={"max_restarts": max_restarts},
         fault_tolerance={"replica_groups": 2, "min_replicas": min_replicas},
+        isolation=isolation,
     )
 
 
@@ -144,6 +154,41 @@ def test_a_killed_lighthouse_is_restarted_and_the_groups_train_on(tmp_path: Path
         assert "done after 30 steps" in (run.job_dir / f"logs/rank-{rank}.stdout").read_text()
     assert_same_model(run.job_dir)
     assert_lighthouse_gone(out)
+    assert_nothing_left(run.job_dir)
+
+
+def test_the_other_group_goes_on_at_once_without_a_partitioned_one(tmp_path: Path) -> None:
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    timeout_s = 60  # torchft's for a collective (its default): what the survivor must not wait
+    spec = ft_spec(
+        tmp_path,
+        steps=200,
+        min_replicas=1,
+        args=("--timeout", str(timeout_s)),
+        isolation="network",
+        FT_ALONE_PACE_S="0.1",
+        FT_PAUSE_GROUP="0",
+        FT_PAUSE_AT="10",
+        FT_PAUSE_DIR=str(pause),
+    )
+    run = Background("run", str(spec))
+    # Group 1 waits for group 0's next quorum; group 0 asks for it once algo-2 is cut off,
+    # while the lighthouse still has algo-2's heartbeats (1 s): the step they share hangs.
+    run.wait_for("paused after step 10")
+    assert faults.partition(run.job_dir, "algo-2") == "partitioned host algo-2"
+    (pause / "go").write_text("")
+    run.wait_for("host algo-2 unreachable since")
+    declared = time.monotonic()
+    out = run.finish()
+    # Group 0 finished without waiting out the hung step's timeout, and without a restart.
+    assert time.monotonic() - declared < timeout_s / 2, out
+    assert run.proc.returncode == 0, out
+    assert re.search(r"replica group 1 lost at step \d+ \(algo-2 unreachable since", out), out
+    seen = events(run.job_dir)
+    assert [e for e in seen if e["event"] == "restart"] == []
+    assert [e["group"] for e in seen if e["event"] == "replica_lost"] == [1]
+    assert "done after 200 steps" in (run.job_dir / "logs/rank-0.stdout").read_text()
     assert_nothing_left(run.job_dir)
 
 

@@ -4,7 +4,11 @@ step), in ``tenter.runtime.ft.Progress.step``:
 
 - FT_KILL_GROUP, FT_KILL_AT: the group's worker SIGKILLs itself (first attempt only);
 - FT_PAUSE_GROUP, FT_PAUSE_AT, FT_PAUSE_DIR: the group's worker prints "paused after step N"
-  and waits for DIR/go (a test does something to the job meanwhile, at a known step), once.
+  and waits for DIR/go (a test does something to the job meanwhile, at a known step), once,
+  at the first step from FT_PAUSE_AT on that every replica group took part in;
+- FT_ALONE_PACE_S: a step without every group takes this long at least (with min_replicas
+  below the groups' count, a group starts training alone: the others join before the steps
+  run out).
 """
 
 import os
@@ -33,7 +37,10 @@ def step(self: ft.Progress) -> None:
     done = self._manager.current_step()
     if first_attempt and at("FT_KILL", done):
         os.kill(os.getpid(), signal.SIGKILL)
-    if at("FT_PAUSE", done) and not paused:
+    everyone = self._manager.num_participants() == int(os.environ["NUM_REPLICA_GROUPS"])
+    if not everyone:
+        time.sleep(float(os.environ.get("FT_ALONE_PACE_S", "0")))  # the job's pace
+    if at("FT_PAUSE", done) and everyone and not paused:
         paused.append(done)
         print(f"paused after step {done}", flush=True)
         go = Path(os.environ["FT_PAUSE_DIR"]) / "go"

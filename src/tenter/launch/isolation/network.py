@@ -186,6 +186,17 @@ class HostNetwork:
                 raise OSError(f"{host}: its link still down {HEAL_WAIT_S:.0f} s after the heal")
             time.sleep(0.05)
 
+    def drop_connections_to(self, host: str) -> None:
+        """Close every TCP connection the other hosts have with ``host`` (``ss -K``, the
+        kernel's socket destroy). For a host the job has given up after a partition: what
+        waits on it, such as a collective blocked until its timeout, fails at once, as when
+        the peer's machine is known to be dead. OSError where the kernel cannot (built
+        without ``CONFIG_INET_DIAG_DESTROY``)."""
+        addr = host_addr(self.hostnames.index(host))
+        for other in self.hosts:
+            if other != host:
+                self._in_host(other, "ss", "-K", "dst", addr)
+
     def is_partitioned(self, host: str) -> bool:
         out = self._in_switch("ip", "-o", "link", "show", self._port_of(host))
         flags = out.partition("<")[2].partition(">")[0].split(",")

@@ -136,7 +136,12 @@ class ReplicaGroupsJob(LocalJob):
             codes = [self.procs[i].poll() for i in self.group_hosts(group)]
             failed = next((c for c in codes if c not in (None, 0)), None)
             if failed is not None:
-                self._lose_group(group, failed)
+                self._lose_group(
+                    group,
+                    f"an agent was killed by {signal.Signals(-failed).name}"
+                    if failed < 0
+                    else "its restarts are spent",
+                )
             elif all(c == 0 for c in codes):
                 finished += 1
         going_on = self.plan.replica_groups - len(self.down)
@@ -147,13 +152,8 @@ class ReplicaGroupsJob(LocalJob):
             return "failed"
         return "succeeded" if finished == going_on else "running"
 
-    def _lose_group(self, group: int, code: int) -> None:
+    def _lose_group(self, group: int, why: str) -> None:
         self.down.add(group)
-        why = (
-            f"an agent was killed by {signal.Signals(-code).name}"
-            if code < 0
-            else "its restarts are spent"
-        )
         names = [self.plan.hosts[i].name for i in self.group_hosts(group)]
         # Its other agents and its workers (in sessions of their own) go with it.
         for i in self.group_hosts(group):
@@ -168,7 +168,31 @@ class ReplicaGroupsJob(LocalJob):
             REPLICA_LOST, group=group, step=last_step(self.plan.job_dir, group), why=why
         )
 
+    def fence_host(self, index: int, why: str) -> None:
+        """A host cut off by a partition: its replica group stops (its agents and workers, so
+        that none comes back with stale state when the network does) and the other groups go
+        on at once, without a restart or a roll-back: their connections to the host are
+        closed, so a step they share with it fails now rather than at torchft's timeout
+        (the Manager's, for a collective: 10 s in the example, 60 s by default) and is done
+        again, and the lighthouse's next quorum leaves the group out (its heartbeats stopped
+        with the partition). ``tenter fault heal`` brings the group back."""
+        host = self.plan.hosts[index]
+        self._lose_group(host.replica_group, f"{host.name} {why}")
+        assert self.network is not None, "only isolated hosts are partitioned"
+        try:
+            self.network.drop_connections_to(host.name)
+        except OSError as e:  # the kernel cannot: the others wait out torchft's timeout
+            say(f"cannot close the connections to {host.name} ({e}); torchft's timeout will")
+
+    def restart_agent(self, index: int) -> None:
+        """A healed host's group starts again (every host of it) and heals from a peer."""
+        group = self.plan.hosts[index].replica_group
+        for i in self.group_hosts(group):
+            super().restart_agent(i)
+        self.down.discard(group)
+
     def on_tick(self) -> None:
+        super().on_tick()  # hosts joining, and network faults
         try:
             self.lighthouse.keep_alive()
         except TenterError as e:  # its port was taken meanwhile: the groups cannot reach it
