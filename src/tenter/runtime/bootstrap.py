@@ -29,6 +29,7 @@ handler, dumping every thread while they are being torn down, can itself crash (
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
 import runpy
 import shlex
@@ -141,5 +142,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def exit_fast(code: int) -> int:
+    """``code``, once the interpreter's teardown has nothing left to collect: without
+    ``gc.freeze()`` its final collections walk every object torch made, 1.9-2.2 s of CPU for
+    a worker with torch.distributed.checkpoint imported (0.15-0.55 s with it, measured on a
+    2-CPU machine), paid by every worker at every exit, while the job waits for it: a
+    preempted or finished job's end, a failed rank's restart. Objects freed by their
+    reference counts (open files...) are freed as before; only cycles go uncollected."""
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(exit_fast(main(sys.argv[1:])))
