@@ -1,3 +1,3 @@
-from tenter.cli.main import main
+from tenter.cli.main import entry
 
-raise SystemExit(main())
+entry()

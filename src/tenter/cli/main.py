@@ -10,6 +10,7 @@ returning the exit code. Adding a subcommand is one module and one line in COMMA
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -76,5 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry() -> None:
+    """The ``tenter`` command: :func:`main`, then an exit that skips collecting torch's objects
+    (:func:`tenter.runtime.bootstrap.exit_fast`: a launcher that served the rendezvous has
+    torch.distributed loaded, and whoever waits for the job waits for its teardown too)."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
