@@ -16,7 +16,9 @@ import psutil
 import pytest
 import torch
 
+from tenter.cli.main import main
 from tenter.errors import ExitCode
+from tenter.launch import compat
 from tenter.launch.isolation import faults
 from tests.conftest import REPO, Background, assert_nothing_left, port_is_free, tenter
 from tests.launch.slurm_cluster import queue, slurm_cluster
@@ -190,6 +192,22 @@ def test_the_other_group_goes_on_at_once_without_a_partitioned_one(tmp_path: Pat
     assert [e["group"] for e in seen if e["event"] == "replica_lost"] == [1]
     assert "done after 200 steps" in (run.job_dir / "logs/rank-0.stdout").read_text()
     assert_nothing_left(run.job_dir)
+
+
+def test_a_torch_that_torchft_cannot_train_with_is_refused_before_anything_starts(
+    tmp_path: Path,
+    tenter_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # This torch has what torchft's gloo group sets (torch 2.7.1's has not: checked by hand).
+    assert compat.torchft_gloo_problem() is None
+    monkeypatch.setattr(compat, "torchft_gloo_problem", lambda: "torch 2.7 has none")
+    spec = ft_spec(tmp_path, steps=10)
+    assert main(["run", str(spec)]) == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err
+    assert "fault_tolerance: torch 2.7 has none. Fix: run it with torch 2.10 or later" in err
+    assert not (tenter_home / "jobs").exists()
 
 
 @pytest.fixture(scope="module")
