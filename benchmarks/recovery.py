@@ -1,7 +1,7 @@
 """Recovery from failures: scenarios x strategies on the same training script, in the same run.
 
     python benchmarks/recovery.py [--reps 3] [--scenarios worker_kill,host_lost,partition,preempt]
-                                  [--strategies tenter,torchrun,torchft]
+                                  [--strategies tenter,tenter_warm,torchrun,torchft]
 
 The job: examples/elastic/train.py (checkpoints every 10 steps, 48 steps) on 2 hosts x 2
 processes, under benchmarks/workloads/faulty.py, which logs every step of every rank with its
@@ -14,13 +14,16 @@ wall time and, at step 25 of the first attempt, injects the scenario's fault fro
   host), ``preempt`` (rank 0 sends the launcher, or torchrun's agents, SIGTERM; the job is
   then run again and resumes from its last checkpoint).
 - Strategies (:data:`STRATEGIES`) run the job and recover: ``tenter`` (``tenter run`` with
-  ``elastic.max_restarts``: a classic restart of the worker groups, warm workers; within
-  the rendezvous round when the job's membership is fixed, as in ``worker_kill``), ``torchrun``
+  ``elastic.max_restarts``: a classic restart of the worker groups, within the rendezvous
+  round when the job's membership is fixed, as in ``worker_kill``; warm spares as tenter
+  decides on this machine: none on 2 CPUs for 4 workers), ``tenter_warm`` (the same with
+  spares forced on, as a GPU host has them for its restarts; on a machine without the CPUs
+  for them, their imports slow a start), ``torchrun``
   (two torchrun agents with a c10d rendezvous, ``--max-restarts``: the same restart from the
   last checkpoint, with torchrun's own process start-up), ``torchft`` (``tenter run`` of
   examples/torchft/train.py, the same model in two replica groups of one host x 1 process
-  each (the example's layout) under torchft: a lost group heals from the other, which never
-  rolls back). A strategy that
+  each (the example's layout) under torchft, spares forced on: a lost group heals from the
+  other, which never rolls back). A strategy that
   cannot meet a scenario (torchrun has no isolated hosts; the torchft example has no
   checkpoints to resume a preempted job from) shows ``n/a``.
 
@@ -156,9 +159,12 @@ def preempt() -> Fault:
     return Fault("preempt", rank=0, min_hosts=2, exact=True, resume=True)
 
 
-def _tenter_job(cell: Cell, script: list[str], more: str, procs: int = 2) -> Ran:
+def _tenter_job(
+    cell: Cell, script: list[str], more: str, procs: int = 2, warm: bool | None = None
+) -> Ran:
     """``tenter run`` of ``script`` on 2 hosts x ``procs`` processes (``more``: spec lines);
-    run again after a preemption."""
+    run again after a preemption. ``warm``: warm spares forced on, as on a GPU host (which has
+    the CPUs for them), or off; None: as tenter decides on this machine."""
     home = cell.work / "home"
     spec = cell.work / "job.yaml"
     spec.write_text(
@@ -168,9 +174,10 @@ def _tenter_job(cell: Cell, script: list[str], more: str, procs: int = 2) -> Ran
         f"isolation: {'network' if cell.fault.isolated else 'none'}\n{more}"
     )
     argv = [sys.executable, "-m", "tenter", "run", str(spec)]
-    # Warm spares, as on a GPU host (on by default where a machine has 2 CPUs per worker;
-    # a 2-CPU machine would start its 4 workers cold).
-    env = {**cell.env, "TENTER_HOME": str(home), "TENTER_WARM_WORKERS": "1"}
+    env = {k: v for k, v in cell.env.items() if k != "TENTER_WARM_WORKERS"}
+    env["TENTER_HOME"] = str(home)
+    if warm is not None:
+        env["TENTER_WARM_WORKERS"] = "1" if warm else "0"
     code = _run(argv, env)
     resumed_at = None
     if cell.fault.resume:
@@ -189,14 +196,21 @@ def _tenter_job(cell: Cell, script: list[str], more: str, procs: int = 2) -> Ran
     return Ran(code, logs, model, resumed_at=resumed_at, noticed=noticed)
 
 
+def _elastic(cell: Cell) -> str:
+    return (
+        f"elastic: {{min_hosts: {cell.fault.min_hosts}, max_restarts: 1,"
+        f" rendezvous: {{last_call_timeout: {LAST_CALL_S}}}}}\n"
+    )
+
+
 @strategy
 def run_tenter(cell: Cell) -> Ran | None:
-    return _tenter_job(
-        cell,
-        [TRAIN],
-        f"elastic: {{min_hosts: {cell.fault.min_hosts}, max_restarts: 1,"
-        f" rendezvous: {{last_call_timeout: {LAST_CALL_S}}}}}\n",
-    )
+    return _tenter_job(cell, [TRAIN], _elastic(cell))
+
+
+@strategy
+def run_tenter_warm(cell: Cell) -> Ran | None:
+    return _tenter_job(cell, [TRAIN], _elastic(cell), warm=True)
 
 
 @strategy
@@ -215,6 +229,7 @@ def run_torchft(cell: Cell) -> Ran | None:
         "elastic: {max_restarts: 1}\nenvironment: {RUST_LOG: warn}\n"
         "fault_tolerance: {replica_groups: 2, min_replicas: 1}\n",
         procs=1,
+        warm=True,
     )
     return dataclasses.replace(ran, comparable=False)
 

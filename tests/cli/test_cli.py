@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,31 @@ def test_plan_text_shows_shared_environment_once_and_per_rank_differences(
     assert out.splitlines().count("  WORLD_SIZE=4") == 1
     assert "host algo-2 (127.101.0.1)" in out
     assert "  rank 3 (local 1):\n    GROUP_RANK=1\n    LOCAL_RANK=1\n    RANK=3" in out
+
+
+@pytest.mark.parametrize(
+    ("backend", "more"),
+    [
+        ("local", "fault_tolerance: {replica_groups: 2}\n"),  # its torch check is the launch's
+        ("slurm", "fault_tolerance: {replica_groups: 2}\n"),
+        ("mpi", ""),
+    ],
+)
+def test_planning_a_job_imports_no_torch(tmp_path: Path, backend: str, more: str) -> None:
+    # `tenter run` plans before it starts anything: torch's import (a second or more) there
+    # would come before the agents', which import it again; the launcher imports it for the
+    # store only once the agents started (tenter.launch.supervisor).
+    (tmp_path / "train.py").write_text("")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"entry_point: train.py\ninstance_count: 2\n{more}")
+    code = (
+        "import sys\n"
+        "from tenter.cli.main import main\n"
+        f"assert main(['plan', {str(spec)!r}, '--backend', {backend!r}]) == 0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

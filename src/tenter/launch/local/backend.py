@@ -9,7 +9,6 @@ import dataclasses
 from tenter.contract.plan import Plan, make_plan
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
-from tenter.launch.compat import refuse_torchft_on_old_torch
 from tenter.launch.isolation import preflight
 from tenter.launch.local.job import LocalJob
 from tenter.launch.local.replica_groups import ReplicaGroupsJob
@@ -38,6 +37,8 @@ class LocalBackend(SupervisedBackend):
         if plan.isolation == "network":
             preflight.check_machine()
         if plan.replica_groups:
+            from tenter.launch.compat import refuse_torchft_on_old_torch  # imports torch
+
             refuse_torchft_on_old_torch()
 
     def supervisor(self, plan: Plan) -> LocalJob:

@@ -30,7 +30,6 @@ from tenter.jobdir.lookup import tenter_home
 from tenter.jobdir.results import JobResult
 from tenter.launch import preemption, report
 from tenter.launch.api import JobStatus, python_executable, scheduler_preempts
-from tenter.launch.compat import refuse_torchft_on_old_torch
 from tenter.launch.console import ConsoleTail, say
 from tenter.launch.slurm.script import SCRIPT, sbatch_script
 from tenter.launch.supervised import job_dir_logs, read_plan
@@ -89,6 +88,8 @@ class SlurmBackend:
                 "apt-get install slurm-client) configured for your cluster (SLURM_CONF)",
             )
         if plan.replica_groups:  # with this Python's torch, which the nodes run too
+            from tenter.launch.compat import refuse_torchft_on_old_torch  # imports torch
+
             refuse_torchft_on_old_torch()
         create_job_dir(plan)
         for name, text in plan.files.items():
