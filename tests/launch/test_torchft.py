@@ -159,7 +159,9 @@ def test_a_killed_lighthouse_is_restarted_and_the_groups_train_on(tmp_path: Path
     assert_nothing_left(run.job_dir)
 
 
-def test_the_other_group_goes_on_at_once_without_a_partitioned_one(tmp_path: Path) -> None:
+def test_the_other_group_goes_on_at_once_without_a_partitioned_one_which_comes_back_healed(
+    tmp_path: Path,
+) -> None:
     pause = tmp_path / "pause"
     pause.mkdir()
     timeout_s = 60  # torchft's for a collective (its default): what the survivor must not wait
@@ -169,7 +171,7 @@ def test_the_other_group_goes_on_at_once_without_a_partitioned_one(tmp_path: Pat
         min_replicas=1,
         args=("--timeout", str(timeout_s)),
         isolation="network",
-        FT_ALONE_PACE_S="0.1",
+        FT_ALONE_PACE_S="0.1",  # group 0 alone: 0.1 s a step, so group 1 is back before the end
         FT_PAUSE_GROUP="0",
         FT_PAUSE_AT="10",
         FT_PAUSE_DIR=str(pause),
@@ -182,15 +184,23 @@ def test_the_other_group_goes_on_at_once_without_a_partitioned_one(tmp_path: Pat
     (pause / "go").write_text("")
     run.wait_for("host algo-2 unreachable since")
     declared = time.monotonic()
+    # Group 0 trains on alone (it prints every 20 steps) without waiting out the hung step.
+    run.wait_for("groups 1", timeout=timeout_s / 2)
+    assert time.monotonic() - declared < timeout_s / 2
+    assert faults.heal(run.job_dir, "algo-2") == "healed host algo-2"
+    run.wait_for("replica group 1 healed at step")
     out = run.finish()
-    # Group 0 finished without waiting out the hung step's timeout, and without a restart.
-    assert time.monotonic() - declared < timeout_s / 2, out
     assert run.proc.returncode == 0, out
     assert re.search(r"replica group 1 lost at step \d+ \(algo-2 unreachable since", out), out
     seen = events(run.job_dir)
-    assert [e for e in seen if e["event"] == "restart"] == []
     assert [e["group"] for e in seen if e["event"] == "replica_lost"] == [1]
+    assert [e["host"] for e in seen if e["event"] == "restart"] == []  # group 0 never restarted
+    assert [(e["group"], e["source"]) for e in seen if e["event"] == "replica_healed"][-1] == (1, 0)
     assert "done after 200 steps" in (run.job_dir / "logs/rank-0.stdout").read_text()
+    # Group 1's worker of the healed host's new agent (its files name the attempt).
+    (restarted,) = run.job_dir.glob("logs/rank-1.algo-2.attempt-*.stdout")
+    assert "done after 200 steps" in restarted.read_text()
+    assert_same_model(run.job_dir)
     assert_nothing_left(run.job_dir)
 
 

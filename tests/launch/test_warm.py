@@ -209,6 +209,19 @@ def _wait_for_spare(job_id: str, besides: set[int]) -> int:
     raise AssertionError(f"no spare other than {besides} appeared")
 
 
+def _wait_for_rank_memory(job_dir: Path, rank: int) -> None:
+    """Until the job's live view has recorded ``rank``'s memory (metrics.jsonl)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        path = job_dir / "metrics.jsonl"
+        text = path.read_text() if path.exists() else ""
+        records = [json.loads(line) for line in text.split("\n")[:-1]]  # whole lines only
+        if any(r["rank"] == rank and r.get("rss_bytes") for r in records):
+            return
+        time.sleep(0.2)  # polls for the condition; nothing to be notified by
+    raise AssertionError(f"the live view never recorded rank {rank}'s memory")
+
+
 def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path) -> None:
     release = tmp_path / "release"
     spec = write_spec(
@@ -228,15 +241,15 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     spare = _wait_for_spare(job_id, {start["pid"]})
     psutil.Process(spare).send_signal(signal.SIGKILL)
     _wait_for_spare(job_id, {start["pid"], spare})
+    # The live view finds a warm worker's rank (its /proc environment is the spare's): rank 0
+    # lives until released, and the view samples every second.
+    _wait_for_rank_memory(job.job_dir, rank=0)
     release.touch()  # rank 0 exits with status 3: the host restarts its worker
     out = job.finish()
     assert job.proc.returncode == 0, out
     assert "attempt 1 rank 0 warm True" in out
     agent_log = (job.job_dir / "logs/agent-algo-1.log").read_text()
     assert f"warm worker {spare} exited while waiting (status -9)" in agent_log
-    # The live view finds a warm worker's rank (its /proc environment is the spare's).
-    metrics = [json.loads(line) for line in (job.job_dir / "metrics.jsonl").open()]
-    assert any(m["rank"] == 0 and m.get("rss_bytes") for m in metrics)
     assert_nothing_left(job.job_dir)
 
 
