@@ -1,7 +1,7 @@
 """Recovery from failures: scenarios x strategies on the same training script, in the same run.
 
     python benchmarks/recovery.py [--reps 3] [--scenarios worker_kill,host_lost,partition,preempt]
-                                  [--strategies tenter,tenter_warm,torchrun,torchft]
+                                  [--strategies tenter,tenter_cold,torchrun,torchft]
 
 The job: examples/elastic/train.py (checkpoints every 10 steps, 48 steps) on 2 hosts x 2
 processes, under benchmarks/workloads/faulty.py, which logs every step of every rank with its
@@ -15,14 +15,13 @@ wall time and, at step 25 of the first attempt, injects the scenario's fault fro
   then run again and resumes from its last checkpoint).
 - Strategies (:data:`STRATEGIES`) run the job and recover: ``tenter`` (``tenter run`` with
   ``elastic.max_restarts``: a classic restart of the worker groups, within the rendezvous
-  round when the job's membership is fixed, as in ``worker_kill``; warm spares as tenter
-  decides on this machine: none on 2 CPUs for 4 workers), ``tenter_warm`` (the same with
-  spares forced on, as a GPU host has them for its restarts; on a machine without the CPUs
-  for them, their imports slow a start), ``torchrun``
+  round when the job's membership is fixed, as in ``worker_kill``; workers forked from
+  each host's warm template, torch imported), ``tenter_cold`` (the same with warm workers
+  off: every worker a fresh process), ``torchrun``
   (two torchrun agents with a c10d rendezvous, ``--max-restarts``: the same restart from the
   last checkpoint, with torchrun's own process start-up), ``torchft`` (``tenter run`` of
   examples/torchft/train.py, the same model in two replica groups of one host x 1 process
-  each (the example's layout) under torchft, spares forced on: a lost group heals from the
+  each (the example's layout) under torchft: a lost group heals from the
   other, which never rolls back). A strategy that
   cannot meet a scenario (torchrun has no isolated hosts; the torchft example has no
   checkpoints to resume a preempted job from) shows ``n/a``.
@@ -163,8 +162,8 @@ def _tenter_job(
     cell: Cell, script: list[str], more: str, procs: int = 2, warm: bool | None = None
 ) -> Ran:
     """``tenter run`` of ``script`` on 2 hosts x ``procs`` processes (``more``: spec lines);
-    run again after a preemption. ``warm``: warm spares forced on, as on a GPU host (which has
-    the CPUs for them), or off; None: as tenter decides on this machine."""
+    run again after a preemption. ``warm``: warm workers forced on or off; None: tenter's
+    default (on)."""
     home = cell.work / "home"
     spec = cell.work / "job.yaml"
     spec.write_text(
@@ -209,8 +208,8 @@ def run_tenter(cell: Cell) -> Ran | None:
 
 
 @strategy
-def run_tenter_warm(cell: Cell) -> Ran | None:
-    return _tenter_job(cell, [TRAIN], _elastic(cell), warm=True)
+def run_tenter_cold(cell: Cell) -> Ran | None:
+    return _tenter_job(cell, [TRAIN], _elastic(cell), warm=False)
 
 
 @strategy
@@ -229,7 +228,6 @@ def run_torchft(cell: Cell) -> Ran | None:
         "elastic: {max_restarts: 1}\nenvironment: {RUST_LOG: warn}\n"
         "fault_tolerance: {replica_groups: 2, min_replicas: 1}\n",
         procs=1,
-        warm=True,
     )
     return dataclasses.replace(ran, comparable=False)
 

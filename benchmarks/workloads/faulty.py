@@ -30,10 +30,25 @@ def kill_worker() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+AGENTS = ("tenter.launch.agent", "torch.distributed.run")
+"""What an agent's command line holds: tenter's, torchrun's."""
+
+
+def _agent() -> psutil.Process:
+    """This worker's agent: its parent under torchrun or a fresh tenter worker; its
+    grandparent for a warm tenter worker (forked by its host's warm template)."""
+    proc = psutil.Process(os.getppid())
+    while not any(name in " ".join(proc.cmdline()) for name in AGENTS):
+        parent = proc.parent()
+        assert parent is not None, "a worker runs under an agent"
+        proc = parent
+    return proc
+
+
 def kill_host() -> None:
-    """The host goes down: its agent (this worker's parent) and all of its workers at once."""
-    agent = psutil.Process(os.getppid())
-    for proc in [agent, *(p for p in agent.children() if p.pid != os.getpid())]:
+    """The host goes down: its agent and all of its processes at once."""
+    agent = _agent()
+    for proc in [agent, *(p for p in agent.children(recursive=True) if p.pid != os.getpid())]:
         proc.kill()
     kill_worker()
 
@@ -42,7 +57,7 @@ def preempt() -> None:
     """The job is preempted: SIGTERM to its launchers, as a scheduler sends. Under tenter the
     launcher of this worker's agent; under torchrun every agent (torchrun has no launcher
     above its agents), which pass it on to their workers."""
-    agent = psutil.Process(os.getppid())
+    agent = _agent()
     if "torch.distributed.run" in " ".join(agent.cmdline()):
         starter = agent.parent()
         assert starter is not None

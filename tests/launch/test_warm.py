@@ -1,9 +1,10 @@
 """Warm workers: a restarted worker runs from a spare that had torch imported, and starts as a
 fresh worker would (the exact resume of a killed training is tests/launch/test_elastic.py's,
-which runs with warm workers); spares are kept by default where the machine has the CPUs."""
+which runs with warm workers); workers start from spares by default, the first ones too."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 
 from tenter.launch import warm as warm_pool
 from tenter.launch.processes import env_of
+from tenter.runtime.warm import WAIT_FLAG
 from tests.conftest import (
     AS_A_BACKGROUND_JOB,
     REPO,
@@ -47,46 +49,17 @@ PER_RUN = {"MASTER_PORT", "TENTER_WARM_WORKERS"}
 """Differ from one run to the next by design (the store's port), or by the test's choice."""
 
 
-@pytest.mark.parametrize(
-    ("setting", "cpus", "workers", "on"),
-    [
-        ("", 96, 8, True),  # a p4d host: 8 GPUs' workers, 96 vCPUs
-        ("", 2, 4, False),  # 2 simulated hosts x 2 workers on a 2-CPU machine
-        ("", 2, 1, True),
-        ("", 3, 2, False),
-        ("1", 2, 4, True),  # forced on, or off, whatever the machine
-        ("0", 96, 8, False),
-    ],
-)
-def test_spares_are_kept_by_default_where_there_are_two_cpus_per_worker(
-    setting: str, cpus: int, workers: int, on: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("setting", "on"), [("", True), ("1", True), ("0", False)])
+def test_workers_start_from_spares_unless_told_not_to(
+    setting: str, on: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(warm_pool.ENABLED_ENV, setting)
-    monkeypatch.setattr(warm_pool.os, "sched_getaffinity", lambda pid: set(range(cpus)))
-    assert warm_pool.enabled(workers) is on
+    assert warm_pool.enabled() is on
 
 
-@pytest.mark.parametrize(
-    ("setting", "cpus", "workers", "first"),
-    [
-        ("", 96, 8, True),  # spares kept, and the CPUs for them at the first start
-        ("1", 96, 8, True),
-        ("", 2, 1, True),
-        ("1", 2, 4, False),  # forced on without the CPUs: spares for restarts only
-        ("0", 96, 8, False),
-    ],
-)
-def test_the_first_workers_are_spares_only_where_the_cpus_are_there_for_them(
-    setting: str, cpus: int, workers: int, first: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(warm_pool.ENABLED_ENV, setting)
-    monkeypatch.setattr(warm_pool.os, "sched_getaffinity", lambda pid: set(range(cpus)))
-    assert warm_pool.early(workers) is first
-
-
-def test_the_agent_starts_its_spares_before_it_imports_torch() -> None:
-    # What the agent's command line imports before it starts the spares (tenter.launch.agent's
-    # main): torch's import, seconds, is what the spares run beside.
+def test_the_agent_starts_its_template_before_it_imports_torch() -> None:
+    # What the agent's command line imports before it starts the template (tenter.launch.agent's
+    # main): torch's import, seconds, is what the template's runs beside.
     code = (
         "import sys, tenter.launch.agent.main\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
@@ -96,11 +69,9 @@ def test_the_agent_starts_its_spares_before_it_imports_torch() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def test_where_the_cpus_allow_the_first_worker_is_a_spare_and_starts_as_a_fresh_one(
+def test_the_first_worker_is_a_spare_and_starts_as_a_fresh_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One worker on this 2-CPU machine: 2 CPUs per worker, so spares by default, from the start.
-    assert warm_pool.early(1)
     starts = {}
     for warm in ("", "0"):
         monkeypatch.setenv("TENTER_WARM_WORKERS", warm)
@@ -110,7 +81,7 @@ def test_where_the_cpus_allow_the_first_worker_is_a_spare_and_starts_as_a_fresh_
         assert_nothing_left(done.job_dir)
         starts[warm] = _starts(done.job_dir)
         log = (done.job_dir / "logs/agent-algo-1.log").read_text()
-        assert ("starting 1 warm workers for the first start" in log) == (warm == ""), log
+        assert ("warm template started" in log) == (warm == ""), log
     warm_start, fresh = starts[""]["rank-0.stdout"], starts["0"]["rank-0.stdout"]
     assert warm_start["warm"] and not fresh["warm"]
     assert {**warm_start, "warm": False} == fresh
@@ -158,9 +129,7 @@ def test_a_restarted_worker_runs_warm_and_starts_as_a_fresh_one(
     first = [f"rank-{r}.stdout" for r in range(4)]
     restarted = [f"rank-{r}.algo-{r // 2 + 1}.attempt-1.stdout" for r in range(4)]
     assert sorted(warm_starts) == sorted(fresh_starts) == sorted(first + restarted)
-    # Spares never delay the first start: they are started once the first workers run.
-    assert [key for key in first if warm_starts[key]["warm"]] == [], agent_logs["1"]
-    assert [key for key in restarted if not warm_starts[key]["warm"]] == [], agent_logs["1"]
+    assert [key for key in first + restarted if not warm_starts[key]["warm"]] == [], agent_logs["1"]
     assert not any(record["warm"] for record in fresh_starts.values())
     for key, record in [*warm_starts.items(), *fresh_starts.items()]:
         signals = {name: record["signals"][name] for name in TORCHRUN_WORKER_SIGNALS}
@@ -187,26 +156,62 @@ def test_a_restarted_worker_runs_warm_and_starts_as_a_fresh_one(
 
 
 def _spares(job_id: str) -> set[int]:
-    """The job's warm processes: its spares, and workers that were spares."""
+    """The job's spares: processes forked by its warm template that still wait (a worker's
+    title is its command line)."""
     found = set()
     for proc in psutil.process_iter():
         try:
-            if "--warm" in proc.cmdline() and env_of(proc, "TENTER_JOB_ID") == job_id:
+            parent = proc.parent()
+            if (
+                parent is not None
+                and _is_warm(parent)
+                and _is_warm(proc)
+                and env_of(proc, "TENTER_JOB_ID") == job_id
+            ):
                 found.add(proc.pid)
         except psutil.Error:
             continue
     return found
 
 
-def _wait_for_spare(job_id: str, besides: set[int]) -> int:
-    """A spare of the job other than ``besides``: the agent starts one within a monitor
-    interval of needing it (a second after its workers started, or of losing one)."""
+def _is_warm(proc: psutil.Process) -> bool:
+    # Its title (``python -m tenter.runtime.bootstrap --warm ...``) is one argument.
+    return WAIT_FLAG in " ".join(proc.cmdline()).split()
+
+
+def _wait_for_spare(job_id: str, besides: set[int], after: float) -> int:
+    """A spare of the job other than ``besides``, started after ``after``: the agent has one
+    forked within a monitor interval of needing it (as its workers start, once the template
+    imported its preload modules, or once it lost one)."""
     for _ in range(600):
-        new = _spares(job_id) - besides
+        new = {
+            pid
+            for pid in _spares(job_id) - besides
+            if _started(pid) > after  # not one retired at the preload
+        }
         if new:
             return min(new)
         time.sleep(0.1)  # polls for the condition; nothing to be notified by
-    raise AssertionError(f"no spare other than {besides} appeared")
+    raise AssertionError(f"no spare other than {besides} appeared after {after}")
+
+
+def _started(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
+
+
+def _preloaded_at(agent_log: Path) -> float:
+    """When the agent had its template import the preload modules (and retired its spares)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for line in agent_log.read_text().splitlines():
+            if "spares forked before are retired" in line:
+                stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                return stamp.timestamp()
+        time.sleep(0.1)  # polls for the condition; nothing to be notified by
+    raise AssertionError(f"the template never imported its preload modules: {agent_log}")
 
 
 def _wait_for_rank_memory(job_dir: Path, rank: int) -> None:
@@ -236,11 +241,11 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     job.wait_for("ready")
     job_id = job.job_dir.name
     start = json.loads((job.job_dir / "start/rank-0.stdout.json").read_text())
-    # One worker on this 2-CPU machine: its spare was started with the agent.
-    assert start["warm"] is warm_pool.early(1)
-    spare = _wait_for_spare(job_id, {start["pid"]})
+    assert start["warm"]
+    preloaded = _preloaded_at(job.job_dir / "logs/agent-algo-1.log")
+    spare = _wait_for_spare(job_id, set(), after=preloaded)
     psutil.Process(spare).send_signal(signal.SIGKILL)
-    _wait_for_spare(job_id, {start["pid"], spare})
+    _wait_for_spare(job_id, {spare}, after=preloaded)
     # The live view finds a warm worker's rank (its /proc environment is the spare's): rank 0
     # lives until released, and the view samples every second.
     _wait_for_rank_memory(job.job_dir, rank=0)
@@ -253,19 +258,23 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     assert_nothing_left(job.job_dir)
 
 
-def test_killed_spares_leave_no_temporary_directory(tmp_path: Path) -> None:
-    # As torch 2.7 does at import of torch.distributed.checkpoint, which spares preload: a
-    # directory that only atexit removes, and a spare is SIGKILLed when its pool closes.
+def test_a_killed_template_leaves_no_temporary_directory(tmp_path: Path) -> None:
+    # As torch 2.7 does at import of torch.distributed.checkpoint, which the template preloads:
+    # a directory that only atexit removes, and the template (with its spares) is SIGKILLed
+    # when its pool closes.
     pool_tmp = tmp_path / "job/spares/algo-1"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    pool = warm_pool.WarmPool(sys.executable, 2, env, str(tmp_path), 1, pool_tmp)
-    pool.fill(preload=[TEMP_DIR_AT_IMPORT])
+    pool = warm_pool.WarmPool(
+        sys.executable, 2, env, str(tmp_path), pool_tmp, preload=[TEMP_DIR_AT_IMPORT]
+    )
+    pool.fill()
+    pool.preload()
     made = []
     deadline = time.monotonic() + WAIT_S
-    while len(made) < 2 and time.monotonic() < deadline:
+    while not made and time.monotonic() < deadline:
         made = list(pool_tmp.iterdir())
         time.sleep(0.1)  # polls for the condition; nothing to be notified by
-    assert len(made) == 2, made  # each spare's directory, in the pool's, not the machine's
+    assert len(made) == 1, made  # the template's directory, in the pool's, not the machine's
     pool.close()
     assert not pool_tmp.exists() and not pool_tmp.parent.exists()
     assert list(Path(os.environ["TMPDIR"]).iterdir()) == []
@@ -277,8 +286,8 @@ def test_a_worker_is_titled_with_the_users_command_line_warm_or_fresh(
 ) -> None:
     monkeypatch.setenv("TENTER_WARM_WORKERS", warm)
     release = tmp_path / "release"
-    # The worker read is a restarted one, from a spare when the job has spares (a 1 x 1 job on
-    # this 2-CPU machine: its first worker may be a spare too).
+    # The worker read is a restarted one, from a spare when the job has spares (its first
+    # worker is one too).
     spec = write_spec(
         tmp_path,
         "titled.py",
@@ -305,3 +314,33 @@ def test_a_worker_is_titled_with_the_users_command_line_warm_or_fresh(
     out = job.finish(timeout=120)
     assert job.proc.returncode == 0, out
     assert_nothing_left(job.job_dir)
+
+
+@pytest.mark.parametrize("resumes", [True, False])
+def test_a_job_that_resumes_has_its_template_import_the_checkpointing_first(
+    tmp_path: Path, resumes: bool
+) -> None:
+    # A checkpoint directory that holds anything: the workers will load a checkpoint at once,
+    # each importing torch.distributed.checkpoint; the template imports it once, before it
+    # forks them. Otherwise the first workers are forked as soon as torch is imported.
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    if resumes:
+        (checkpoints / "manifest.json").write_text("{}")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    bootstrap = [sys.executable, "-m", "tenter.runtime.bootstrap"]
+    pool = warm_pool.WarmPool.for_workers(
+        bootstrap, 1, env, str(tmp_path), tmp_path / "spares", str(checkpoints)
+    )
+    assert pool is not None
+    try:
+        pool.fill()
+        out = tmp_path / "rank-0.stdout"
+        argv = [*bootstrap, str(SCRIPTS / "has_modules.py"), "torch", "tenter.checkpoint"]
+        worker = pool.take(argv, env, str(tmp_path), str(out), str(tmp_path / "rank-0.stderr"))
+        assert worker is not None
+        assert worker.wait() == 0
+    finally:
+        pool.close()
+    assert out.read_text() == f"torch=True tenter.checkpoint={resumes}\n"
+    assert not (tmp_path / "spares").exists()

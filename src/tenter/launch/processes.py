@@ -11,13 +11,14 @@ are stopped directly.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import time
 from collections.abc import Callable
 
 import psutil
+
+from tenter.runtime.parent_death import dies_with_parent
 
 STOP_GRACE_S = float(os.environ.get("TENTER_STOP_GRACE_S", "10"))
 """How long stopped workers get to exit after SIGTERM before SIGKILL (the launcher's and each
@@ -27,44 +28,20 @@ CANCEL_TIMEOUT_S = STOP_GRACE_S + 20.0
 """The launcher's own grace period for its workers, plus writing the summary."""
 
 
-_PR_SET_PDEATHSIG = 1
-# Resolved before any fork: the child between fork and exec should only make the call.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-
-def dies_with_parent(sig: signal.Signals, starter: int | None = None) -> Callable[[], None]:
-    """A ``preexec_fn`` that has the kernel send ``sig`` to the child when the thread that
-    started it dies, however it dies (SIGKILL included, which no watcher in the parent could
-    report). It runs in the child between fork and exec (the setting survives exec); a parent
-    already gone by then is caught by comparing the child's parent with the starter (this
-    process, or ``starter``: a process arming itself names its own parent)."""
-    starter = os.getpid() if starter is None else starter
-
-    def arm() -> None:
-        if _prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-        if os.getppid() != starter:
-            os.kill(os.getpid(), sig)
-
-    return arm
-
-
 WORKER_DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
 """Signals a worker starts with at their default disposition, as torchrun's workers do: an
 agent started in the background by a shell inherits SIGINT and SIGQUIT ignored, and an
 ignored signal stays ignored across ``exec``."""
 
 
-def worker_preexec(nice: int = 0) -> Callable[[], None]:
-    """The ``preexec_fn`` of a worker (or a warm spare): default dispositions for the stop
-    signals, the kernel's SIGKILL when its agent dies, and ``nice`` added to its niceness."""
+def worker_preexec() -> Callable[[], None]:
+    """The ``preexec_fn`` of a worker (or a warm template): default dispositions for the stop
+    signals, and the kernel's SIGKILL when its agent dies."""
     dies = dies_with_parent(signal.SIGKILL)
 
     def prepare() -> None:
         for sig in WORKER_DEFAULT_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
-        if nice:
-            os.nice(nice)
         dies()
 
     return prepare
@@ -87,11 +64,18 @@ def job_processes(job_id: str) -> list[psutil.Process]:
 
 
 def kill_all(procs: list[psutil.Process]) -> None:
-    """SIGKILL ``procs`` and reap what can be reaped."""
+    """SIGKILL ``procs``, wait until they have ended and reap those that are this process's
+    children. A zombie has ended (:func:`wait_ended`): the orphans of a killed process (a
+    warm template's workers) stay zombies where the machine's init does not reap them, and
+    :func:`psutil.wait_procs` would wait its whole timeout for each."""
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(procs, timeout=STOP_GRACE_S)
+    wait_ended(procs, timeout=STOP_GRACE_S)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if proc.ppid() == os.getpid():
+                os.waitpid(proc.pid, os.WNOHANG)
 
 
 def wait_ended(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:

@@ -34,9 +34,10 @@ from tenter.launch.console import EventFeed, say
 from tenter.launch.isolation import hosts as isolated_hosts
 from tenter.launch.isolation.network import HostNetwork
 from tenter.launch.preemption import PreemptionWatch
-from tenter.launch.processes import STOP_GRACE_S, dies_with_parent, job_processes, kill_all
+from tenter.launch.processes import STOP_GRACE_S, job_processes, kill_all
 from tenter.launch.signals import is_preemption
 from tenter.launch.store import serve_store
+from tenter.runtime.parent_death import dies_with_parent
 
 POLL_S = 0.05
 """How often the launcher checks its processes, error files and hang records: often enough

@@ -1,34 +1,28 @@
-"""Warm workers: per host, one spare worker process per local rank, torch already imported.
+"""Warm workers: per host, a template with torch imported, forking one spare per local rank.
 
-A worker's start is mostly interpreter start-up and ``import torch``: seconds, paid again by
-every worker of a host at every restart. The agent keeps ``procs_per_host`` spares instead
-(``python -m tenter.runtime.bootstrap --warm``, started as a fresh worker would be: its own
-session, SIGKILLed with the agent), and hands each new worker's environment, directory,
-files and arguments to a spare (:mod:`tenter.runtime.warm`), which becomes that worker.
+A worker's start is mostly interpreter start-up and ``import torch``: seconds, paid by every
+worker of a host at every start. The agent starts one template per host instead (``python -m
+tenter.runtime.bootstrap --warm``, started as a fresh worker would be: its own session,
+SIGKILLed with the agent), which imports torch once and forks ``procs_per_host`` spares on
+request (milliseconds each); the agent hands each new worker's environment, directory, files
+and arguments to a spare (:mod:`tenter.runtime.warm`), which becomes that worker. A spare
+costs no CPU while it waits and shares the template's memory until it writes to it.
 
-Spares are separate processes that import torch themselves, not forks of a process that
-did: torch's thread pools (OpenMP, gloo) do not survive a fork.
-
-Spares are SIGKILLed when their pool closes (one may still be importing torch), so nothing
-runs their ``atexit``: their temporary directory (``TMPDIR``) is the pool's own, removed with
-it. torch 2.7's ``torch.distributed.checkpoint`` (:data:`PRELOAD`) creates one at import
-(``torch.distributed.nn.jit.instantiator``), which only ``atexit`` removes.
+The template is started as the agent starts, before it imports torch itself: the two imports
+run side by side, and the first workers are spares. Used spares are forked again at once;
+:data:`PRELOAD_DELAY_S` after the first workers started, the template also imports
+:data:`tenter.runtime.warm.PRELOAD` (torch.distributed.checkpoint), for the spares it forks
+from then on. The template's temporary directory (``TMPDIR``, which its spares keep until they
+become workers) is the pool's own, removed with it: torch 2.7's
+``torch.distributed.checkpoint`` creates one at import
+(``torch.distributed.nn.jit.instantiator``), which only ``atexit`` removes, and the template
+and its waiting spares are SIGKILLed when the pool closes.
 
 A worker is started fresh (the slow way, with the same result) when no spare can stand in
-for it: warm workers are off (see :func:`enabled`), the command is not tenter's
+for it: warm workers are off (:data:`ENABLED_ENV`), the command is not tenter's
 bootstrap under this Python, the working directory differs, or the environment differs from
-the spare's in a variable that may be read at start-up (only :data:`PER_WORKER` may
+the template's in a variable that may be read at start-up (only :data:`PER_WORKER` may
 differ).
-
-Spares never delay a start. Where the machine has :data:`CPUS_PER_WORKER` CPUs per worker
-(:func:`early`), the pool is filled as the agent starts, before it imports torch itself: the
-spares' imports run beside the agent's, and the first workers are spares. Elsewhere it is
-first filled :data:`REFILL_DELAY_S` after the job's first workers started (fresh). Spares
-used are replaced as long after the restarted workers started, and run at
-:data:`SPARE_NICE` (on a machine with few cores, importing torch competes with the workers'
-first steps); a worker that was such a spare keeps that niceness: lowering it again needs a
-privilege agents do not have, and all of a host's restarted workers share it. The first
-spares run at the agent's niceness: no worker runs yet to give way to.
 """
 
 from __future__ import annotations
@@ -39,11 +33,14 @@ import logging
 import math
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from tenter.contract.worker import BOOTSTRAP
 from tenter.launch.processes import worker_preexec
@@ -52,14 +49,7 @@ from tenter.runtime.warm import PRELOAD, TITLE_ROOM, WAIT_FLAG, Handoff
 logger = logging.getLogger(__name__)
 
 ENABLED_ENV = "TENTER_WARM_WORKERS"
-"""``0`` starts every worker fresh, ``1`` keeps spares; unset (the default), spares are kept
-where the machine has the CPUs for them (:func:`enabled`)."""
-
-CPUS_PER_WORKER = 2
-"""The CPUs a machine needs per worker for spares to pay: a worker's and its spare's. With
-fewer, a spare importing torch (seconds of CPU, 1 s after every start) takes them from the
-workers' own start: on a 2-CPU machine a no-op job of 2 x 2 workers took 11.2 s with spares
-and 7.1 s without (``benchmarks/launch_overhead.py``), a 27% longer test suite."""
+"""``0`` starts every worker fresh; unset or anything else, workers start from spares."""
 
 PER_WORKER = frozenset(
     {
@@ -88,45 +78,163 @@ PER_WORKER = frozenset(
 )
 """The variables in which a rank's environment may differ from its spare's."""
 
-REFILL_DELAY_S = 1.0
-"""Long enough for the workers that took spares to be past their start (which the
-measure of a restart, the first step after it, includes); short enough that a pool emptied
-by a job's start is full again when its first failure comes."""
-
-SPARE_NICE = 5
-"""Added to a spare's niceness: while it imports torch, the running workers come first."""
+PRELOAD_DELAY_S = 1.0
+"""How long after the first workers started the template imports
+:data:`tenter.runtime.warm.PRELOAD` (a second or two of CPU): long enough for those workers
+to be past their start (which the measure of a restart, the first step after it, includes);
+short enough for the spares a first failure takes to have it."""
 
 PIPE_SIZE = 1 << 20
 """The handoff (mostly the environment) must fit in the pipe: the agent never waits for a
-spare that is still importing torch."""
+spare to read it."""
 
 
-def _cpus_to_spare(workers_here: int) -> bool:
-    return len(os.sched_getaffinity(0)) >= CPUS_PER_WORKER * workers_here
+CLOSE_TIMEOUT_S = 5.0
+"""How long a closing pool waits for its template to end its spares and exit (milliseconds:
+the template does it in its SIGTERM handler, which runs even during an import)."""
 
 
-def enabled(workers_here: int) -> bool:
-    """Whether to keep spares for ``workers_here`` workers that share this machine's CPUs:
-    as :data:`ENABLED_ENV` says, else if the CPUs this process may use are at least
-    :data:`CPUS_PER_WORKER` per worker (a GPU host's are: 8 workers, 96 or more CPUs)."""
-    setting = os.environ.get(ENABLED_ENV, "")
-    if setting:
-        return setting != "0"
-    return _cpus_to_spare(workers_here)
+def enabled() -> bool:
+    """Whether workers start from spares (:data:`ENABLED_ENV`)."""
+    return os.environ.get(ENABLED_ENV, "") != "0"
 
 
-def early(workers_here: int) -> bool:
-    """Whether the first workers are spares, started with the agent: only where spares are
-    kept and the CPUs are there for them, whatever :data:`ENABLED_ENV` forces (without the
-    CPUs, the spares' imports would compete with the agent's and delay the first start)."""
-    return enabled(workers_here) and _cpus_to_spare(workers_here)
+class ForkedProcess:
+    """A spare forked by the template, as the agent's worker handle: ``subprocess.Popen``'s
+    ``pid``, ``poll`` and ``wait``, with its status as the template reports it."""
+
+    def __init__(self, template: Template, handoff_fd: int) -> None:
+        self._template = template
+        self.handoff_fd: int | None = handoff_fd
+        """The write end of the spare's handoff pipe, until the handoff is written."""
+        self.known_pid: int | None = None
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        """The spare's pid (waits for the template to fork it: it may still import torch)."""
+        while self.known_pid is None and self.returncode is None:
+            self._template.pump(block=True)
+        return self.known_pid if self.known_pid is not None else -1
+
+    def poll(self) -> int | None:
+        """As ``Popen.poll``: the status as soon as the process has ended, though the
+        template may not have reaped it and told yet (the kernel shows it as a zombie)."""
+        if self.returncode is None:
+            self._template.pump(block=False)
+        if self.returncode is None and self.known_pid is not None and _ended(self.known_pid):
+            self.wait()  # the template's report is on its way
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            self._template.pump(block=True)
+        return self.returncode
+
+    def close_handoff(self) -> None:
+        if self.handoff_fd is not None:
+            os.close(self.handoff_fd)
+            self.handoff_fd = None
 
 
-@dataclass
-class Spare:
-    proc: subprocess.Popen[bytes]
-    env: dict[str, str]
-    cwd: str
+class Template:
+    """A host's template process and the spares it forked, seen from the agent. All methods
+    run on the agent's main thread: the template's parent-death signal fires when the thread
+    that started it ends."""
+
+    def __init__(
+        self, command: Sequence[str], preload: Sequence[str], env: Mapping[str, str], cwd: str
+    ) -> None:
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self.proc = subprocess.Popen(
+                [*command, WAIT_FLAG, *preload, TITLE_ROOM],
+                env=dict(env),
+                cwd=cwd,
+                stdin=theirs.fileno(),  # requests; stdout and stderr: the agent's log
+                start_new_session=True,
+                preexec_fn=worker_preexec(),
+            )
+        logger.info("warm template started (pid %d)", self.proc.pid)
+        self._unforked: list[ForkedProcess] = []
+        """Requested, in order, not yet forked."""
+        self._forked: dict[int, ForkedProcess] = {}
+        self._preloaded = False
+
+    def fork(self) -> ForkedProcess:
+        """A new spare (forked once the template's imports are done; this does not wait)."""
+        read_end, write_end = os.pipe()
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        spare = ForkedProcess(self, write_end)
+        try:
+            socket.send_fds(self._control, [b"fork"], [read_end])
+        except OSError:
+            spare.returncode = -signal.SIGKILL  # the template died: as its spares would
+            spare.close_handoff()
+        else:
+            self._unforked.append(spare)
+        finally:
+            os.close(read_end)
+        return spare
+
+    def preload(self) -> bool:
+        """Have the template import its preload modules, once; whether it was asked now."""
+        if self._preloaded:
+            return False
+        self._preloaded = True
+        with contextlib.suppress(OSError):
+            self._control.send(b"preload")
+        return True
+
+    def pump(self, block: bool) -> None:
+        """Read what the template said: forked pids and exit statuses."""
+        self._control.setblocking(block)
+        while True:
+            try:
+                message = self._control.recv(64)
+            except BlockingIOError:
+                return
+            except OSError:
+                message = b""
+            if not message:
+                self._lost()
+                return
+            kind, *numbers = message.split()
+            if kind == b"pid":
+                spare = self._unforked.pop(0)
+                spare.known_pid = int(numbers[0])
+                self._forked[spare.known_pid] = spare
+            else:
+                pid, code = (int(n) for n in numbers)
+                self._forked.pop(pid).returncode = code
+            if block:
+                return
+
+    def _lost(self) -> None:
+        """The template is gone: its spares died with it (the parent-death signal); their
+        sessions are SIGKILLed all the same, for what they may have started."""
+        for spare in [*self._unforked, *self._forked.values()]:
+            if spare.known_pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(spare.known_pid, signal.SIGKILL)
+            spare.returncode = -signal.SIGKILL
+            spare.close_handoff()
+        self._unforked.clear()
+        self._forked.clear()
+
+    def close(self) -> None:
+        """End the template and every spare still waiting (what they ran has ended): at
+        SIGTERM the template SIGKILLs and reaps them, then exits; SIGKILLed itself if it has
+        not within :data:`CLOSE_TIMEOUT_S` (its spares then die with it, but as orphans,
+        which stay zombies where the machine's init does not reap them)."""
+        self.proc.terminate()
+        self._control.close()
+        try:
+            self.proc.wait(timeout=CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._lost()
 
 
 def differing(a: Mapping[str, str], b: Mapping[str, str]) -> set[str]:
@@ -134,16 +242,9 @@ def differing(a: Mapping[str, str], b: Mapping[str, str]) -> set[str]:
     return {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
 
 
-def _lost(spare: Spare) -> None:
-    spare.proc.wait()
-    logger.warning(
-        "warm worker %d exited while waiting (status %s)", spare.proc.pid, spare.proc.returncode
-    )
-
-
 class WarmPool:
-    """The spares of one host. All methods run on the agent's main thread: a spare's
-    parent-death signal fires when the thread that started it ends."""
+    """The spares of one host, forked by its template. All methods run on the agent's main
+    thread (see :class:`Template`)."""
 
     def __init__(
         self,
@@ -151,20 +252,26 @@ class WarmPool:
         size: int,
         env: Mapping[str, str],
         cwd: str,
-        workers_here: int,
         tmp_dir: Path,
+        preload: Sequence[str] = PRELOAD,
+        preload_first: bool = False,
     ) -> None:
         self.command = [python, "-m", BOOTSTRAP]
         """The workers a spare can become: ``COMMAND SCRIPT|-m MODULE [ARGS...]``."""
         self._size = size
         self._env, self._cwd = dict(env), cwd
-        """What every spare starts with: the workers' environment but the per-rank
+        """What the template starts with: the workers' environment but the per-rank
         variables, and their working directory."""
         self._tmp_dir = tmp_dir
-        """The spares' ``TMPDIR`` until they become workers; the pool's to remove."""
-        self._spares: list[Spare] = []
-        self._refill_at = math.inf  # not before the first workers started
-        self._workers_here = workers_here
+        """The template's and its spares' ``TMPDIR`` (until they become workers); the
+        pool's to remove."""
+        self._preload = list(preload)
+        self._preload_first = preload_first
+        """Import the preload modules before the first spares are forked (a job that resumes
+        from a checkpoint: every worker imports torch.distributed.checkpoint at once)."""
+        self._template: Template | None = None
+        self._spares: list[ForkedProcess] = []
+        self._preload_at = math.inf  # not before the first workers started
 
     @classmethod
     def for_workers(
@@ -173,64 +280,72 @@ class WarmPool:
         size: int,
         env: Mapping[str, str],
         cwd: str,
-        workers_here: int,
         tmp_dir: Path,
+        checkpoint_dir: str,
     ) -> WarmPool | None:
         """The pool of ``size`` spares for workers that run ``command``, with ``tmp_dir``
         (created on the first start, removed on :meth:`close`) as their temporary directory;
-        None if they cannot be warm or warm workers are off for ``workers_here`` workers on
-        this machine."""
+        None if they cannot be warm or warm workers are off. Where ``checkpoint_dir`` holds
+        anything (the job resumes), the template imports its preload modules first."""
         if list(command[1:3]) != ["-m", BOOTSTRAP]:
             return None
-        if not enabled(workers_here):
-            logger.info(
-                "warm workers off (%s=%s, %d workers on %d CPUs): workers start fresh",
-                ENABLED_ENV,
-                os.environ.get(ENABLED_ENV, "unset"),
-                workers_here,
-                len(os.sched_getaffinity(0)),
-            )
+        if not enabled():
+            logger.info("warm workers off (%s=0): workers start fresh", ENABLED_ENV)
             return None
-        return cls(command[0], size, env, cwd, workers_here, tmp_dir)
+        return cls(
+            command[0], size, env, cwd, tmp_dir, preload_first=_holds_anything(checkpoint_dir)
+        )
 
-    def fill_first(self) -> None:
-        """Start the spares now, for the first workers, where :func:`early` says so (the
-        agent calls this before it imports torch)."""
-        if early(self._workers_here):
-            logger.info("starting %d warm workers for the first start", self._size)
-            self.fill(nice=0)
-
-    def fill_later(self) -> None:
-        """Fill the pool :data:`REFILL_DELAY_S` from now (the workers just started)."""
-        self._refill_at = min(self._refill_at, time.monotonic() + REFILL_DELAY_S)
-
-    def fill(self, preload: Sequence[str] = PRELOAD, nice: int = SPARE_NICE) -> None:
-        """Start spares up to the pool's size, at ``nice`` above the agent, importing
-        ``preload`` while they wait; replace any that died waiting."""
-        for spare in [s for s in self._spares if s.proc.poll() is not None]:
-            _lost(spare)
+    def fill(self) -> None:
+        """Start the template if it is not running, and have it fork spares up to the
+        pool's size (replacing any that died waiting)."""
+        if self._template is None or self._template.proc.poll() is not None:
+            if self._template is not None:
+                logger.warning("warm template exited (status %s)", self._template.proc.returncode)
+                self._template.close()
+            self._tmp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # The handoff's environment replaces both. A CUDA probe in the template (a module
+            # it imports calling torch.cuda.is_available()) asks NVML, not the CUDA driver,
+            # whose initialisation a fork would not survive.
+            env = {
+                **self._env,
+                "TMPDIR": str(self._tmp_dir),
+                "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+            }
+            self._template = Template(self.command, self._preload, env, self._cwd)
+            self._spares.clear()
+            if self._preload_first:
+                self._template.preload()  # the template reads it before the forks
+        for spare in [s for s in self._spares if s.poll() is not None]:
+            logger.warning(
+                "warm worker %s exited while waiting (status %s)", spare.known_pid, spare.returncode
+            )
             self._spares.remove(spare)
         while len(self._spares) < self._size:
-            self._spares.append(self._start(preload, nice))
+            self._spares.append(self._template.fork())
+
+    def workers_started(self) -> None:
+        """The workers just started (from spares or fresh): fork new spares now; import
+        :data:`tenter.runtime.warm.PRELOAD` in the template :data:`PRELOAD_DELAY_S` later."""
+        self.fill()
+        self._preload_at = min(self._preload_at, time.monotonic() + PRELOAD_DELAY_S)
 
     def fill_when_due(self) -> None:
-        """Called often: refill once the workers that took spares have had their start."""
-        if time.monotonic() >= self._refill_at:
+        """Called often: once the first workers are past their start, the template's
+        preload, and spares that died waiting replaced."""
+        if time.monotonic() >= self._preload_at:
+            self.preload()
             self.fill()
 
-    def _start(self, preload: Sequence[str], nice: int) -> Spare:
-        self._tmp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        proc = subprocess.Popen(
-            [*self.command, WAIT_FLAG, *preload, TITLE_ROOM],
-            env={**self._env, "TMPDIR": str(self._tmp_dir)},  # the handoff's env replaces it
-            cwd=self._cwd,
-            stdin=subprocess.PIPE,  # the handoff; stdout and stderr: the agent's log
-            start_new_session=True,  # as a fresh worker's: the agent signals its group
-            preexec_fn=worker_preexec(nice=nice),
-        )
-        assert proc.stdin is not None
-        fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-        return Spare(proc, self._env, self._cwd)
+    def preload(self) -> None:
+        """Have the template import its preload modules (once), and retire the spares it
+        forked before: those forked after have the modules."""
+        if self._template is not None and self._template.preload():
+            logger.info("warm template imports %s; spares forked before are retired", self._preload)
+            for spare in self._spares:
+                spare.close_handoff()  # it reads no handoff and exits; the template reaps it
+            self._spares.clear()
+            self.fill()
 
     def take(
         self,
@@ -239,46 +354,53 @@ class WarmPool:
         cwd: str,
         stdout: str | None,
         stderr: str | None,
-    ) -> subprocess.Popen[bytes] | None:
+    ) -> ForkedProcess | None:
         """A spare become the worker ``args`` with ``env`` (the complete environment) in
         ``cwd``, or None when none can stand in for it: start it fresh then."""
         command = self.command
         if list(args[: len(command)]) != command:
             return None
+        extra = differing(self._env, env) - PER_WORKER
+        if self._cwd != cwd or extra:
+            logger.info("no warm worker: the worker's %s differs", sorted(extra) or "cwd")
+            return None
+        handoff = Handoff(list(args[len(command) :]), dict(env), cwd, stdout, stderr).encode()
         while self._spares:
             spare = self._spares.pop(0)
-            if spare.proc.poll() is not None:
-                _lost(spare)
+            if spare.poll() is not None or spare.handoff_fd is None:
                 continue
-            extra = differing(spare.env, env) - PER_WORKER
-            if spare.cwd != cwd or extra:
-                logger.info("no warm worker: the worker's %s differs", sorted(extra) or "cwd")
-                self._spares.append(spare)
-                return None
-            handoff = Handoff(list(args[len(command) :]), dict(env), cwd, stdout, stderr)
-            assert spare.proc.stdin is not None
             try:
-                spare.proc.stdin.write(handoff.encode())
-                spare.proc.stdin.close()
-            except BrokenPipeError:  # it died after the poll above
-                with contextlib.suppress(BrokenPipeError):  # closes the pipe all the same
-                    spare.proc.stdin.close()
-                _lost(spare)
+                os.write(spare.handoff_fd, handoff)  # fits the pipe: never blocks
+            except BrokenPipeError:  # it died waiting
                 continue
-            self._refill_at = time.monotonic() + REFILL_DELAY_S
-            return spare.proc
+            finally:
+                spare.close_handoff()
+            return spare
         return None
 
     def close(self) -> None:
-        """Stop the spares: nothing of the job is left after its agent."""
-        for spare in self._spares:
-            spare.proc.kill()
-        for spare in self._spares:
-            spare.proc.wait()
-            if spare.proc.stdin is not None:
-                spare.proc.stdin.close()
+        """Stop the template and the spares still waiting: nothing of the job is left after
+        its agent (which closes the pool last, once the workers that were spares ended)."""
+        if self._template is not None:
+            self._template.close()
         self._spares.clear()
-        # The workers that were spares have ended too (the agent closes the pool last).
         shutil.rmtree(self._tmp_dir, ignore_errors=True)
         with contextlib.suppress(OSError):  # the job's other hosts may still have theirs
             self._tmp_dir.parent.rmdir()
+
+
+def _holds_anything(directory: str) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return any(True for _ in entries)
+    except OSError:  # not there (yet), or not readable from here
+        return False
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # reaped: the report is on its way
+        return True
+    except psutil.Error:
+        return False

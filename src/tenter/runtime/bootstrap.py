@@ -13,9 +13,9 @@ Scripts need no ``@record`` decorator of their own.
 Every worker, fresh or warm, is titled with the user's command line (:func:`title`, through
 ``setproctitle``): ``ps`` shows ``python train.py --lr 0.1``, not the bootstrap.
 
-``python -m tenter.runtime.bootstrap --warm [MODULE...]`` is a warm worker: it imports what a
-worker imports (and MODULEs), then waits for its rank's handoff from the agent and runs it as above
-(:mod:`tenter.runtime.warm`).
+``python -m tenter.runtime.bootstrap --warm [MODULE...]`` is a host's warm template: it imports
+what a worker imports, then forks spares for the agent (and imports MODULEs when asked); a
+spare waits for its rank's handoff and runs it as above (:mod:`tenter.runtime.warm`).
 
 When the script returns (or exits with status 0) the bootstrap marks the rank finished
 (:func:`tenter.contract.torchrun.finished_marker`) and tears down what the script left: a
@@ -103,8 +103,7 @@ def set_title(text: str) -> None:
 def main(argv: list[str]) -> int:
     if argv[:1] == [warm.WAIT_FLAG]:
         set_title(title(["-m", BOOTSTRAP, *(a for a in argv if a.strip())]))  # no TITLE_ROOM
-        warm.preload(argv[1:])
-        handoff = warm.receive()
+        handoff = warm.serve(argv[1:])  # returns in a forked spare only
         if handoff is None:  # a spare no rank needed
             return 0
         argv = warm.become(handoff)

@@ -25,7 +25,6 @@ Imports nothing heavy: it runs once per rank before the real program starts.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -36,6 +35,7 @@ from tenter.contract.plan import Plan
 from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout
 from tenter.jobdir.records import record_worker_logs
+from tenter.runtime.parent_death import dies_with_parent
 
 PLAN_ENV = "TENTER_PLAN_FILE"
 """Where the shim reads the plan (:func:`tenter.launch.mpirun.mpirun_argv`'s ``plan_file``)."""
@@ -111,17 +111,8 @@ def main(argv: list[str]) -> int:
     logs = os.environ.pop("TENTER_RANK_LOGS", None)
     if logs:
         _redirect_output(Path(logs), env)
-    _stop_with_parent()
+    dies_with_parent(signal.SIGTERM, starter=os.getppid())()  # it survives exec
     os.execvp(argv[0], argv)
-
-
-def _stop_with_parent() -> None:
-    """``PR_SET_PDEATHSIG`` (it survives exec), by hand: this worker-side module may not import
-    the launcher's helper (tenter.launch.processes.dies_with_parent)."""
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent went before the setting took
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":

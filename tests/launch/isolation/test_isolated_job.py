@@ -17,6 +17,7 @@ import pytest
 from tenter.contract.isolation import host_addr
 from tenter.errors import ExitCode, JobNotFoundError
 from tenter.launch.isolation.record import attach
+from tenter.runtime.warm import WAIT_FLAG
 from tests.conftest import (
     REPO,
     SCRIPTS,
@@ -166,9 +167,10 @@ def test_another_process_attaches_to_the_running_network_until_the_job_ends() ->
 def test_a_killed_launcher_leaves_no_namespace() -> None:
     job = blocked_job()
     procs = job_processes(job.job_dir.name)
-    # The store, two agents, two workers; and the agents' warm spares once they started
-    # (after the workers: they never delay the first start).
-    assert len([p for p in procs if "--warm" not in p.cmdline()]) == 5
+    # The store, two agents, two workers; and each agent's warm template and spares (titled
+    # ``python -m tenter.runtime.bootstrap --warm ...``, one argument).
+    not_warm = [p for p in procs if WAIT_FLAG not in " ".join(p.cmdline()).split()]
+    assert len(not_warm) == 5, [p.cmdline() for p in not_warm]
     job.proc.kill()
     job.finish()
     # No launcher, no sweep: the namespaces' holders die with it (their parent-death signal);

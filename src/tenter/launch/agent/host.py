@@ -185,8 +185,8 @@ class HostAgent:
         self._event("restart", remaining=self.remaining_restarts)
         self._stop_workers(signal.SIGTERM)
         if self.pool is not None:
-            # A failure within REFILL_DELAY_S of the start finds the pool still empty: the
-            # restarted workers take spares started now, while the next round forms.
+            # Spares that died waiting, or a template that did, are replaced while the next
+            # round forms.
             self.pool.fill()
 
     def _start_round(self) -> None:
@@ -228,7 +228,7 @@ class HostAgent:
             )
         self.group = WorkerGroup([start_worker(entry, self.pool) for entry in entries])
         if self.pool is not None:
-            self.pool.fill_later()
+            self.pool.workers_started()
         self.state = AgentState.RUNNING
 
     def entry(self, round_: rendezvous.Round, local_rank: int) -> WorkerEntry:

@@ -1,9 +1,9 @@
 """``python -m tenter.launch.agent PLAN_JSON HOST_INDEX RDZV_PORT``: run one host of a job.
 
-The agent reads its host's part of the plan and starts the host's spare workers first, where
-the machine has the CPUs for them (:func:`tenter.launch.warm.early`): each spare imports torch
-while the agent imports it for the rendezvous, seconds each (4-5 s for a CUDA build on the
-H100 machine), so the first workers start from spares instead of after the agent's import.
+The agent reads its host's part of the plan and starts the host's warm template first
+(:mod:`tenter.launch.warm`): it imports torch while the agent imports it for the rendezvous,
+seconds each (4-5 s for a CUDA build on the H100 machine), so the first workers are forked
+with torch imported instead of importing it after the agent's.
 Nothing of torch is imported before that (a test holds this module to it); then
 :func:`tenter.launch.agent.run.run_host` does the rest.
 """
@@ -28,19 +28,17 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("torch.distributed.elastic").setLevel(logging.INFO)
     workers_env = dict(os.environ)
-    # The local backend's simulated hosts share this machine's CPUs.
-    hosts_here = len(plan.hosts) if plan.backend == "local" else 1
     pool = WarmPool.for_workers(
         plan.command,
         plan.procs_per_host,
         workers_env,
         plan.cwd,
-        workers_here=hosts_here * plan.procs_per_host,
         tmp_dir=spares_tmp_dir(plan.job_dir, host.name),
+        checkpoint_dir=plan.checkpoint_dir,
     )
     if pool is not None:
-        pool.fill_first()
-    # Imported here, not above: the spares import torch meanwhile.
+        pool.fill()
+    # Imported here, not above: the template imports torch meanwhile.
     from tenter.launch.agent.run import run_host
 
     return run_host(plan, host, rdzv_port, workers_env, pool)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from tenter.contract.torchrun import finished_marker
 from tenter.jobdir.agent_result import WorkerFailure
 from tenter.launch.processes import STOP_GRACE_S, worker_preexec
-from tenter.launch.warm import WarmPool
+from tenter.launch.warm import ForkedProcess, WarmPool
 
 STOP_POLL_S = 0.02
 """How often a stop checks whether the workers have exited."""
@@ -56,12 +56,15 @@ class WorkerEntry:
 @dataclass
 class Worker:
     entry: WorkerEntry
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess
+    """A fresh worker is the agent's child; a warm one is its template's."""
 
 
 def start_worker(entry: WorkerEntry, pool: WarmPool | None) -> Worker:
     """A warm spare become ``entry``'s worker, or a fresh process."""
-    proc = pool.take(entry.argv, entry.env, entry.cwd, entry.stdout, entry.stderr) if pool else None
+    proc: subprocess.Popen[bytes] | ForkedProcess | None = (
+        pool.take(entry.argv, entry.env, entry.cwd, entry.stdout, entry.stderr) if pool else None
+    )
     if proc is None:
         with open(entry.stdout, "wb") as out, open(entry.stderr, "wb") as err:
             proc = subprocess.Popen(

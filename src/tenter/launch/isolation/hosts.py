@@ -19,7 +19,7 @@ from tenter.jobdir import layout
 from tenter.launch.api import python_executable
 from tenter.launch.isolation import preflight, record
 from tenter.launch.isolation.network import HostNetwork
-from tenter.launch.processes import dies_with_parent
+from tenter.runtime.parent_death import dies_with_parent
 
 
 def open_network(plan: Plan) -> HostNetwork:

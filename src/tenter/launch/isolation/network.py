@@ -36,7 +36,8 @@ import time
 from dataclasses import dataclass, field
 
 from tenter.contract.isolation import HOST_NIC, MAX_HOSTS, SUBNET, SWITCH_ADDR, host_addr
-from tenter.launch.processes import dies_with_parent, process_identity
+from tenter.launch.processes import process_identity
+from tenter.runtime.parent_death import dies_with_parent
 
 BRIDGE = "br0"
 HEAL_WAIT_S = 30.0

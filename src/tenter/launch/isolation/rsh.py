@@ -28,7 +28,8 @@ import tempfile
 from tenter.errors import TenterError
 from tenter.launch.isolation import attach
 from tenter.launch.isolation.network import HostNetwork, host_addr
-from tenter.launch.processes import STOP_GRACE_S, dies_with_parent
+from tenter.launch.processes import STOP_GRACE_S
+from tenter.runtime.parent_death import dies_with_parent
 
 NETWORK_ENV = "TENTER_NETWORK"
 """The directory of the network record of the hosts this agent reaches (the job's)."""
