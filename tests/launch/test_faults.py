@@ -118,6 +118,11 @@ def test_elastic_summary_after_a_lost_host_names_the_survivors(tmp_path: Path) -
     assert "done world 1 rank 0" in out
     assert "succeeded in" in out
     assert "(1 hosts x 1 processes = 1 ranks; lost: algo-1)" in out
+    # algo-2 went on at once, within the round: no round of torch's rendezvous, which would
+    # wait for algo-1's heartbeats to expire, then for its last call.
+    agent_log = (job.job_dir / "logs/agent-algo-2.log").read_text()
+    assert "restart 1 within the round: 1 hosts, without algo-1" in agent_log
+    assert "joined round 1" not in agent_log
     assert f"model:   {job.job_dir / 'hosts/algo-2/model'}" in out
     hosts = job.job_dir / "hosts"
     assert not (hosts / "algo-1/output/success").exists()

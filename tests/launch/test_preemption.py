@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tenter.errors import ExitCode
+from tenter.launch.processes import STOP_GRACE_S
 from tenter.launch.signals import StopRequest, is_preemption
 from tests.conftest import REPO, Background, assert_nothing_left, tenter
 from tests.launch.slurm_cluster import queue, slurm_cluster
@@ -218,3 +219,15 @@ def test_scancel_preempts_a_slurm_job_after_a_final_checkpoint(
     assert latest_checkpoint(ckpt) == 7
     assert queue(slurm) == []
     assert_nothing_left(job_dir)
+
+
+def test_a_stop_ends_ranks_that_wait_in_torch_at_once(tmp_path: Path, tenter_home: Path) -> None:
+    # Each rank waits in torch's C++ with the preemption's SIGTERM handler armed: Python would
+    # run the handler only after the wait, so the stop lasted the grace period, then SIGKILL.
+    job = started(tmp_path, tenter_home, "waits_in_torch.py")
+    cancelled_at = time.monotonic()
+    assert tenter("cancel", job.job_dir.name).returncode == 0
+    out = job.finish(timeout=60)
+    assert time.monotonic() - cancelled_at < STOP_GRACE_S / 2, out
+    assert job.proc.returncode == ExitCode.INTERRUPTED, out
+    assert_nothing_left(job.job_dir)

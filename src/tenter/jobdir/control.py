@@ -2,6 +2,8 @@
 
     <job_dir>/control/preempt              a preemption was requested: when, by whom, the grace
     <job_dir>/control/stopping-<host>      that host's agent is stopping its workers itself
+    <job_dir>/control/lost-<host>          the launcher went on without that host (its agent
+                                           was killed, or it was cut off and fenced)
     <job_dir>/control/preempted-rank-<N>   rank N stopped for the preemption: step, checkpoint
     <job_dir>/control/flight-recorder      a hang: every rank writes torch's flight recorder to
                                            <log stem>.fr.pkl (when newer than its last dump)
@@ -27,6 +29,7 @@ from tenter.jobdir.layout import CONTROL_DIR, write_atomic
 
 PREEMPT_REQUEST = "preempt"
 STOPPING_PREFIX = "stopping-"
+LOST_PREFIX = "lost-"
 PREEMPTED_PREFIX = "preempted-rank-"
 FLIGHT_RECORDER_REQUEST = "flight-recorder"
 JOIN_PREFIX = "join-"
@@ -96,6 +99,25 @@ def stopping_marker(job_dir: str | Path, host: str) -> Path:
     """Present while ``host``'s agent stops its workers (a failure, a restart, a cancel):
     a worker's SIGTERM then means "stop now", not "preempted"."""
     return control_dir(job_dir) / f"{STOPPING_PREFIX}{host}"
+
+
+def declare_lost(job_dir: str | Path, host: str) -> None:
+    """The launcher goes on without ``host``: the other hosts' agents restart without
+    waiting for it (:mod:`tenter.launch.agent.in_round`)."""
+    (made_control_dir(job_dir) / f"{LOST_PREFIX}{host}").write_text("")
+
+
+def declare_found(job_dir: str | Path, host: str) -> None:
+    """``host`` is back (a fresh agent after a partition healed): no longer lost."""
+    (control_dir(job_dir) / f"{LOST_PREFIX}{host}").unlink(missing_ok=True)
+
+
+def lost_hosts(job_dir: str | Path) -> set[str]:
+    """The hosts the launcher declared lost (one ``listdir``)."""
+    folder = control_dir(job_dir)
+    if not folder.is_dir():
+        return set()
+    return {p.name.removeprefix(LOST_PREFIX) for p in folder.glob(f"{LOST_PREFIX}*")}
 
 
 def record_preempted(

@@ -24,8 +24,10 @@ checked and SIGTERM is left alone.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from types import FrameType
@@ -60,15 +62,66 @@ def enabled() -> bool:
     return bool(os.environ.get("TENTER_JOB_DIR")) and grace.isdigit() and int(grace) > 0
 
 
+def _stopping() -> bool:
+    """Whether this rank's agent is stopping it (a stop, not a preemption)."""
+    job_dir, host = os.environ.get("TENTER_JOB_DIR", ""), os.environ.get("TENTER_HOST", "")
+    return control.stopping_marker(job_dir, host).exists()
+
+
+def _end_by_sigterm() -> None:
+    """End this process by SIGTERM's default action, as without tenter's handler; from any
+    thread (``signal.signal`` is the main thread's only, hence libc's ``signal``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.signal(signal.SIGTERM, None)  # None: SIG_DFL
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     global _signalled
-    job_dir, host = os.environ.get("TENTER_JOB_DIR", ""), os.environ.get("TENTER_HOST", "")
-    if control.stopping_marker(job_dir, host).exists():
-        # Our agent stops this worker: end by the signal, as without this handler.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+    if _stopping():
+        _end_by_sigterm()
         return
     _signalled = True
+
+
+_watching = False
+"""This process's stops are watched for (:func:`_watch_for_stops`)."""
+
+
+def _watch_for_stops() -> None:
+    """End the rank at once when its agent stops it, even while the main thread waits in
+    torch's C++ (a collective whose peer is gone, a store's ``wait``): Python runs a signal's
+    handler only when the main thread returns to the interpreter, so a stop would otherwise
+    last the agent's whole grace period (10 s) and end by SIGKILL. The interpreter's own C
+    handler writes each signal's number to the wakeup fd at once; a thread reads it there.
+    A script that sets a wakeup fd of its own (asyncio's signal handlers) replaces this one:
+    its stops then wait for the main thread, as before. Once per process."""
+    global _watching
+    if _watching:
+        return
+    _watching = True
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while numbers := reader.recv(64):
+            if signal.SIGTERM in numbers and _stopping():
+                _end_by_sigterm()
+
+    threading.Thread(target=watch, name="tenter-stop-watch", daemon=True).start()
+    # A forked child (a data loader's worker) has no such thread: it gets no wakeup fd.
+    os.register_at_fork(after_in_child=lambda: _no_wakeup_fd(reader, writer))
+
+
+def _no_wakeup_fd(reader: socket.socket, writer: socket.socket) -> None:
+    global _watching
+    _watching = False
+    if threading.current_thread() is threading.main_thread():
+        signal.set_wakeup_fd(-1)
+    reader.close()
+    writer.close()
 
 
 def _request_file() -> Path:
@@ -105,6 +158,7 @@ class Preemption:
         """The all-reduce of the previous call's flags, which decides at this call."""
         if self.on and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _on_sigterm)
+            _watch_for_stops()
 
     def agreed(self) -> bool:
         """Collective (every rank, at the same step boundary): whether any rank saw a

@@ -1,5 +1,6 @@
 """Restarts within a rendezvous round: hosts (threads here) agree through the round's store
-(a real TCPStore) on restarting together, or all fall back to torch's rendezvous."""
+(a real TCPStore) on restarting together, without the hosts the launcher declared lost, or
+all fall back to torch's rendezvous."""
 
 from __future__ import annotations
 
@@ -31,12 +32,31 @@ def server() -> dist.TCPStore:
 
 
 def _round(server: dist.TCPStore, group_rank: int, hosts: int) -> rendezvous.Round:
+    """Host ``algo-<group_rank + 1>``'s view of a round, its name published as ``join`` does."""
     store = dist.TCPStore("127.0.0.1", server.port, is_master=False)
+    store.set(rendezvous.HOST_NAME_KEY.format(group_rank=group_rank), _name(group_rank))
     return rendezvous.Round(store, group_rank, hosts, "127.0.0.1", 1234, None)
 
 
-def _restart(round_: rendezvous.Round, waiting: int = 0) -> rendezvous.Round | None:
-    return in_round.restart(round_, Waiting(waiting), "127.0.0.1")  # type: ignore[arg-type]
+def _name(group_rank: int) -> str:
+    return f"algo-{group_rank + 1}"
+
+
+def _restart(
+    round_: rendezvous.Round,
+    waiting: int = 0,
+    lost: frozenset[str] = frozenset(),
+    min_hosts: int = 0,
+) -> rendezvous.Round | None:
+    name = round_.names[round_.group_rank] if round_.names else _name(round_.group_rank)
+    return in_round.restart(
+        round_,
+        Waiting(waiting),  # type: ignore[arg-type]
+        name,
+        "127.0.0.1",
+        lambda: set(lost),
+        min_hosts or round_.hosts,
+    )
 
 
 def test_restart_gives_every_host_rank_0s_new_workers_store_if_all_hosts_join(
@@ -80,3 +100,36 @@ def test_restart_falls_back_at_once_if_a_host_waits_in_torchs_rendezvous(
     rounds = [_round(server, rank, 2) for rank in range(2)]
     assert _restart(rounds[0], waiting=1) is None
     assert _restart(rounds[1]) is None
+
+
+def test_restart_goes_on_at_once_without_a_host_declared_lost(
+    server: dist.TCPStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(in_round, "WAIT_S", 60.0)  # a wait would fail the time bound below
+    rounds = [_round(server, rank, 3) for rank in range(3)]
+    lost = frozenset({"algo-1"})  # group rank 0, which served the workers' store
+    started = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        restarted = list(pool.map(lambda r: _restart(r, lost=lost, min_hosts=2), rounds[1:]))
+    assert time.monotonic() - started < 10
+    assert [r and (r.group_rank, r.hosts, r.names) for r in restarted] == [
+        (0, 2, ("algo-2", "algo-3")),
+        (1, 2, ("algo-2", "algo-3")),
+    ]
+    # algo-2, the new group rank 0, serves the workers' store that both were given.
+    ports = {r.master_port for r in restarted if r}
+    assert len(ports) == 1 and ports != {1234}
+    assert restarted[0] and restarted[0].workers_store is not None
+    # The next restart of the smaller round, with algo-3 lost too, goes on with algo-2 alone.
+    again = _restart(restarted[0], lost=lost | {"algo-3"}, min_hosts=1)
+    assert again and (again.group_rank, again.hosts, again.names) == (0, 1, ("algo-2",))
+
+
+def test_restart_falls_back_at_once_if_fewer_than_min_hosts_would_go_on(
+    server: dist.TCPStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(in_round, "WAIT_S", 60.0)
+    rounds = [_round(server, rank, 2) for rank in range(2)]
+    started = time.monotonic()
+    assert _restart(rounds[0], lost=frozenset({"algo-2"}), min_hosts=2) is None
+    assert time.monotonic() - started < 10

@@ -15,9 +15,11 @@ A job of fixed membership starts in the round its plan gives
 (:func:`tenter.launch.agent.rendezvous.join_planned`: no round of torch's rendezvous); an
 agent started again on a host (after a partition) joins torch's. A restart is a new
 rendezvous round: the hosts that are still there (and any joining) form the next world, as
-torchrun's agent does, and torch's rendezvous decides who is in it. A job of fixed membership
-restarts its workers within the round instead, when every host of the round joins the restart
-(:mod:`tenter.launch.agent.in_round`: no second of torch's rendezvous polls).
+torchrun's agent does, and torch's rendezvous decides who is in it. Where a host that is gone
+is known at once (a job of fixed membership, which cannot go on without it; a local job,
+whose launcher declares lost hosts), the hosts restart their workers within the round
+instead, without the lost ones (:mod:`tenter.launch.agent.in_round`: no second of torch's
+rendezvous polls, no wait for a gone host's heartbeats to expire).
 The per-rank environment is the worker contract's (:func:`tenter.contract.torchrun.
 torchrun_env`): ``TORCHELASTIC_RESTART_COUNT`` counts this host's failures, as torchrun's.
 """
@@ -38,7 +40,7 @@ from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout
 from tenter.jobdir.agent_result import AgentResult, WorkerFailure
-from tenter.jobdir.control import stopping_marker
+from tenter.jobdir.control import lost_hosts, stopping_marker
 from tenter.jobdir.layout import EVENTS_FILE
 from tenter.jobdir.records import WORKERS_STORE_EVENT, append_line, record_worker_logs
 from tenter.launch.agent import in_round, rendezvous
@@ -107,8 +109,11 @@ class HostAgent:
         self.round: rendezvous.Round | None = None
         self.group = WorkerGroup([])
         self.crashed_at_exit: list[WorkerFailure] = []
-        # A fixed membership restarts within the round (in_round); elastic ones need a new round.
-        self._in_round = plan.min_hosts == plan.max_hosts
+        # Restarts within the round (in_round) where a host that is gone is known at once:
+        # always for a fixed membership (which cannot go on without it), and for an elastic
+        # one where the launcher declares lost hosts (a local job's); elsewhere torch's
+        # rendezvous decides who goes on, once the gone host's heartbeats expire.
+        self._in_round = plan.min_hosts == plan.max_hosts or plan.backend == "local"
         self._planned_round = planned_round
         self._events = Path(plan.job_dir) / EVENTS_FILE
         self._stopping = stopping_marker(plan.job_dir, host.name)
@@ -164,12 +169,19 @@ class HostAgent:
         return None
 
     def _restart(self) -> None:
-        """Stop the workers and start them again: within the round if the job's membership is
-        fixed and every host joins, in a new rendezvous round otherwise."""
+        """Stop the workers and start them again: within the round where the hosts agree
+        on who goes on, in a new rendezvous round otherwise."""
         self._stop_for_restart()
         if self._in_round and self.round is not None:
             self.state = AgentState.RENDEZVOUS
-            next_round = in_round.restart(self.round, self.handler, self.host.addr)
+            next_round = in_round.restart(
+                self.round,
+                self.handler,
+                self.host.name,
+                self.host.addr,
+                lambda: lost_hosts(self.plan.job_dir),
+                self.plan.min_hosts,
+            )
             if next_round is not None:
                 self._start_workers(next_round)
                 return
@@ -198,7 +210,7 @@ class HostAgent:
         if self.attempt < 0 and self._planned_round is not None:
             self._start_workers(self._planned_round())
         else:
-            self._start_workers(rendezvous.join(self.handler, self.host.addr))
+            self._start_workers(rendezvous.join(self.handler, self.host.name, self.host.addr))
 
     def _start_workers(self, round_: rendezvous.Round) -> None:
         self.round = round_

@@ -48,6 +48,9 @@ logger = logging.getLogger(__name__)
 
 WORKERS_STORE_KEY = "tenter/workers-store"
 """In the round's store: ``ADDR:PORT`` of the workers' store (``MASTER_ADDR:MASTER_PORT``)."""
+HOST_NAME_KEY = "tenter/host/{group_rank}"
+"""In the round's store: the name of the host of each group rank (for a restart that goes
+on without a lost host, :mod:`tenter.launch.agent.in_round`)."""
 FINISHED_KEY = "tenter/finished/{group_rank}"
 """In the round's store: set by each host whose workers all succeeded (the exit barrier)."""
 PLANNED_ROUND_PREFIX = "tenter/planned-round/{run_id}/"
@@ -92,6 +95,9 @@ class Round:
     """Restarts within the round so far (:mod:`tenter.launch.agent.in_round`)."""
     planned: bool = False
     """Formed as the plan has it (:func:`join_planned`), not by torch's rendezvous."""
+    names: tuple[str, ...] = ()
+    """The hosts by group rank, where a restart within the round left fewer than it began
+    with (empty: under :data:`HOST_NAME_KEY` in the store)."""
 
     def close(self) -> None:
         self.workers_store = None  # its server stops with the object
@@ -116,11 +122,12 @@ def workers_store_at(store: Store, key: str) -> tuple[str, int]:
     return master_addr, int(master_port)
 
 
-def join(handler: RendezvousHandler, addr: str) -> Round:
+def join(handler: RendezvousHandler, name: str, addr: str) -> Round:
     """Join the next round (blocks until it is complete) and learn the workers' store, which
     this host serves if it is the round's rank 0."""
     info = handler.next_rendezvous()
     store, group_rank, hosts = info.store, info.rank, info.world_size
+    store.set(HOST_NAME_KEY.format(group_rank=group_rank), name)
     served = serve_workers_store(store, WORKERS_STORE_KEY, addr) if group_rank == 0 else None
     master_addr, master_port = workers_store_at(store, WORKERS_STORE_KEY)
     return Round(store, group_rank, hosts, master_addr, master_port, served)
@@ -143,6 +150,7 @@ def join_planned(plan: Plan, host: HostPlan, rdzv_port: str) -> Round:
     store = PrefixStore(PLANNED_ROUND_PREFIX.format(run_id=plan.run_id(host)), client)
     group_rank, hosts = host.index % plan.hosts_per_group, plan.hosts_per_group
     logger.info("joining the planned first round as group rank %d of %d", group_rank, hosts)
+    store.set(HOST_NAME_KEY.format(group_rank=group_rank), host.name)
     served = serve_workers_store(store, WORKERS_STORE_KEY, host.addr) if group_rank == 0 else None
     deadline = time.monotonic() + plan.join_timeout
     # Short looks, not one blocking get: a stop signal is handled between two.

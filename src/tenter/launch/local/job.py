@@ -18,7 +18,7 @@ import psutil
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir import agent_result, layout
-from tenter.jobdir.control import join_requests
+from tenter.jobdir.control import declare_found, declare_lost, join_requests
 from tenter.launch import report
 from tenter.launch.api import python_executable
 from tenter.launch.console import say
@@ -100,6 +100,7 @@ class LocalJob(Supervisor):
     def _lose_host(self, index: int, why: str) -> None:
         self.lost.add(index)
         name = self.plan.hosts[index].name
+        declare_lost(self.plan.job_dir, name)  # the other agents restart without waiting
         # Its workers run in sessions of their own and outlive their killed agent.
         kill_all([p for p in job_processes(self.plan.job_id) if env_of(p, "TENTER_HOST") == name])
         left = len(self.procs) - len(self.lost)
@@ -137,6 +138,7 @@ class LocalJob(Supervisor):
         workers, blocked in a collective with it, into a rendezvous round without it."""
         self.lost.add(index)
         self.lost_hosts[self.plan.hosts[index].name] = why
+        declare_lost(self.plan.job_dir, self.plan.hosts[index].name)
         blocked: list[psutil.Process] = []
         for other in range(len(self.procs)):
             if other not in self.lost and self.procs[other].poll() is None:
@@ -150,6 +152,7 @@ class LocalJob(Supervisor):
         """A fresh agent for a fenced host: it enters at the next rendezvous round."""
         host = self.plan.hosts[index]
         restarts = len(layout.agent_logs(self.plan.job_dir, host.name))
+        declare_found(self.plan.job_dir, host.name)
         self._start_agent(host, layout.agent_log(host.name, restarts))
         self.procs[index] = self.procs.pop()  # spawn appends; the host keeps its place
         self.lost.discard(index)
