@@ -57,9 +57,10 @@ def test_workers_start_from_spares_unless_told_not_to(
     assert warm_pool.enabled() is on
 
 
-def test_the_agent_starts_its_template_before_it_imports_torch() -> None:
-    # What the agent's command line imports before it starts the template (tenter.launch.agent's
-    # main): torch's import, seconds, is what the template's runs beside.
+def test_the_agent_can_start_a_fresh_template_before_it_imports_torch() -> None:
+    # What the agent's command line imports before it starts a fresh template (a Slurm node's
+    # agent beside the store's threads, tenter.launch.agent's main): torch's import, seconds,
+    # is what the template's runs beside.
     code = (
         "import sys, tenter.launch.agent.main\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
@@ -81,7 +82,9 @@ def test_the_first_worker_is_a_spare_and_starts_as_a_fresh_one(
         assert_nothing_left(done.job_dir)
         starts[warm] = _starts(done.job_dir)
         log = (done.job_dir / "logs/agent-algo-1.log").read_text()
-        assert ("warm template started" in log) == (warm == ""), log
+        # One import of torch on the host: the template is a fork of the agent.
+        assert ("warm template forked" in log) == (warm == ""), log
+        assert "warm template started" not in log
     warm_start, fresh = starts[""]["rank-0.stdout"], starts["0"]["rank-0.stdout"]
     assert warm_start["warm"] and not fresh["warm"]
     assert {**warm_start, "warm": False} == fresh
@@ -255,6 +258,36 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     assert "attempt 1 rank 0 warm True" in out
     agent_log = (job.job_dir / "logs/agent-algo-1.log").read_text()
     assert f"warm worker {spare} exited while waiting (status -9)" in agent_log
+    assert_nothing_left(job.job_dir)
+
+
+def test_a_template_forked_from_the_agent_that_dies_is_started_again_fresh(
+    tmp_path: Path, tenter_home: Path
+) -> None:
+    spec = write_spec(
+        tmp_path,
+        "record_start.py",
+        instance_count=1,
+        processes_per_host=1,
+        elastic={"max_restarts": 1},
+        environment={"RELEASE_FILE": str(tmp_path / "never")},
+    )
+    job = Background("run", str(spec), home=tenter_home)
+    job.wait_for("ready")
+    start = json.loads((job.job_dir / "start/rank-0.stdout.json").read_text())
+    template = psutil.Process(start["pid"]).parent()
+    agent = template.parent()
+    assert "tenter.launch.agent" in " ".join(agent.cmdline())  # a fork of the agent
+    assert "--warm" in " ".join(template.cmdline())  # titled as a fresh one
+    template.kill()  # its workers die with it (their parent-death signal)
+    out = job.finish()
+    assert job.proc.returncode == 0, out
+    assert "attempt 1 rank 0 warm True" in out
+    agent_log = (job.job_dir / "logs/agent-algo-1.log").read_text()
+    assert f"warm template forked (pid {template.pid})" in agent_log
+    # By now the agent runs threads (torch's rendezvous, the workers' store): no fork.
+    assert "warm template exited (status -9)" in agent_log
+    assert "warm template started" in agent_log
     assert_nothing_left(job.job_dir)
 
 

@@ -34,10 +34,10 @@ agent started in the background by a shell inherits SIGINT and SIGQUIT ignored, 
 ignored signal stays ignored across ``exec``."""
 
 
-def worker_preexec() -> Callable[[], None]:
+def worker_preexec(starter: int | None = None) -> Callable[[], None]:
     """The ``preexec_fn`` of a worker (or a warm template): default dispositions for the stop
-    signals, and the kernel's SIGKILL when its agent dies."""
-    dies = dies_with_parent(signal.SIGKILL)
+    signals, and the kernel's SIGKILL when its agent (this process, or ``starter``) dies."""
+    dies = dies_with_parent(signal.SIGKILL, starter=starter)
 
     def prepare() -> None:
         for sig in WORKER_DEFAULT_SIGNALS:

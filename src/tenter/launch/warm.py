@@ -1,15 +1,19 @@
 """Warm workers: per host, a template with torch imported, forking one spare per local rank.
 
 A worker's start is mostly interpreter start-up and ``import torch``: seconds, paid by every
-worker of a host at every start. The agent starts one template per host instead (``python -m
-tenter.runtime.bootstrap --warm``, started as a fresh worker would be: its own session,
-SIGKILLed with the agent), which imports torch once and forks ``procs_per_host`` spares on
+worker of a host at every start. The agent has one template per host instead (what ``python
+-m tenter.runtime.bootstrap --warm`` is, started as a fresh worker would be: its own session,
+SIGKILLed with the agent), which has torch imported once and forks ``procs_per_host`` spares on
 request (milliseconds each); the agent hands each new worker's environment, directory, files
 and arguments to a spare (:mod:`tenter.runtime.warm`), which becomes that worker. A spare
 costs no CPU while it waits and shares the template's memory until it writes to it.
 
-The template is started as the agent starts, before it imports torch itself: the two imports
-run side by side, and the first workers are spares. Used spares are forked again at once;
+The template is a fork of the agent, made once the agent has imported torch and before it
+starts any thread (:meth:`WarmPool.fork_template`, :func:`become_template`): one import of
+torch per host; the first workers are spares. A template started again (the first died),
+or one of an agent that runs beside threads (a Slurm node's, serving the store), is a fresh
+process (``Template.started``), started before the agent imports torch where it can be.
+Used spares are forked again at once;
 :data:`PRELOAD_DELAY_S` after the first workers started, the template also imports
 :data:`tenter.runtime.warm.PRELOAD` (torch.distributed.checkpoint), for the spares it forks
 from then on. The template's temporary directory (``TMPDIR``, which its spares keep until they
@@ -32,10 +36,12 @@ import fcntl
 import logging
 import math
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -137,17 +143,63 @@ class ForkedProcess:
             self.handoff_fd = None
 
 
+class ForkedTemplate:
+    """The template forked from the agent itself, as ``subprocess.Popen``'s ``pid``,
+    ``poll``, ``wait``, ``terminate`` and ``kill`` (the agent is its parent)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._ended = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                os.close(self._ended)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            readable, _, _ = select.select([self._ended], [], [], timeout)
+            if not readable:
+                raise subprocess.TimeoutExpired(["warm template"], timeout or 0)
+        code = self.poll()
+        assert code is not None, "a process whose pidfd is readable has ended"
+        return code
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)  # not reaped yet: the pid is still the template's
+
+
 class Template:
     """A host's template process and the spares it forked, seen from the agent. All methods
     run on the agent's main thread: the template's parent-death signal fires when the thread
     that started it ends."""
 
-    def __init__(
-        self, command: Sequence[str], preload: Sequence[str], env: Mapping[str, str], cwd: str
-    ) -> None:
-        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    def __init__(self, proc: subprocess.Popen[bytes] | ForkedTemplate, control: socket.socket):
+        self.proc, self._control = proc, control
+        self._unforked: list[ForkedProcess] = []
+        """Requested, in order, not yet forked."""
+        self._forked: dict[int, ForkedProcess] = {}
+        self._preloaded = False
+
+    @classmethod
+    def started(
+        cls, command: Sequence[str], preload: Sequence[str], env: Mapping[str, str], cwd: str
+    ) -> Template:
+        """A fresh template process: ``COMMAND --warm PRELOAD...``."""
+        control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
-            self.proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [*command, WAIT_FLAG, *preload, TITLE_ROOM],
                 env=dict(env),
                 cwd=cwd,
@@ -155,11 +207,8 @@ class Template:
                 start_new_session=True,
                 preexec_fn=worker_preexec(),
             )
-        logger.info("warm template started (pid %d)", self.proc.pid)
-        self._unforked: list[ForkedProcess] = []
-        """Requested, in order, not yet forked."""
-        self._forked: dict[int, ForkedProcess] = {}
-        self._preloaded = False
+        logger.info("warm template started (pid %d)", proc.pid)
+        return cls(proc, control)
 
     def fork(self) -> ForkedProcess:
         """A new spare (forked once the template's imports are done; this does not wait)."""
@@ -290,29 +339,55 @@ class WarmPool:
         if list(command[1:3]) != ["-m", BOOTSTRAP]:
             return None
         if not enabled():
-            logger.info("warm workers off (%s=0): workers start fresh", ENABLED_ENV)
             return None
         return cls(
             command[0], size, env, cwd, tmp_dir, preload_first=_holds_anything(checkpoint_dir)
         )
 
+    def _template_env(self) -> dict[str, str]:
+        """The template's environment (the handoff's replaces it in each spare)."""
+        self._tmp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # A CUDA probe in the template (a module it imports calling torch.cuda.is_available())
+        # asks NVML, not the CUDA driver, whose initialisation a fork would not survive.
+        return {**self._env, "TMPDIR": str(self._tmp_dir), "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+    def fork_template(self) -> list[str] | None:
+        """Make the template a fork of this process, the agent, once it has imported torch:
+        one import of torch per host instead of two side by side. Call it before the agent
+        starts any thread of its own, or configures logging: the template starts from this
+        process as it is. Returns None in the agent; in the template, the bootstrap's
+        arguments, for the caller to run and exit with (``sys.exit``: returning up through
+        the caller's frames only, then the interpreter's exit as a fresh process's)."""
+        env = self._template_env()
+        control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        agent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            become_template(theirs, env, self._cwd, agent)
+            return [WAIT_FLAG, *self._preload]
+        theirs.close()
+        self._template = Template(ForkedTemplate(pid), control)
+        if self._preload_first:
+            self._template.preload()  # the template reads it before the forks
+        return None
+
+    def forked_template(self) -> int | None:
+        """The pid of the template, if it was forked from the agent."""
+        proc = self._template.proc if self._template is not None else None
+        return proc.pid if isinstance(proc, ForkedTemplate) else None
+
     def fill(self) -> None:
         """Start the template if it is not running, and have it fork spares up to the
-        pool's size (replacing any that died waiting)."""
+        pool's size (replacing any that died waiting). A template started again (the first
+        died) is a fresh process: by then the agent runs threads, which a fork would leave
+        behind in a state of their own."""
         if self._template is None or self._template.proc.poll() is not None:
             if self._template is not None:
                 logger.warning("warm template exited (status %s)", self._template.proc.returncode)
                 self._template.close()
-            self._tmp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            # The handoff's environment replaces both. A CUDA probe in the template (a module
-            # it imports calling torch.cuda.is_available()) asks NVML, not the CUDA driver,
-            # whose initialisation a fork would not survive.
-            env = {
-                **self._env,
-                "TMPDIR": str(self._tmp_dir),
-                "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
-            }
-            self._template = Template(self.command, self._preload, env, self._cwd)
+            env = self._template_env()
+            self._template = Template.started(self.command, self._preload, env, self._cwd)
             self._spares.clear()
             if self._preload_first:
                 self._template.preload()  # the template reads it before the forks
@@ -404,3 +479,24 @@ def _ended(pid: int) -> bool:
         return True
     except psutil.Error:
         return False
+
+
+def become_template(control: socket.socket, env: Mapping[str, str], cwd: str, agent: int) -> None:
+    """In the child of :meth:`WarmPool.fork_template`: become what a fresh template starts
+    as (``Template.started``): requests on stdin, the template's environment and directory,
+    a session of its own, the stop signals at their defaults (SIGINT at Python's
+    KeyboardInterrupt, as a fresh interpreter sets it), SIGKILLed when the agent dies."""
+    # setproctitle finds the memory it titles in at its first call, which fails once the
+    # environment is replaced: make it now (the bootstrap titles the template again).
+    from tenter.runtime.bootstrap import set_title  # torch: imported by the agent already
+
+    set_title(f"{WAIT_FLAG} template")
+    os.dup2(control.fileno(), 0)
+    control.close()
+    os.environ.clear()  # also the C environment
+    os.environ.update(env)
+    tempfile.tempdir = None
+    os.chdir(cwd)
+    os.setsid()
+    worker_preexec(starter=agent)()
+    signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -1,8 +1,8 @@
 """The worker side of warm workers: a template that forks spares, a spare that becomes its rank.
 
 A host's warm workers come from one template, ``python -m tenter.runtime.bootstrap --warm
-MODULE...``, started by its agent before it is needed (see :mod:`tenter.launch.warm`). Its
-bootstrap imports torch, then it :func:`serve` s the agent on its stdin (a Unix
+MODULE...`` or a fork of the agent that becomes what that command would be (see
+:mod:`tenter.launch.warm`). With torch imported, it :func:`serve` s the agent on its stdin (a Unix
 ``SOCK_SEQPACKET`` socket): each ``fork`` request comes with the read end of a pipe and
 is answered with the pid of a spare forked from the template, its imports done; the
 template reaps its spares and tells the agent each one's exit status (``exit PID CODE``,
@@ -27,8 +27,9 @@ The spare leads a session of its own and is SIGKILLed when the template dies (wh
 SIGKILLed when the agent dies); its exit status is the agent's through the template; its
 title (``ps``, ``/proc/PID/cmdline``) is the user's command line, as a fresh worker's (the
 bootstrap sets it). What differs: its parent is the template, not the agent; the process's
-initial environment as the kernel shows it (``/proc/PID/environ``) is the template's, and
-modules the bootstrap imports (torch) were imported before the rank's variables were set;
+initial environment as the kernel shows it (``/proc/PID/environ``) is the template's (the
+agent's, where the template is its fork), and modules the template imported (torch; the
+agent's, where it is its fork) were imported before the rank's variables were set;
 the agent only hands a spare a rank whose variables differ from its own in ones read after
 start-up (:data:`tenter.launch.warm.PER_WORKER`).
 """

@@ -34,7 +34,8 @@ record = {
     "session_leader": os.getsid(0) == os.getpid(),
     "pdeathsig": pdeathsig.value,
     "main": __name__,
-    "warm": "--warm" in sys.orig_argv,
+    # Forked from a template (titled ``... bootstrap --warm ...``), not started by the agent.
+    "warm": "--warm" in Path(f"/proc/{os.getppid()}/cmdline").read_text(),
     "pid": os.getpid(),
 }
 out = Path(os.environ["TENTER_JOB_DIR"]) / "start"

@@ -1,7 +1,7 @@
 """tenter's per-host agent: one host of a job, on torch's public elastic API only.
 
-- :mod:`~tenter.launch.agent.main`: the command line, and the spares started before torch's
-  import;
+- :mod:`~tenter.launch.agent.main`: the command line, and the warm template forked after
+  torch's import;
 - :mod:`~tenter.launch.agent.run`: the stop signals and the run (the manual);
 - :mod:`~tenter.launch.agent.host`: the state machine (rendezvous, run, restart, finish);
 - :mod:`~tenter.launch.agent.rendezvous`: a rendezvous round through torch's handler, and the

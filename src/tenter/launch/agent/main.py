@@ -1,9 +1,16 @@
-"""``python -m tenter.launch.agent PLAN_JSON HOST_INDEX RDZV_PORT``: run one host of a job.
+"""``python -m tenter.launch.agent PLAN_JSON HOST_INDEX RDZV_PORT [TITLE_ROOM]``: run one host
+of a job.
 
-The agent reads its host's part of the plan and starts the host's warm template first
-(:mod:`tenter.launch.warm`): it imports torch while the agent imports it for the rendezvous,
-seconds each (4-5 s for a CUDA build on the H100 machine), so the first workers are forked
-with torch imported instead of importing it after the agent's.
+The agent reads its host's part of the plan, imports torch (for the rendezvous), then forks
+its host's warm template (:mod:`tenter.launch.warm`) from itself: the template starts with
+torch imported, and the host pays one import of torch, not two side by side (seconds each;
+4-5 s for a CUDA build on the H100 machine, on the same cores as the other hosts' on a
+machine of simulated hosts). The fork comes before the agent configures its logging or starts
+a thread (torch's rendezvous keeps a heartbeat thread; the agent serves stores), so the
+template starts as a fresh process would; the launcher's last argument, spaces, is room for
+the titles of the workers forked from it (:data:`tenter.runtime.warm.TITLE_ROOM`). Where the
+agent runs inside a process that already has threads (a Slurm node's, serving the job's
+store), the template is a fresh process instead, started before the agent imports torch.
 Nothing of torch is imported before that (a test holds this module to it); then
 :func:`tenter.launch.agent.run.run_host` does the rest.
 """
@@ -12,21 +19,21 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from tenter.contract.plan import Plan
 from tenter.jobdir.layout import spares_tmp_dir
-from tenter.launch.warm import WarmPool
+from tenter.launch.warm import ENABLED_ENV, WarmPool, enabled
+
+logger = logging.getLogger(__name__)
 
 
-def main(argv: list[str]) -> int:
-    plan_path, host_index, rdzv_port = argv
+def main(argv: list[str], fork_template: bool = True) -> int:
+    """Run the host; ``fork_template``: this process has no thread of its own yet."""
+    plan_path, host_index, rdzv_port = argv[:3]
     with open(plan_path) as f:
         plan = Plan.from_json(f.read())
     host = plan.hosts[int(host_index)]
-    # The agent's log is a file in the job directory; torch elastic's INFO lines (rendezvous
-    # rounds) are what explain a stuck job.
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.INFO)
     workers_env = dict(os.environ)
     pool = WarmPool.for_workers(
         plan.command,
@@ -36,9 +43,23 @@ def main(argv: list[str]) -> int:
         tmp_dir=spares_tmp_dir(plan.job_dir, host.name),
         checkpoint_dir=plan.checkpoint_dir,
     )
-    if pool is not None:
-        pool.fill()
-    # Imported here, not above: the template imports torch meanwhile.
+    if pool is not None and not fork_template:
+        pool.fill()  # a fresh template, importing torch beside this process
+    # Imported here, not above: torch.
     from tenter.launch.agent.run import run_host
+    from tenter.runtime import bootstrap
 
+    if pool is not None and fork_template and (template := pool.fork_template()) is not None:
+        # This process is now the host's template: serve, and in each spare run its rank.
+        sys.exit(bootstrap.exit_fast(bootstrap.main(template)))
+    # The agent's log is a file in the job directory; torch elastic's INFO lines (rendezvous
+    # rounds) are what explain a stuck job.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.INFO)
+    if not enabled():
+        logger.info("warm workers off (%s=0): workers start fresh", ENABLED_ENV)
+    if pool is not None:
+        if (forked := pool.forked_template()) is not None:
+            logger.info("warm template forked (pid %d)", forked)
+        pool.fill()
     return run_host(plan, host, rdzv_port, workers_env, pool)

@@ -25,6 +25,7 @@ from tenter.launch.console import say
 from tenter.launch.isolation.faults import NetworkFaults
 from tenter.launch.processes import env_of, job_processes, kill_all
 from tenter.launch.supervisor import Supervisor
+from tenter.runtime.warm import TITLE_ROOM
 
 
 class LocalJob(Supervisor):
@@ -56,6 +57,7 @@ class LocalJob(Supervisor):
                 plan_file,
                 str(host.index),
                 str(self.rdzv_port),
+                TITLE_ROOM,  # for the workers forked from the agent (tenter.launch.agent.main)
             ],
             self.plan.host_env(host),
             log_path.name,

@@ -124,7 +124,10 @@ def node_main(plan_path: str) -> int:
         _publish(port_file, f"{nodes[0].addr}:{port}\n")
     else:
         port = _wait_for_port(port_file, plan.join_timeout)
-    code = agent.main([str(resolved), str(node_id), str(port)])
+    # The first node's agent runs beside the store's (and lighthouse's) threads: its
+    # template is a fresh process, not a fork.
+    alone = store is None and lighthouse is None
+    code = agent.main([str(resolved), str(node_id), str(port)], fork_template=alone)
     if store is not None:
         # Serve the store (and the lighthouse) until every agent is done with it.
         results = [agent_result.result_path(h.dir) for h in plan.hosts]
