@@ -230,8 +230,9 @@ def _wait_for_rank_memory(job_dir: Path, rank: int) -> None:
     raise AssertionError(f"the live view never recorded rank {rank}'s memory")
 
 
-def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path) -> None:
-    release = tmp_path / "release"
+def _ready_until_released(tmp_path: Path, tenter_home: Path, release: Path) -> Background:
+    """A 1 x 1 job of record_start.py (one restart allowed) whose first rank says "ready",
+    then exits with status 3 once ``release`` exists."""
     spec = write_spec(
         tmp_path,
         "record_start.py",
@@ -242,6 +243,12 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
     )
     job = Background("run", str(spec), home=tenter_home)
     job.wait_for("ready")
+    return job
+
+
+def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path) -> None:
+    release = tmp_path / "release"
+    job = _ready_until_released(tmp_path, tenter_home, release)
     job_id = job.job_dir.name
     start = json.loads((job.job_dir / "start/rank-0.stdout.json").read_text())
     assert start["warm"]
@@ -264,16 +271,7 @@ def test_a_spare_that_dies_waiting_is_replaced(tmp_path: Path, tenter_home: Path
 def test_a_template_forked_from_the_agent_that_dies_is_started_again_fresh(
     tmp_path: Path, tenter_home: Path
 ) -> None:
-    spec = write_spec(
-        tmp_path,
-        "record_start.py",
-        instance_count=1,
-        processes_per_host=1,
-        elastic={"max_restarts": 1},
-        environment={"RELEASE_FILE": str(tmp_path / "never")},
-    )
-    job = Background("run", str(spec), home=tenter_home)
-    job.wait_for("ready")
+    job = _ready_until_released(tmp_path, tenter_home, tmp_path / "never")
     start = json.loads((job.job_dir / "start/rank-0.stdout.json").read_text())
     template = psutil.Process(start["pid"]).parent()
     agent = template.parent()
