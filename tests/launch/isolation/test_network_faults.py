@@ -86,6 +86,8 @@ def test_an_elastic_job_goes_on_without_a_partitioned_host_and_takes_it_back(
     ]
     # algo-1's workers, blocked in a collective with the cut-off host, were restarted.
     assert seen.index(("restart", "algo-1")) > seen.index(("unreachable", "algo-2"))
+    # Only algo-1's workers were stopped: its warm template went on serving the restart.
+    assert "warm template exited" not in (job.job_dir / "logs/agent-algo-1.log").read_text()
     # The fenced host's first agent ended; a second one took it back, its own log kept apart.
     assert (job.job_dir / "logs" / "agent-algo-2.1.log").exists()
     assert_nothing_left(job.job_dir)

@@ -25,7 +25,7 @@ from tenter.launch.console import say
 from tenter.launch.isolation.faults import NetworkFaults
 from tenter.launch.processes import env_of, job_processes, kill_all
 from tenter.launch.supervisor import Supervisor
-from tenter.runtime.warm import TITLE_ROOM
+from tenter.runtime.warm import TITLE_ROOM, WAIT_FLAG
 
 
 class LocalJob(Supervisor):
@@ -146,7 +146,7 @@ class LocalJob(Supervisor):
             if other not in self.lost and self.procs[other].poll() is None:
                 # Their agents see the workers fail and restart them (one restart each).
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    blocked += psutil.Process(self.procs[other].pid).children()
+                    blocked += _workers_below(psutil.Process(self.procs[other].pid))
         self.kill_host(index, also=tuple(blocked))
         self.procs[index].wait()
 
@@ -177,3 +177,14 @@ class LocalJob(Supervisor):
             layout.write_atomic(Path(self.plan.job_dir) / layout.PLAN_FILE, self.plan.to_json())
             self._start_agent(host)
             say(f"host {host.name} joining; it enters at the next rendezvous")
+
+
+def _workers_below(agent: psutil.Process) -> list[psutil.Process]:
+    """An agent's workers: its descendants but its warm template and the spares waiting in
+    it (titled ``... --warm ...`` until they become workers), which go on serving."""
+    found = []
+    for proc in agent.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if WAIT_FLAG not in " ".join(proc.cmdline()).split():
+                found.append(proc)
+    return found
