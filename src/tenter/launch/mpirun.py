@@ -188,10 +188,13 @@ def mpirun_command(
     network_interface: str = CLUSTER_NIC,
     hostfile: str | None = None,
     allow_run_as_root: bool = False,
+    master_addr: str | None = None,
+    agent_store: bool = False,
 ) -> list[str]:
     """The full mpirun argv of a validated spec on ``hosts`` (host names, one per host of the
     job; with ``hostfile`` their slots come from that file). Rank 0 serves the store at
-    ``hosts[0]:master_port``; ranks' output goes to mpirun's console, tagged."""
+    ``hosts[0]:master_port``, or, with ``agent_store``, the launcher does at
+    ``master_addr:master_port``; ranks' output goes to mpirun's console, tagged."""
     plan = make_plan(
         spec, job_id, tenter_home, python, addrs=list(hosts), network_interface=network_interface
     )
@@ -205,4 +208,6 @@ def mpirun_command(
         master_port=master_port,
         hostfile=hostfile,
         allow_run_as_root=allow_run_as_root,
+        master_addr=master_addr,
+        agent_store=agent_store,
     )

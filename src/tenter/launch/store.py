@@ -7,6 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 
+def listener_on(addr: str) -> socket.socket:
+    """A listening socket on ``addr`` (IPv4 or IPv6) and a port the kernel picks: the store
+    takes it over (:func:`serve_store`), so no window opens for another process to take it."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    return socket.create_server((addr, 0), family=family, backlog=1024)
+
+
 def serve_store(host: str, listener: socket.socket) -> Any:
     """The rendezvous store, serving on ``listener``'s socket: the kernel picked the port
     and the store takes the socket over, so no other process can take the port between

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +41,7 @@ from torch.distributed.elastic.rendezvous import (
 
 from tenter.contract.placeholders import RDZV_PORT, resolve
 from tenter.contract.plan import HostPlan, Plan
-from tenter.launch.store import serve_store
+from tenter.launch.store import listener_on, serve_store
 
 logger = logging.getLogger(__name__)
 
@@ -103,15 +102,10 @@ class Round:
         self.workers_store = None  # its server stops with the object
 
 
-def _listener(addr: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    return socket.create_server((addr, 0), family=family, backlog=1024)
-
-
 def serve_workers_store(store: Store, key: str, addr: str) -> Any:
     """Serve a fresh workers' store on ``addr`` (a port the kernel picks, the socket kept: no
     window for a clash) and publish where under ``key`` in the round's store."""
-    served = serve_store(addr, _listener(addr))
+    served = serve_store(addr, listener_on(addr))
     store.set(key, f"{addr}:{served.port}")
     return served
 

@@ -8,9 +8,10 @@ One spec renders as one of three Kubeflow objects:
   rendezvous) gets an ``elasticPolicy`` and Workers only, as the operator requires.
 - ``MPIJob`` (``kubeflow.org/v2beta1``, MPI Operator) for ``mpi`` and ``smdistributed`` jobs:
   one Launcher running the mpirun command of :mod:`tenter.launch.mpirun` (the mpi
-  backend's own), and N Workers running ``sshd``; every variable of the worker contract
-  reaches the ranks through mpirun's ``-x``, because processes started over ssh do not see
-  the pod's environment.
+  backend's own) under :mod:`tenter.launch.kubernetes.mpi_launcher`, which serves the ranks'
+  store on the launcher pod's address, and N Workers running ``sshd``; every variable of
+  the worker contract reaches the ranks through mpirun's ``-x``, because processes started
+  over ssh do not see the pod's environment.
 - ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``, Kubeflow Trainer v2), when asked for by
   ``kubernetes.kind``: the trainer of a ``ClusterTrainingRuntime`` (``torch-distributed``).
 
@@ -31,8 +32,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tenter.contract.fabric import CLUSTER_NIC
+from tenter.contract.placeholders import MASTER_ADDR, MASTER_PORT
 from tenter.contract.sagemaker import hyperparameter_args
 from tenter.contract.worker import BOOTSTRAP, Placement, host_env
+from tenter.launch.kubernetes.mpi_launcher import POD_IP_ENV
 from tenter.launch.mpirun import mpirun_command
 from tenter.spec import JobSpec, Problem, SpecError, lookup, processes_per_host
 from tenter.spec.catalog import InstanceType
@@ -56,6 +59,8 @@ LAUNCHER_RESOURCES: Manifest = {"requests": {"cpu": 1, "memory": "2Gi"}}
 SHM_VOLUME = "dshm"
 SSHD = ["/usr/sbin/sshd", "-De"]
 """MPI workers serve ssh for the launcher's mpirun (the MPI Operator mounts the keys)."""
+MPI_LAUNCHER = "tenter.launch.kubernetes.mpi_launcher"
+"""What the launcher pod runs: it serves the ranks' store on the pod's address, then mpirun."""
 POD_TENTER_HOME = Path("/opt/ml/tenter")
 """tenter's home inside MPI pods: the mpirun command's job directory lies under it."""
 POD_SM_DIR = PurePosixPath("/opt/ml")
@@ -433,9 +438,15 @@ def mpijob(spec: JobSpec, itype: InstanceType, name: str, procs: int) -> Manifes
         tenter_home=POD_TENTER_HOME,
         # Containers run as root unless the image says otherwise; not a privilege.
         allow_run_as_root=True,
+        # The launcher pod serves the ranks' store on its own address (mpi_launcher).
+        master_addr=MASTER_ADDR,
+        master_port=MASTER_PORT,
+        agent_store=True,
     )
+    command = [spec.kubernetes.python, "-m", MPI_LAUNCHER, *argv]
+    pod_ip = [{"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     launcher = _container(
-        spec, "launcher", [literal(a) for a in argv], LAUNCHER_RESOURCES, mounts=False
+        spec, "launcher", [literal(a) for a in command], LAUNCHER_RESOURCES, pod_ip, mounts=False
     )
     worker = _container(spec, "worker", SSHD, node_resources(itype))
     restart = "Never"
