@@ -395,7 +395,7 @@ def _reference(tmp: Path) -> dict[str, torch.Tensor] | None:
     fault = Fault("kill_worker", rank=-1, min_hosts=2, exact=True)
     work = tmp / "reference"
     ran = run_tenter(Cell("none", fault, work, _cell_env(work / "times", fault)))
-    return torch.load(ran.model) if ran.code == 0 else None
+    return torch.load(ran.model) if ran is not None and ran.code == 0 else None
 
 
 def _plot(name: str, runs: dict[str, list[Measure]]) -> Path:

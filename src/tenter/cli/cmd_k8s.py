@@ -106,7 +106,7 @@ def _emit(text: str, out: str | None) -> None:
 
 def cluster_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from tenter.cli.options import stderr
-    from tenter.launch.kubernetes import manifests as k8s_manifests
+    from tenter.launch.kubernetes import eksctl
     from tenter.launch.kubernetes import rules as k8s_rules
     from tenter.launch.kubernetes.request import to_yaml
 
@@ -129,7 +129,7 @@ def cluster_config(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                 f"{args.region}a,{args.region}b"
             )
     itype = _catalog_type(parser, args.instance_type)
-    config = k8s_manifests.cluster_config(
+    config = eksctl.cluster_config(
         args.name, args.region, itype, args.nodes, azs, args.volume_size, args.version
     )
     problems = k8s_rules.problems(config)
@@ -138,7 +138,7 @@ def cluster_config(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     _emit(to_yaml([config]), args.out)
     if not itype.efa:
         stderr.print(f"[yellow]note:[/] {itype.name} has no EFA: NCCL will use TCP sockets")
-    stderr.print(k8s_manifests.device_plugin_hint(itype), markup=False)
+    stderr.print(eksctl.device_plugin_hint(itype), markup=False)
     return 0
 
 

@@ -255,7 +255,10 @@ class Template:
                 self._forked[spare.known_pid] = spare
             else:
                 pid, code = (int(n) for n in numbers)
-                self._forked.pop(pid).returncode = code
+                # Every child the template reports was forked at our request; a report for
+                # one we no longer track (already ended by _lost) changes nothing.
+                if pid in self._forked:
+                    self._forked.pop(pid).returncode = code
             if block:
                 return
 

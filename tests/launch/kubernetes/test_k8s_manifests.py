@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tenter.launch.kubernetes import KubernetesBackend
+from tenter.launch.kubernetes import KubernetesBackend, eksctl
 from tenter.launch.kubernetes import manifests as k8s_manifests
 from tenter.launch.kubernetes import rules as k8s_rules
 from tenter.launch.kubernetes.request import to_yaml
@@ -143,9 +143,7 @@ def test_dryrun_names_the_field_and_fix_if_the_spec_cannot_run_on_kubernetes(
 def test_cluster_config_is_valid_for_eksctl_and_puts_efa_nodes_in_one_zone() -> None:
     itype = lookup("p5.48xlarge")
     assert itype is not None
-    config = k8s_manifests.cluster_config(
-        "train", "us-west-2", itype, 2, ["us-west-2a", "us-west-2b"]
-    )
+    config = eksctl.cluster_config("train", "us-west-2", itype, 2, ["us-west-2a", "us-west-2b"])
     assert schema_errors(config) == []
     assert k8s_rules.problems(config) == []
     assert_golden(GOLDEN / "eksctl-p5-2nodes.yaml", to_yaml([config]))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tenter.launch.kubernetes import manifests as k8s_manifests
+from tenter.launch.kubernetes import eksctl
 from tenter.launch.kubernetes import rules as k8s_rules
 from tenter.launch.kubernetes.backend import KubernetesBackend
 from tenter.spec import lookup
@@ -148,7 +148,7 @@ def test_mpijob_problem_if_a_webhook_rule_is_broken(case: str, edit: Edit, probl
 def test_cluster_config_problem_if_efa_nodes_span_zones() -> None:
     itype = lookup("p5.48xlarge")
     assert itype is not None
-    config = k8s_manifests.cluster_config("t", "us-west-2", itype, 2, ["us-west-2a", "us-west-2b"])
+    config = eksctl.cluster_config("t", "us-west-2", itype, 2, ["us-west-2a", "us-west-2b"])
     config["managedNodeGroups"][0]["availabilityZones"] = ["us-west-2a", "us-west-2c"]
     assert [str(p) for p in k8s_rules.problems(config)] == [
         "ClusterConfig managedNodeGroups[0].availabilityZones: lists 2; an efaEnabled node "
