@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from tenter.contract.torchrun import finished_marker
 from tenter.jobdir.agent_result import WorkerFailure
 from tenter.launch.processes import STOP_GRACE_S, worker_preexec
-from tenter.launch.warm import ForkedProcess, WarmPool
+from tenter.launch.template import ForkedProcess
+from tenter.launch.warm import WarmPool
 
 STOP_POLL_S = 0.02
 """How often a stop checks whether the workers have exited."""
