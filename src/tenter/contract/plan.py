@@ -99,6 +99,11 @@ class Plan:
     instance_type: str
     checkpoint_dir: str = ""
     rdzv_backend: str = "c10d"
+    store_on_first_host: bool = False
+    """The first host's agent serves the job's c10d store at the rendezvous endpoint, its own
+    address (:mod:`tenter.launch.agent.job_store`): a local job of fixed membership, which ends
+    with any of its hosts (its launcher then imports no torch), and a Slurm job's first node
+    (no launcher outlives the nodes). Otherwise the launcher serves it, or it is etcd's."""
     min_hosts: int = 1
     max_hosts: int = 1
     join_timeout: int = 600
@@ -430,6 +435,8 @@ def make_plan(
     for env in envs:
         for name in common:
             del env[name]
+    store_addr = isolation.SWITCH_ADDR if isolated else "127.0.0.1"
+    first_host_store = _store_on_first_host(spec, isolated, per_group)
     return Plan(
         job_id=job_id,
         job_dir=str(job_dir),
@@ -439,7 +446,8 @@ def make_plan(
         hosts=hosts,
         procs_per_host=procs,
         rdzv_endpoint=elastic.rendezvous.endpoint
-        or f"{isolation.SWITCH_ADDR if isolated else '127.0.0.1'}:{RDZV_PORT}",
+        or f"{addrs[0] if first_host_store else store_addr}:{RDZV_PORT}",
+        store_on_first_host=first_host_store,
         instance_type=spec.instance_type,
         spare_hosts=[
             _spare_host(
@@ -539,3 +547,13 @@ def _spare_host(
     return dataclasses.replace(
         whole, env=own_env, files=_own(shared_files, values, whole.files), ranks=ranks
     )
+
+
+def _store_on_first_host(spec: JobSpec, isolated: bool, per_group: int) -> bool:
+    """:attr:`Plan.store_on_first_host` for a local job: one of fixed membership on c10d,
+    on this machine's network (isolated hosts reach the launcher's store on their switch),
+    without replica groups (a group may end while the others go on)."""
+    elastic = spec.elastic
+    fixed = (elastic.min_hosts or per_group) == (elastic.max_hosts or per_group)
+    c10d = elastic.rendezvous.backend != "etcd"
+    return spec.backend == "local" and fixed and c10d and not isolated and not spec.fault_tolerance

@@ -27,7 +27,7 @@ from tenter.contract.plan import HostPlan, Plan
 from tenter.errors import ExitCode, TenterError
 from tenter.goodput.records import LedgerKeeper, record_hang, record_straggler
 from tenter.goodput.stragglers import Straggler, StragglerRule, find_stragglers
-from tenter.jobdir import layout
+from tenter.jobdir import layout, published
 from tenter.jobdir.results import Failure, JobResult
 from tenter.launch import flight_recorder, hang, report
 from tenter.launch.console import EventFeed, say
@@ -224,7 +224,7 @@ class Supervisor:
             create_job_dir(self.plan)
         if self.plan.isolation == "network":
             self._start_network()
-        else:
+        elif not self.plan.store_on_first_host:  # else tenter.launch.agent.job_store
             # The kernel picks the port and we keep the socket: no window in which another job
             # could take it (the classic fixed 29500 clash).
             self._listener = socket.create_server((self.listen_addr, 0), backlog=1024)
@@ -427,7 +427,9 @@ class Supervisor:
             exit_code=EXIT_BY_STOP.get(reason or "", ExitCode.JOB_FAILED if reason else 0),
             duration_s=time.monotonic() - self._started,
             interrupted=reason == "interrupted",
-            rdzv_endpoint=f"{self.listen_addr}:{self.rdzv_port}",
+            rdzv_endpoint=published.published(self.plan.job_dir, published.STORE) or ""
+            if self.plan.store_on_first_host
+            else f"{self.listen_addr}:{self.rdzv_port}",
             extra=extra,
             notes=crashed_at_exit,
             stragglers=[s.to_dict() for _, s in sorted(self.stragglers.items())],

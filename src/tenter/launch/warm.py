@@ -11,10 +11,10 @@ costs no CPU while it waits and shares the template's memory until it writes to 
 The template is a fork of the agent, made once the agent has imported torch and before it
 starts any thread (:meth:`WarmPool.fork_template`): one import of torch per host; the first
 workers are spares. A template started again (the first died), or one of an agent that runs
-beside threads (a Slurm node's, serving the store), is a fresh process, started before the
-agent imports torch where it can be. The template, its socket and its spares as the agent
-sees them are :mod:`tenter.launch.template`. Used spares are forked again at once;
-:data:`PRELOAD_DELAY_S` after the first workers started, the template also imports
+inside a Slurm node's entry (whose initial environment is Slurm's), is a fresh process,
+started before the agent imports torch where it can be. The template, its socket and its
+spares as the agent sees them are :mod:`tenter.launch.template`. Used spares are forked
+again at once; :data:`PRELOAD_DELAY_S` after the first workers started, the template also imports
 :data:`tenter.runtime.warm.PRELOAD` (torch.distributed.checkpoint), for the spares it forks
 from then on. The template's temporary directory (``TMPDIR``, which its spares keep until
 they become workers) is the pool's own, removed with it: torch 2.7's

@@ -19,9 +19,11 @@ from tenter.launch.store import serve_store
 from tenter.spec import load
 
 
-@pytest.fixture
-def server() -> dist.TCPStore:
-    store: dist.TCPStore = serve_store("127.0.0.1", socket.create_server(("127.0.0.1", 0)))
+def _serve(plan: Plan) -> dist.TCPStore:
+    """The job's store where the plan has it: the first host's agent's (a job of fixed
+    membership), or the launcher's."""
+    addr = plan.rdzv_endpoint.rpartition(":")[0]
+    store: dist.TCPStore = serve_store(addr, socket.create_server((addr, 0)))
     return store
 
 
@@ -38,9 +40,11 @@ def _join_all(plan: Plan, server: dist.TCPStore) -> list[rendezvous.Round]:
 
 
 def test_hosts_meet_with_their_planned_group_ranks_at_rank_0s_workers_store(
-    tmp_path: Path, server: dist.TCPStore
+    tmp_path: Path,
 ) -> None:
     plan = _plan(tmp_path)
+    assert plan.store_on_first_host
+    server = _serve(plan)  # kept: the store serves while the object lives
     rounds = _join_all(plan, server)
     assert [(r.group_rank, r.hosts, r.planned) for r in rounds] == [(i, 4, True) for i in range(4)]
     served = rounds[0].workers_store
@@ -51,8 +55,10 @@ def test_hosts_meet_with_their_planned_group_ranks_at_rank_0s_workers_store(
     assert rounds[0].store.get("seen") == b"yes"
 
 
-def test_each_replica_group_is_a_round_of_its_own(tmp_path: Path, server: dist.TCPStore) -> None:
+def test_each_replica_group_is_a_round_of_its_own(tmp_path: Path) -> None:
     plan = _plan(tmp_path, fault_tolerance={"replica_groups": 2, "min_replicas": 1})
+    assert not plan.store_on_first_host  # a group may end: the launcher serves it
+    server = _serve(plan)
     rounds = _join_all(plan, server)
     assert [(r.group_rank, r.hosts) for r in rounds] == [(0, 2), (1, 2), (0, 2), (1, 2)]
     masters = [(r.master_addr, r.master_port) for r in rounds]
@@ -79,8 +85,9 @@ def test_only_a_fixed_membership_on_the_jobs_c10d_store_is_planned(
 
 
 def test_a_host_whose_group_rank_0_never_comes_gives_up_at_the_join_timeout(
-    tmp_path: Path, server: dist.TCPStore
+    tmp_path: Path,
 ) -> None:
     plan = _plan(tmp_path, elastic={"rendezvous": {"join_timeout": 1}})
+    server = _serve(plan)
     with pytest.raises(RendezvousTimeoutError, match=r"join_timeout \(1 s\)"):
         rendezvous.join_planned(plan, plan.hosts[1], str(server.port))

@@ -30,8 +30,10 @@ launcher = next(
     p for p in psutil.Process().parents() if "mpi_launcher" in " ".join(p.cmdline())
 )
 listening = {c.laddr.ip for c in launcher.net_connections("tcp") if c.status == "LISTEN"}
-print("rank", os.environ["OMPI_COMM_WORLD_RANK"], "of", os.environ["MASTER_ADDR"],
-      "store", store.add("ranks", 0), "listening", sorted(listening), flush=True)
+rank = os.environ["OMPI_COMM_WORLD_RANK"]
+with open(os.path.join(os.environ["OUT_DIR"], f"rank-{rank}"), "w") as out:
+    out.write(f"rank {rank} of {os.environ['MASTER_ADDR']} store {store.add('ranks', 0)} "
+              f"listening {sorted(listening)}")
 """
 
 
@@ -54,12 +56,15 @@ def test_mpirun_ranks_reach_the_store_served_on_the_pod_address_only(tmp_path: P
         f"MASTER_ADDR={MASTER_ADDR}",
         "-x",
         f"MASTER_PORT={MASTER_PORT}",
+        "-x",
+        "OUT_DIR",
         sys.executable,
         str(rank),
     ]
-    done = _launch(argv, {**os.environ, POD_IP_ENV: POD_IP})
+    done = _launch(argv, {**os.environ, POD_IP_ENV: POD_IP, "OUT_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
-    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank"))
+    # Each rank's own file: mpirun forwards the ranks' output in chunks that may interleave.
+    lines = [(tmp_path / f"rank-{r}").read_text() for r in range(2)]
     assert lines == [f"rank {r} of {POD_IP} store 2 listening ['{POD_IP}']" for r in range(2)], (
         done.stdout
     )

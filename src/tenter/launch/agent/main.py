@@ -9,9 +9,12 @@ machine of simulated hosts). The fork comes before the agent configures its logg
 a thread (torch's rendezvous keeps a heartbeat thread; the agent serves stores), so the
 template starts as a fresh process would; the launcher's last argument, spaces, is room for
 the titles of the workers forked from it (:data:`tenter.runtime.warm.TITLE_ROOM`). Where the
-agent runs inside a process that already has threads (a Slurm node's, serving the job's
-store), the template is a fresh process instead, started before the agent imports torch.
-Nothing of torch is imported before that (a test holds this module to it); then
+agent runs inside another process (a Slurm node's entry, whose initial environment, which
+the kernel shows a fork's workers with, is Slurm's, and which may run torchft's lighthouse
+thread), the template is a fresh process instead, started before the agent imports torch.
+Where the plan has the first host's agent serve the job's store
+(:mod:`tenter.launch.agent.job_store`; ``RDZV_PORT`` is then unused), it does so after the
+fork. Nothing of torch is imported before that (a test holds this module to it); then
 :func:`tenter.launch.agent.run.run_host` does the rest.
 """
 
@@ -62,4 +65,13 @@ def main(argv: list[str], fork_template: bool = True) -> int:
         if (forked := pool.forked_template()) is not None:
             logger.info("warm template forked (pid %d)", forked)
         pool.fill()
-    return run_host(plan, host, rdzv_port, workers_env, pool)
+    if not plan.store_on_first_host:
+        return run_host(plan, host, rdzv_port, workers_env, pool)
+    # After the fork: the store's threads must not be the template's.
+    from tenter.launch.agent import job_store
+
+    store, port = job_store.start(plan, host)
+    code = run_host(plan, host, str(port), workers_env, pool)
+    if store is not None and code == 0:
+        job_store.linger(plan)
+    return code

@@ -24,7 +24,7 @@ from pathlib import Path
 from tenter.contract.placeholders import SLURM_NIC, slurm_node
 from tenter.contract.plan import Plan, make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
-from tenter.jobdir import control, layout
+from tenter.jobdir import control, published
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.lookup import tenter_home
 from tenter.jobdir.results import JobResult
@@ -255,5 +255,4 @@ def _rdzv_endpoint(plan: Plan) -> str:
     spec's."""
     if plan.rdzv_backend != "c10d":
         return plan.rdzv_endpoint
-    port_file = Path(plan.job_dir) / layout.RDZV_PORT_FILE
-    return port_file.read_text().strip() if port_file.exists() else ""
+    return published.published(plan.job_dir, published.STORE) or ""

@@ -6,7 +6,8 @@ interface of a job of simulated-host instance type ``${slurm_nic}``) and runs te
 agent (:mod:`tenter.launch.agent`: torch elastic's rendezvous, the same worker contract, error
 files and logs as the local backend). The agents rendezvous (c10d) on the first node, whose
 entry serves the store on a port the kernel picks and publishes it in ``rdzv-port`` in the job
-directory, which Slurm jobs have on a shared file system anyway (their output paths).
+directory, which Slurm jobs have on a shared file system anyway (their output paths): that
+is the agent's own doing (:mod:`tenter.launch.agent.job_store`).
 
 A ``fault_tolerance`` job: the first node also runs torchft's lighthouse (published in
 ``lighthouse-port``), and each node's agent joins its replica group's own rendezvous. A group
@@ -30,10 +31,9 @@ import psutil
 from tenter.contract.placeholders import LIGHTHOUSE_PORT, RDZV_PORT, SLURM_NIC, resolve, slurm_node
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
-from tenter.jobdir import agent_result, layout
+from tenter.jobdir import layout, published
 from tenter.launch import agent
 from tenter.launch.lighthouse import Lighthouse
-from tenter.launch.store import serve_store
 
 KEEP_ALIVE_S = 0.1
 """How often the first node checks that torchft's lighthouse runs."""
@@ -79,15 +79,6 @@ def interface_of(addr: str) -> str:
     raise OSError(f"no interface of this node has its NodeAddr {addr} ({ip})")
 
 
-def _wait_for_port(path: Path, timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the first node did not publish its rendezvous port in {path}")
-        time.sleep(0.1)
-    return int(path.read_text().rsplit(":", 1)[1])
-
-
 def resolve_plan(text: str, nodes: list[SlurmNode], node_id: int) -> Plan:
     """The plan with Slurm's nodes in place of the placeholders; a c10d rendezvous on the
     first node (an etcd one stays where the spec puts it)."""
@@ -96,7 +87,9 @@ def resolve_plan(text: str, nodes: list[SlurmNode], node_id: int) -> Plan:
     plan = Plan.from_json(text).resolved(values)
     if plan.rdzv_backend != "c10d":
         return plan
-    return dataclasses.replace(plan, rdzv_endpoint=f"{nodes[0].addr}:{RDZV_PORT}")
+    return dataclasses.replace(
+        plan, rdzv_endpoint=f"{nodes[0].addr}:{RDZV_PORT}", store_on_first_host=True
+    )
 
 
 def node_main(plan_path: str) -> int:
@@ -110,45 +103,20 @@ def node_main(plan_path: str) -> int:
     resolved = Path(host.dir) / layout.PLAN_FILE
     resolved.write_text(plan.to_json())
     os.environ.update(plan.host_env(host))
-    if plan.rdzv_backend != "c10d":
-        return agent.main([str(resolved), str(node_id), "0"])  # the endpoint has its port
+    # The first node's agent serves a c10d rendezvous' store (tenter.launch.agent.job_store).
     lighthouse = _lighthouse(plan, nodes, node_id) if plan.replica_groups else None
-    port_file = Path(plan.job_dir) / layout.RDZV_PORT_FILE
-    store = None
-    if node_id == 0:
-        # The kernel picks the port and the store keeps the socket: no window for a clash.
-        # Bound to the job's address on the first node, never to all its interfaces.
-        listener = socket.create_server((nodes[0].addr, 0), backlog=1024)
-        port = listener.getsockname()[1]
-        store = serve_store(nodes[0].addr, listener)
-        _publish(port_file, f"{nodes[0].addr}:{port}\n")
-    else:
-        port = _wait_for_port(port_file, plan.join_timeout)
-    # The first node's agent runs beside the store's (and lighthouse's) threads: its
-    # template is a fresh process, not a fork.
-    alone = store is None and lighthouse is None
-    code = agent.main([str(resolved), str(node_id), str(port)], fork_template=alone)
-    if store is not None:
-        # Serve the store (and the lighthouse) until every agent is done with it.
-        results = [agent_result.result_path(h.dir) for h in plan.hosts]
-        deadline = time.monotonic() + 60
-        while not all(r.exists() for r in results) and time.monotonic() < deadline:
-            time.sleep(0.1)
+    # The agent's template is a fresh process, not a fork of this one: a fork's initial
+    # environment (/proc/PID/environ, by which tenter finds a job's processes) would be
+    # Slurm's, which names no job; and the lighthouse runs a keep-alive thread here.
+    code = agent.main([str(resolved), str(node_id), "0"], fork_template=False)
     if lighthouse is not None:
         lighthouse.stop()
     return code
 
 
-def _publish(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def _lighthouse(plan: Plan, nodes: list[SlurmNode], node_id: int) -> Lighthouse | None:
     """``fault_tolerance``: the first node runs torchft's lighthouse, bound to its address, and
     restarts it if it dies; every node tells its workers where it listens."""
-    port_file = Path(plan.job_dir) / layout.LIGHTHOUSE_PORT_FILE
     lighthouse = None
     if node_id == 0:
         lighthouse = Lighthouse(
@@ -159,9 +127,9 @@ def _lighthouse(plan: Plan, nodes: list[SlurmNode], node_id: int) -> Lighthouse 
             env={"TENTER_JOB_ID": plan.job_id},
         )
         lighthouse.start()
-        _publish(port_file, f"{nodes[0].addr}:{lighthouse.port}\n")
+        published.publish(plan.job_dir, published.LIGHTHOUSE, nodes[0].addr, lighthouse.port)
         threading.Thread(target=_keep_alive, args=(lighthouse,), daemon=True).start()
-    port = _wait_for_port(port_file, plan.join_timeout)
+    _, port = published.wait_for(plan.job_dir, published.LIGHTHOUSE, plan.join_timeout)
     address = resolve(os.environ["TORCHFT_LIGHTHOUSE"], {LIGHTHOUSE_PORT: port})
     os.environ["TORCHFT_LIGHTHOUSE"] = address
     return lighthouse
