@@ -12,7 +12,7 @@ from tenter.contract.placeholders import (
     resolve,
     slurm_node,
 )
-from tenter.contract.plan import make_plan
+from tenter.contract.planner import make_plan
 from tenter.spec import JobSpec
 
 

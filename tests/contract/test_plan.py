@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tenter.contract.plan import Plan, make_plan, simulated_host_addr
+from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan, simulated_host_addr
 from tenter.spec import load
 
 HERE = Path(__file__).parents[1] / "launch"  # the launch tests' scripts/

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tenter.contract.placeholders import LIGHTHOUSE_PORT
-from tenter.contract.plan import Plan, make_plan
+from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan
 from tenter.spec import load
 
 HERE = Path(__file__).parents[1] / "launch"

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-from tenter.contract.plan import Plan, make_plan
+from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan
 from tenter.doctor.across import JobDoctor, doctor_job
 from tenter.doctor.checks import by_name
 from tenter.doctor.render import facts_table, reach_table

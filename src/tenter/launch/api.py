@@ -151,7 +151,7 @@ def get_backend(name: str) -> Backend:
 
 
 def dryrun(spec: JobSpec, job_id: str | None = None) -> Request:
-    from tenter.contract.plan import new_job_id
+    from tenter.contract.planner import new_job_id
 
     return get_backend(spec.backend).dryrun(spec, job_id or new_job_id(spec.name))
 

@@ -34,7 +34,8 @@ from pathlib import Path
 
 from tenter.contract.fabric import CLUSTER_NIC, fabric_env
 from tenter.contract.placeholders import MASTER_PORT
-from tenter.contract.plan import Plan, make_plan
+from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan
 from tenter.jobdir import layout
 from tenter.runtime.mpi_shim import GIVEN_ENV, PLAN_ENV
 from tenter.spec import JobSpec, lookup

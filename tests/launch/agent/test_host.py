@@ -14,7 +14,8 @@ import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
 from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 
-from tenter.contract.plan import Plan, make_plan
+from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan
 from tenter.jobdir.agent_result import AgentResult
 from tenter.jobdir.layout import EVENTS_FILE
 from tenter.launch.agent import rendezvous

@@ -13,7 +13,8 @@ import pytest
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
 
-from tenter.contract.plan import Plan, make_plan
+from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan
 from tenter.launch.agent import rendezvous
 from tenter.launch.store import serve_store
 from tenter.spec import load

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenter.contract.plan import jobs_root
+from tenter.contract.planner import jobs_root
 from tenter.errors import BackendRefusedError, ExitCode, JobNotFoundError
 from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle

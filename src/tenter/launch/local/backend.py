@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tenter.contract.plan import Plan, make_plan
+from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
 from tenter.launch.isolation import preflight

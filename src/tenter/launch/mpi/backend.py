@@ -33,7 +33,8 @@ from pathlib import Path
 from tenter.contract.fabric import CLUSTER_NIC, LOOPBACK_NIC
 from tenter.contract.isolation import HOST_NIC, SWITCH_ADDR
 from tenter.contract.placeholders import MASTER_PORT, resolve
-from tenter.contract.plan import Plan, make_plan
+from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan
 from tenter.contract.sagemaker import host_names
 from tenter.errors import MissingToolError
 from tenter.jobdir import layout

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from tenter.contract.placeholders import SLURM_NIC, slurm_node
-from tenter.contract.plan import Plan, make_plan
+from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
 from tenter.jobdir import control, published
 from tenter.jobdir.handle import JobHandle
