@@ -12,6 +12,7 @@ from tenter.cli.main import main
 from tenter.launch.kubernetes import rules as k8s_rules
 from tests.conftest import assert_golden
 from tests.launch.kubernetes.k8s_schemas import schema_errors
+from tests.launch.kubernetes.k8s_specs import launcher_job
 
 GOLDEN = Path(__file__).parents[1] / "launch" / "kubernetes" / "golden"
 CLUSTER = [
@@ -48,9 +49,7 @@ def test_nccl_tests_with_tenter_perf_runs_the_perf_module(
     assert main([*NCCL, "--workload", "tenter-perf", "--collective", "alltoall"]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
     assert schema_errors(job) == []
-    command = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0][
-        "command"
-    ]
+    command = launcher_job(job).plan(29500).command
     # p5 nodes have GPUs: the benchmark runs NCCL on them, not gloo on the CPUs.
     tail = ["-m", "tenter.perf", "alltoall", "-b", "8", "-e", "16G", "-f", "2", "--device", "cuda"]
     assert command[-len(tail) :] == tail

@@ -2,8 +2,8 @@
 
 At 1,024 ml.p5.48xlarge hosts x 8 processes (each host's SageMaker variables name all 1,024)
 the plan every Slurm node reads stays under 5 MB, mpirun's command line well under Linux's
-ARG_MAX, and each host's own part holds no host list. (The seconds to plan are measured in
-benchmarks/plan_scaling.py.)
+ARG_MAX, a Kubernetes MPIJob a few KB, and each host's own part holds no host list. (The
+seconds to plan are measured in benchmarks/plan_scaling.py.)
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from tenter.contract.plan import Plan
 from tenter.launch.api import get_backend
 from tenter.spec import load
 from tenter.spec.limits import MAX_SIMULATED_HOSTS
+from tests.launch.kubernetes.k8s_specs import launcher_job
 
 SCRIPTS = Path(__file__).parents[1] / "launch" / "scripts"
 HOSTS = 1024
@@ -87,6 +88,20 @@ def test_mpirun_command_of_1024_hosts_is_well_under_arg_max(where: str, tmp_path
 def test_kubernetes_manifests_of_1024_hosts_are_one_pod_template() -> None:
     request = dryrun("kubernetes", HOSTS, kubernetes={"image": "train:1.0"})
     assert len(str(request)) < 1_000_000
+
+
+def test_an_mpijob_of_1024_hosts_carries_the_job_and_its_launcher_a_short_mpirun() -> None:
+    request = dryrun(
+        "kubernetes", HOSTS, distribution={"mpi": {"enabled": True}}, kubernetes={"image": "t:1"}
+    )
+    [mpijob] = request.materialize()
+    assert len(str(request)) < 20_000  # the API server refuses objects over 1.5 MB
+    job = launcher_job(mpijob)
+    plan = job.plan(29500)
+    argv = job.mpirun(plan, "10.0.0.7", 29500, "http://10.0.0.7:41000")
+    assert sum(len(arg) + 1 for arg in argv) < ARG_MAX // 2
+    assert argv.count("-np") == HOSTS
+    assert len(plan.to_json()) < 5_000_000  # what the launcher holds to serve each rank
 
 
 def test_local_plan_of_many_simulated_hosts_grows_linearly() -> None:

@@ -13,9 +13,10 @@ import pytest
 
 from tenter.cli.cmd_plan import render_command
 from tenter.contract.plan import Plan
+from tenter.contract.planner import make_plan
 from tenter.errors import ExitCode
 from tenter.launch import api
-from tenter.launch.mpirun import mpirun_command
+from tenter.launch.mpirun import mpirun_argv
 from tenter.spec import load
 from tests.conftest import (
     REPO,
@@ -83,7 +84,7 @@ def test_dryrun_renders_the_whole_mpirun_command(
     efa = ("FI_PROVIDER=efa", "FI_EFA_USE_DEVICE_RDMA=1", "RDMAV_FORK_SAFE=1", "NCCL_PROTO=simple")
     for index, context in enumerate(contexts):
         # The shim reads each host's environment from the plan, not from the command line.
-        assert f"-x TENTER_PLAN_FILE={plan.job_dir}/plan.json " in context
+        assert f"-x TENTER_PLAN={plan.job_dir}/plan.json " in context
         assert "SM_" not in context
         # Each host's own values, not the master's (SageMaker's toolkit bug).
         host = plan.hosts[index]
@@ -150,17 +151,23 @@ def _values(argv: list[str], flag: str, n: int) -> list[str]:
     return [" ".join(argv[i + 1 : i + 1 + n]) for i, a in enumerate(argv) if a == flag]
 
 
-def test_mpirun_command_for_external_launchers_uses_the_given_hosts(tenter_home: Path) -> None:
-    argv = mpirun_command(
-        _spec("ml.p4d.24xlarge"),  # type: ignore[arg-type]
-        ["job-worker-0.job", "job-worker-1.job"],
+def test_mpirun_argv_runs_host_i_of_the_plan_on_the_given_host_i(tenter_home: Path) -> None:
+    spec = _spec("ml.p4d.24xlarge")
+    hosts = ["job-worker-0.job", "job-worker-1.job"]
+    plan = make_plan(spec, "j", tenter_home, "python3", addrs=hosts)  # type: ignore[arg-type]
+    argv = mpirun_argv(
+        plan,
+        hosts,
         8,
         "python3",
-        job_id="j",
-        tenter_home=tenter_home,
+        user_options=spec.mpi_options(),  # type: ignore[attr-defined]
+        network_interface="eth0",
+        master_port="29500",
         hostfile="/etc/mpi/hostfile",
+        plan_source="http://10.0.0.7:41000",
     )
     text = " ".join(argv)
+    assert text.count("-x TENTER_PLAN=http://10.0.0.7:41000 ") == 2
     assert "--hostfile /etc/mpi/hostfile" in text
     assert "--host job-worker-0.job -x" in text and "--host job-worker-1.job -x" in text
     assert text.count("-x MASTER_ADDR=job-worker-0.job") == 2

@@ -27,7 +27,6 @@ from collections.abc import Mapping
 
 RDZV_PORT = "${rdzv_port}"
 MASTER_PORT = "${master_port}"
-MASTER_ADDR = "${master_addr}"
 LIGHTHOUSE_PORT = "${lighthouse_port}"
 SLURM_NIC = "${slurm_nic}"
 HOST = "${host}"

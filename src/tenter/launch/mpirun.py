@@ -4,18 +4,20 @@ that run mpirun themselves (a Kubernetes MPIJob's launcher pod).
 One MPMD app context per host::
 
     mpirun <global flags: --tag-output, binding, mapping, --mca ...>
-        -np 8 --host algo-1:8 -x TENTER_PLAN_FILE=<plan> python -m tenter.runtime.mpi_shim CMD
-      : -np 8 --host algo-2:8 -x TENTER_PLAN_FILE=<plan> python -m tenter.runtime.mpi_shim CMD
+        -np 8 --host algo-1:8 -x TENTER_PLAN=<plan> python -m tenter.runtime.mpi_shim CMD
+      : -np 8 --host algo-2:8 -x TENTER_PLAN=<plan> python -m tenter.runtime.mpi_shim CMD
 
 Why per-host app contexts: the worker contract has per-host values (``SM_CURRENT_HOST``,
 ``SM_TRAINING_ENV``, ``SM_RESOURCE_CONFIG``, the host's ``/opt/ml`` paths, ``TENTER_HOST*``).
 SageMaker's toolkit runs a single context with ``-x SM_CURRENT_HOST``, which forwards the
 master's value to every rank (every rank believes it is on algo-1; the toolkit then
-``LD_PRELOAD``s a gethostname shim to paper over it). Each rank's shim reads the plan
-(``plan.json`` in the job directory, on every host) and composes its host's exact environment
-with the one function every backend uses (:meth:`tenter.contract.plan.Plan.process_env`), as
-``tenter plan`` shows it; the command line carries only the file's name and the variables of
-mpirun's own (``MASTER_*``, the user's ``-x``), so it grows with the hosts, not their square.
+``LD_PRELOAD``s a gethostname shim to paper over it). Each rank's shim finds its host's exact
+environment in the plan, composed by the one function every backend uses
+(:meth:`tenter.contract.plan.Plan.process_env`), as ``tenter plan`` shows it: in
+``plan.json`` in the job directory, on every host (the mpi backend), or served by a
+Kubernetes MPIJob's launcher. The command line carries only where the plan is and the
+variables of mpirun's own (``MASTER_*``, the user's ``-x``), so it grows with the hosts, not
+their square (146 MB at 1,024 p5 hosts when it carried every host's environment).
 Ranks are numbered in context order, so host ``i`` holds ranks ``i*P .. i*P+P-1``, the
 same ranks as on every other backend; ``tenter.runtime.mpi_shim`` adds the per-rank torchrun
 variables (``RANK``, ``LOCAL_RANK``, ...) from ``OMPI_COMM_WORLD_*`` before the command runs.
@@ -30,15 +32,13 @@ defaults, sagemaker-training-toolkit issue #70).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from tenter.contract.fabric import CLUSTER_NIC, fabric_env
+from tenter.contract.fabric import fabric_env
 from tenter.contract.placeholders import MASTER_PORT
 from tenter.contract.plan import Plan
-from tenter.contract.planner import make_plan
 from tenter.jobdir import layout
 from tenter.runtime.mpi_shim import GIVEN_ENV, PLAN_ENV
-from tenter.spec import JobSpec, lookup
+from tenter.spec import lookup
 from tenter.spec.catalog import InstanceType
 from tenter.spec.mpi_options import MpiOptions
 
@@ -117,7 +117,7 @@ def mpirun_argv(
     allow_run_as_root: bool = False,
     agent_store: bool = False,
     rank_logs: bool = False,
-    plan_file: str | None = None,
+    plan_source: str,
 ) -> list[str]:
     """The mpirun argv that runs ``plan``: host ``i`` of the plan on ``hosts[i]``.
 
@@ -130,12 +130,10 @@ def mpirun_argv(
     host). ``agent_store``: the launcher serves ``MASTER_ADDR:MASTER_PORT`` (torch elastic's
     agent store) instead of rank 0. ``rank_logs``: each rank writes ``logs/rank-N.*`` in the
     job directory (which must be on a shared file system) instead of mpirun's console.
-    ``plan_file``: where every host reads the plan (the job directory's ``plan.json``): the
-    shim composes each rank's environment from it (:meth:`Plan.process_env`), so the command
-    line carries only the variables below, not every host's contract (which, naming every
-    host, grows with the square of the hosts: 146 MB at 1,024 p5 hosts); without it (a
-    Kubernetes MPIJob's launcher, with no shared job directory) each context carries its
-    host's environment in ``-x``.
+    ``plan_source``: where each rank's shim finds its environment (the job directory's
+    ``plan.json``, or the ``http://`` address of a server of it), so the command line carries
+    only the variables below, not every host's contract (which, naming every host, grows
+    with the square of the hosts).
     """
     if len(hosts) != len(plan.hosts):
         raise ValueError(f"the plan has {len(plan.hosts)} hosts but {len(hosts)} were given")
@@ -158,57 +156,18 @@ def mpirun_argv(
     }
     if rank_logs:
         job_env["TENTER_RANK_LOGS"] = str(layout.logs_dir(plan.job_dir))
-    for host, target in zip(plan.hosts, hosts, strict=True):
-        # The user's -x replaces the contract's value as well as tenter's defaults.
-        given: dict[str, str | None] = {**job_env, **options.env}
-        if plan_file is not None:  # tenter's defaults with a value are the plan's already
-            given = {
-                k: v for k, v in given.items() if v is None or k in job_env or k in user_options.env
-            }
-        if plan_file is None:
-            env = {**plan.host_env(host), **given}
-        else:
-            env = {**given, PLAN_ENV: plan_file, GIVEN_ENV: ",".join(given)}
+    # The user's -x replaces the contract's value as well as tenter's defaults; tenter's
+    # defaults with a value are the plan's already.
+    given: dict[str, str | None] = {
+        k: v
+        for k, v in {**job_env, **options.env}.items()
+        if v is None or k in job_env or k in user_options.env
+    }
+    env = {**given, PLAN_ENV: plan_source, GIVEN_ENV: ",".join(given)}
+    for target in hosts:
         argv += ["-np", str(slots_per_host)]
         argv += ["--host", target if hostfile else f"{target}:{host_slots or slots_per_host}"]
         for name, env_value in env.items():
             argv += ["-x", name if env_value is None else f"{name}={env_value}"]
         argv += [python, "-m", SHIM_MODULE, *plan.command, ":"]
     return argv[:-1]
-
-
-def mpirun_command(
-    spec: JobSpec,
-    hosts: Sequence[str],
-    slots_per_host: int,
-    python: str,
-    *,
-    job_id: str,
-    tenter_home: Path,
-    master_port: str = "29500",
-    network_interface: str = CLUSTER_NIC,
-    hostfile: str | None = None,
-    allow_run_as_root: bool = False,
-    master_addr: str | None = None,
-    agent_store: bool = False,
-) -> list[str]:
-    """The full mpirun argv of a validated spec on ``hosts`` (host names, one per host of the
-    job; with ``hostfile`` their slots come from that file). Rank 0 serves the store at
-    ``hosts[0]:master_port``, or, with ``agent_store``, the launcher does at
-    ``master_addr:master_port``; ranks' output goes to mpirun's console, tagged."""
-    plan = make_plan(
-        spec, job_id, tenter_home, python, addrs=list(hosts), network_interface=network_interface
-    )
-    return mpirun_argv(
-        plan,
-        hosts,
-        slots_per_host,
-        python,
-        user_options=spec.mpi_options(),
-        network_interface=network_interface,
-        master_port=master_port,
-        hostfile=hostfile,
-        allow_run_as_root=allow_run_as_root,
-        master_addr=master_addr,
-        agent_store=agent_store,
-    )

@@ -2,10 +2,13 @@
 torch rank, then ``exec``s COMMAND.
 
 mpirun gives each rank ``OMPI_COMM_WORLD_RANK``/``_SIZE``; the worker contract of its host
-(``TENTER_HOST_INDEX``, ``TENTER_NUM_HOSTS``, ``SM_*``...) is the plan's, read from the file
-``TENTER_PLAN_FILE`` names and composed by :meth:`tenter.contract.plan.Plan.process_env`, under
-the variables mpirun's ``-x`` gives (``MASTER_ADDR``/``MASTER_PORT``, the user's; listed in
-``TENTER_MPIRUN_ENV``); without the file (a Kubernetes MPIJob) it all arrives through ``-x``.
+(``TENTER_HOST_INDEX``, ``TENTER_NUM_HOSTS``, ``SM_*``...) is the plan's, composed by
+:meth:`tenter.contract.plan.Plan.process_env` (:func:`planned_env`) under the variables
+mpirun's ``-x`` gives (``MASTER_ADDR``/``MASTER_PORT``, the user's; listed in
+``TENTER_MPIRUN_ENV``). ``TENTER_PLAN`` says where the plan is: the job directory's
+``plan.json``, which every host of the mpi backend reads, or the address of a Kubernetes
+MPIJob's launcher (``http://ADDR:PORT``), which serves each rank its environment, since its
+workers share no file system with it (:mod:`tenter.launch.kubernetes.mpi_launcher`).
 The shim adds the per-rank torchrun variables with the same
 function every backend uses (:func:`tenter.contract.torchrun.torchrun_env`), so a plain
 ``init_process_group("gloo")`` script works unchanged under mpirun. ``LOCAL_RANK`` is
@@ -25,9 +28,12 @@ Imports nothing heavy: it runs once per rank before the real program starts.
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import signal
 import sys
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -37,24 +43,42 @@ from tenter.jobdir import layout
 from tenter.jobdir.records import record_worker_logs
 from tenter.runtime.parent_death import dies_with_parent
 
-PLAN_ENV = "TENTER_PLAN_FILE"
-"""Where the shim reads the plan (:func:`tenter.launch.mpirun.mpirun_argv`'s ``plan_file``)."""
+PLAN_ENV = "TENTER_PLAN"
+"""Where the shim finds the plan (:func:`tenter.launch.mpirun.mpirun_argv`'s ``plan_source``):
+a file, or an ``http://`` server of each rank's environment at :data:`RANK_PATH` ``N``."""
+RANK_PATH = "/rank/"
+FETCH_TIMEOUT_S = 60
+"""How long a rank waits for its environment from the launcher, which serves it before it
+starts mpirun: only a launcher gone or unreachable makes it wait this long."""
 GIVEN_ENV = "TENTER_MPIRUN_ENV"
 """The names of the variables mpirun's ``-x`` gives, which stand over the plan's."""
 LAUNCH_ENV = (PLAN_ENV, GIVEN_ENV)
 
 
-def contract_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The plan's environment of the rank mpirun started in ``environ`` (empty without a plan
-    file), less what mpirun's ``-x`` gives."""
-    plan_file = environ.get(PLAN_ENV)
-    if not plan_file:
-        return {}
-    plan = Plan.from_json(Path(plan_file).read_text())
-    rank = int(environ["OMPI_COMM_WORLD_RANK"])
+def planned_env(plan: Plan, rank: int) -> dict[str, str]:
+    """The plan's environment of job rank ``rank`` (hosts hold their ranks in order)."""
     host = plan.hosts[rank // plan.procs_per_host]
+    return plan.process_env(host, host.ranks[rank % plan.procs_per_host])
+
+
+def _fetch_env(url: str, rank: int) -> dict[str, str]:
+    with urllib.request.urlopen(f"{url}{RANK_PATH}{rank}", timeout=FETCH_TIMEOUT_S) as reply:
+        env: dict[str, str] = json.loads(gzip.decompress(reply.read()))
+    return env
+
+
+def contract_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The plan's environment of the rank mpirun started in ``environ`` (empty without a
+    plan), less what mpirun's ``-x`` gives."""
+    source = environ.get(PLAN_ENV)
+    if not source:
+        return {}
+    rank = int(environ["OMPI_COMM_WORLD_RANK"])
+    if source.startswith("http://"):
+        env = _fetch_env(source, rank)
+    else:
+        env = planned_env(Plan.from_json(Path(source).read_text()), rank)
     given = set(environ.get(GIVEN_ENV, "").split(","))
-    env = plan.process_env(host, host.ranks[rank % plan.procs_per_host])
     return {k: v for k, v in env.items() if k not in given}
 
 
@@ -111,6 +135,12 @@ def main(argv: list[str]) -> int:
     logs = os.environ.pop("TENTER_RANK_LOGS", None)
     if logs:
         _redirect_output(Path(logs), env)
+    # torch writes a failing rank's error there, and fails with a FileNotFoundError in place
+    # of the rank's own error where no launcher made the folder (a Kubernetes MPIJob's worker
+    # shares no job directory with its launcher).
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        Path(error_file).parent.mkdir(parents=True, exist_ok=True)
     dies_with_parent(signal.SIGTERM, starter=os.getppid())()  # it survives exec
     os.execvp(argv[0], argv)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.launch.kubernetes import KubernetesBackend
+from tenter.launch.kubernetes.mpi_job import JOB_ENV, MpiJobLaunch, parse_job
 from tenter.launch.kubernetes.request import KubernetesRequest
 from tenter.spec import JobSpec, load
 
@@ -52,3 +53,10 @@ def dryrun(spec: JobSpec) -> KubernetesRequest:
 
 
 MPI = {"distribution": {"mpi": {"enabled": True}}}
+
+
+def launcher_job(mpijob: dict[str, Any]) -> MpiJobLaunch:
+    """The job an MPIJob's launcher pod is given, as the kubelet expands its value."""
+    [launcher] = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
+    value: str = next(e["value"] for e in launcher["env"] if e["name"] == JOB_ENV)
+    return parse_job(value.replace("$$", "$"))

@@ -7,11 +7,12 @@ One spec renders as one of three Kubeflow objects:
   variables the operator sets; an elastic spec (``elastic.min_hosts``/``max_hosts`` or an etcd
   rendezvous) gets an ``elasticPolicy`` and Workers only, as the operator requires.
 - ``MPIJob`` (``kubeflow.org/v2beta1``, MPI Operator) for ``mpi`` and ``smdistributed`` jobs:
-  one Launcher running the mpirun command of :mod:`tenter.launch.mpirun` (the mpi
-  backend's own) under :mod:`tenter.launch.kubernetes.mpi_launcher`, which serves the ranks'
-  store on the launcher pod's address, and N Workers running ``sshd``; every variable of
-  the worker contract reaches the ranks through mpirun's ``-x``, because processes started
-  over ssh do not see the pod's environment.
+  one Launcher running :mod:`tenter.launch.kubernetes.mpi_launcher`, given the job (the
+  spec, a few KB, whatever the number of workers), and N Workers running ``sshd``. The
+  launcher makes the plan and the mpirun command (the mpi backend's own,
+  :mod:`tenter.launch.mpirun`), serves the ranks' store and each rank's environment on the
+  pod's address (processes started over ssh do not see the pod's environment), then runs
+  mpirun.
 - ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``, Kubeflow Trainer v2), when asked for by
   ``kubernetes.kind``: the trainer of a ``ClusterTrainingRuntime`` (``torch-distributed``).
 
@@ -32,11 +33,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tenter.contract.fabric import CLUSTER_NIC
-from tenter.contract.placeholders import MASTER_ADDR, MASTER_PORT
 from tenter.contract.sagemaker import hyperparameter_args
 from tenter.contract.worker import BOOTSTRAP, Placement, host_env
-from tenter.launch.kubernetes.mpi_launcher import POD_IP_ENV
-from tenter.launch.mpirun import mpirun_command
+from tenter.launch.kubernetes.mpi_job import JOB_ENV, POD_IP_ENV, MpiJobLaunch, job_json
 from tenter.spec import JobSpec, Problem, SpecError, lookup, processes_per_host
 from tenter.spec.catalog import InstanceType
 from tenter.spec.elastic import PREEMPTION_MARGIN_S
@@ -60,7 +59,7 @@ SHM_VOLUME = "dshm"
 SSHD = ["/usr/sbin/sshd", "-De"]
 """MPI workers serve ssh for the launcher's mpirun (the MPI Operator mounts the keys)."""
 MPI_LAUNCHER = "tenter.launch.kubernetes.mpi_launcher"
-"""What the launcher pod runs: it serves the ranks' store on the pod's address, then mpirun."""
+"""What the launcher pod runs: from the job, the plan and mpirun, and the servers its ranks use."""
 POD_TENTER_HOME = Path("/opt/ml/tenter")
 """tenter's home inside MPI pods: the mpirun command's job directory lies under it."""
 POD_SM_DIR = PurePosixPath("/opt/ml")
@@ -421,33 +420,26 @@ def pytorchjob(spec: JobSpec, itype: InstanceType, name: str, procs: int) -> Man
     return _object("PyTorchJob", spec, name, job_spec)
 
 
-def mpi_hosts(name: str, namespace: str, count: int) -> list[str]:
-    """The workers' names in the MPI Operator's headless service (its hostfile's names)."""
-    return [f"{name}-worker-{i}.{name}.{namespace}.svc" for i in range(count)]
+MPI_WORKER = "{name}-worker-{{i}}.{name}.{namespace}.svc"
+"""Worker ``i``'s name in the MPI Operator's headless service (its hostfile's names)."""
 
 
 def mpijob(spec: JobSpec, itype: InstanceType, name: str, procs: int) -> Manifest:
     # The spec as the pods see it: code at working_dir, no local output directory.
     in_pod = spec.model_copy(update={"source_dir": spec.kubernetes.working_dir, "output_dir": None})
-    argv = mpirun_command(
-        in_pod,
-        mpi_hosts(name, spec.kubernetes.namespace, spec.instance_count),
-        procs,
-        spec.kubernetes.python,
-        job_id=name,
-        tenter_home=POD_TENTER_HOME,
-        # Containers run as root unless the image says otherwise; not a privilege.
-        allow_run_as_root=True,
-        # The launcher pod serves the ranks' store on its own address (mpi_launcher).
-        master_addr=MASTER_ADDR,
-        master_port=MASTER_PORT,
-        agent_store=True,
+    job = MpiJobLaunch(
+        spec=in_pod,
+        name=name,
+        procs=procs,
+        workers=MPI_WORKER.format(name=name, namespace=spec.kubernetes.namespace),
+        tenter_home=str(POD_TENTER_HOME),
     )
-    command = [spec.kubernetes.python, "-m", MPI_LAUNCHER, *argv]
-    pod_ip = [{"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-    launcher = _container(
-        spec, "launcher", [literal(a) for a in command], LAUNCHER_RESOURCES, pod_ip, mounts=False
-    )
+    env: list[Manifest] = [
+        {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": JOB_ENV, "value": literal(job_json(job))},
+    ]
+    command = [spec.kubernetes.python, "-m", MPI_LAUNCHER]
+    launcher = _container(spec, "launcher", command, LAUNCHER_RESOURCES, env, mounts=False)
     worker = _container(spec, "worker", SSHD, node_resources(itype))
     restart = "Never"
     job_spec: Manifest = {

@@ -1,49 +1,107 @@
-"""``python -m tenter.launch.kubernetes.mpi_launcher MPIRUN_ARGV...``: an MPIJob's launcher.
+"""``python -m tenter.launch.kubernetes.mpi_launcher``: an MPIJob's launcher.
 
-The launcher pod of a Kubernetes MPIJob runs this instead of mpirun itself. It serves the
-ranks' store (torch elastic's agent store: ``TORCHELASTIC_USE_AGENT_STORE=True``, so every
-rank, rank 0 included, is a client) bound to the pod's own address, never to all interfaces:
-without it rank 0's ``init_process_group`` would serve the store on every interface of its
-pod. The mpi backend's launcher does the same on its first host. The pod's address comes
-from the downward API (:data:`POD_IP_ENV`, ``status.podIP``); ``${master_addr}`` and
-``${master_port}`` in the argv are resolved with it and the port the kernel picked, by the
-contract's one function (:func:`tenter.contract.placeholders.resolve`). Then mpirun runs;
-SIGTERM and SIGINT (the pod's deletion, a Ctrl-C) are passed on to it, and the launcher exits
-with its status once it ends, the store with it.
+The launcher pod of a Kubernetes MPIJob runs this instead of mpirun itself. Its manifest
+carries the job, not its mpirun command: the validated spec, the MPIJob's name and the
+processes per worker (:mod:`tenter.launch.kubernetes.mpi_job`), a few KB whatever the number
+of workers. From them this process makes the plan and the mpirun command with the same pure
+functions as the mpi backend (:func:`tenter.contract.planner.make_plan`,
+:func:`tenter.launch.mpirun.mpirun_argv`). A command carrying every host's environment
+grew with the square of the hosts (146 MB at 1,024 p5 workers: over Linux's ARG_MAX, and
+over the API server's 1.5 MB object limit long before); here mpirun's command line carries
+each worker's name and the address of the plan, and the manifest neither.
+
+Bound to the pod's own address (``TENTER_POD_IP``, from the downward API), never to all
+interfaces, it serves
+
+- the ranks' store (torch elastic's agent store: ``TORCHELASTIC_USE_AGENT_STORE=True``, so
+  every rank, rank 0 included, is a client); without it rank 0's ``init_process_group``
+  would serve the store on every interface of its pod;
+- each rank's environment, over HTTP (``GET /rank/N``, gzipped JSON): the workers share no
+  file system with the launcher, so the ranks' shims fetch what the mpi backend's read from
+  the job directory's ``plan.json`` (:mod:`tenter.runtime.mpi_shim`). The standard
+  library's ``http.server`` serves it: a handful of GETs per rank, no framework needed.
+
+Then mpirun runs; SIGTERM and SIGINT (the pod's deletion, a Ctrl-C) are passed on to it, and
+the launcher exits with its status once it ends, both servers with it.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
-from tenter.contract.placeholders import MASTER_ADDR, MASTER_PORT, resolve
+from tenter.contract.plan import Plan
 from tenter.errors import ExitCode
+from tenter.launch.kubernetes.mpi_job import JOB_ENV, POD_IP_ENV, parse_job
 from tenter.launch.store import listener_on, serve_store
+from tenter.runtime.mpi_shim import RANK_PATH, planned_env
 
-POD_IP_ENV = "TENTER_POD_IP"
+
+class _RankEnvHandler(BaseHTTPRequestHandler):
+    plan: Plan
+
+    def do_GET(self) -> None:
+        index = self.path.removeprefix(RANK_PATH)
+        if self.path == index or not index.isdigit() or int(index) >= self.plan.world_size:
+            self.send_error(404)
+            return
+        body = gzip.compress(json.dumps(planned_env(self.plan, int(index))).encode())
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: one line per rank would bury mpirun's output in the pod's log."""
+
+
+def serve_rank_envs(plan: Plan, addr: str) -> ThreadingHTTPServer:
+    """Each rank's planned environment at ``http://ADDR:PORT/rank/N``, from a thread, on a
+    port the kernel picks."""
+    handler = type("RankEnvHandler", (_RankEnvHandler,), {"plan": plan})
+    server = ThreadingHTTPServer((addr, 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="rank-envs", daemon=True).start()
+    return server
 
 
 def main(argv: list[str], environ: Mapping[str, str]) -> int:
-    addr = environ.get(POD_IP_ENV, "")
-    if not argv or not addr:
+    addr, text = environ.get(POD_IP_ENV, ""), environ.get(JOB_ENV, "")
+    if argv or not addr or not text:
         print(
-            f"error: usage: {POD_IP_ENV}=<the pod's address> python -m {__spec__.name} "
-            "MPIRUN_ARGV...; the MPIJob tenter renders sets both",
+            f"error: usage: {POD_IP_ENV}=<the pod's address> {JOB_ENV}=<the job> "
+            f"python -m {__spec__.name}; the MPIJob tenter renders sets both",
             file=sys.stderr,
         )
+        return int(ExitCode.BAD_INPUT)
+    try:
+        job = parse_job(text)
+    except ValueError as e:
+        print(f"error: {e}; render the MPIJob again with tenter", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
     listener = listener_on(addr)
     port = listener.getsockname()[1]
     store = serve_store(addr, listener)  # serves until this process ends
-    values = {MASTER_ADDR: addr, MASTER_PORT: port}
-    mpirun = subprocess.Popen([resolve(arg, values) for arg in argv])
+    plan = job.plan(port)
+    envs = serve_rank_envs(plan, addr)
+    host = f"[{addr}]" if ":" in addr else addr
+    url = f"http://{host}:{envs.server_address[1]}"
+    mpirun = subprocess.Popen(job.mpirun(plan, addr, port, url))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _: mpirun.send_signal(signum))
     code = mpirun.wait()
+    envs.shutdown()
+    envs.server_close()
     del store
     return code if code >= 0 else 128 - code  # a signal's status, as a shell reports it
 

@@ -109,7 +109,7 @@ class MpiBackend(SupervisedBackend):
             allow_run_as_root=os.geteuid() == 0,
             agent_store=True,
             rank_logs=True,
-            plan_file=str(Path(plan.job_dir) / PLAN_FILE),
+            plan_source=str(Path(plan.job_dir) / PLAN_FILE),
         )
         return dataclasses.replace(plan, launcher=argv)
 
