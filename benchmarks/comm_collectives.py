@@ -111,7 +111,7 @@ def _free_port() -> int:
 def measure(backend: str, world: int) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     out = ctx.SimpleQueue()
-    mp.start_processes(
+    mp.start_processes(  # type: ignore[no-untyped-call]
         _worker, args=(world, _free_port(), backend, out), nprocs=world, start_method="spawn"
     )
     return dict(out.get())

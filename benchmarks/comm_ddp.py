@@ -91,7 +91,7 @@ def _free_port() -> int:
 
 def measure(backend: str, model: str, args: Any) -> tuple[float, float]:
     out = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(
+    mp.start_processes(  # type: ignore[no-untyped-call]
         _worker,
         args=(args.nprocs, _free_port(), backend, model, args, out),
         nprocs=args.nprocs,

@@ -31,11 +31,12 @@ import tempfile
 import time
 from typing import Any
 
+import compat
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, schedules
+from torch.distributed.pipelining import PipelineStage
 
 from tenter import parallel
 from tenter.parallel.pipeline import build_pipeline
@@ -85,15 +86,11 @@ def instrument(stage: PipelineStage) -> None:
     stage.backward_one_chunk = _timed(stage.backward_one_chunk)  # type: ignore[method-assign]
 
 
-def _timed_wait(works: Any) -> None:
-    start = time.perf_counter()
-    _WAIT(works)
-    Counters.wait += time.perf_counter() - start
+def _add_wait(seconds: float) -> None:
+    Counters.wait += seconds
 
 
-# The schedules call this module-level function by name: wrapping it times every wait.
-_WAIT = schedules._wait_batch_p2p
-schedules._wait_batch_p2p = _timed_wait
+WAITS_TIMED = compat.time_pipeline_waits(_add_wait)
 
 
 def chain(widths: list[int], dim: int) -> nn.Sequential:
@@ -188,7 +185,7 @@ def bubble(pps: list[int], mbs: list[int]) -> list[dict[str, Any]]:
         ]
         per_rank = run(p, {"dim": 512, "batch": 256, "cases": cases})
         for i, case in enumerate(cases):
-            m = case["microbatches"]
+            m = int(str(case["microbatches"]))
             stages = [per_rank[stage][i] for stage in range(p)]
             # The bubble theory assumes equal stages: with the slowest stage's measured
             # compute per microbatch, a perfect schedule takes (m + p - 1) of them.
@@ -204,16 +201,24 @@ def bubble(pps: list[int], mbs: list[int]) -> list[dict[str, Any]]:
                         "idle": round(r["idle"], 3),
                         "theory": round((p - 1) / (m + p - 1), 3),
                         "ideal_idle": round(1 - r["busy_s"] / ideal_wall, 3),
-                        "wait_frac": round(r["wait_s"] / r["wall_s"], 3),
-                        "other_frac": round(1 - (r["busy_s"] + r["wait_s"]) / r["wall_s"], 3),
-                        "other_per_mb_ms": round(
-                            (r["wall_s"] - r["busy_s"] - r["wait_s"]) / m * 1e3, 2
-                        ),
+                        **_wait_split(r, m),
                         "wall_ms": round(r["wall_s"] * 1e3, 1),
                         "act_MiB": round(r["act_bytes"] / 2**20, 2),
                     }
                 )
     return rows
+
+
+def _wait_split(r: dict[str, float], m: int) -> dict[str, float | None]:
+    """The step's share blocked on sends and receives and the rest (None where this torch's
+    schedules cannot be timed: compat.time_pipeline_waits)."""
+    if not WAITS_TIMED:
+        return {"wait_frac": None, "other_frac": None, "other_per_mb_ms": None}
+    return {
+        "wait_frac": round(r["wait_s"] / r["wall_s"], 3),
+        "other_frac": round(1 - (r["busy_s"] + r["wait_s"]) / r["wall_s"], 3),
+        "other_per_mb_ms": round((r["wall_s"] - r["busy_s"] - r["wait_s"]) / m * 1e3, 2),
+    }
 
 
 def partition(pps: list[int]) -> list[dict[str, Any]]:

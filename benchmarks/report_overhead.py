@@ -29,8 +29,9 @@ WORKLOAD = Path(__file__).parent / "workloads" / "mlp.py"
 def run_job(report: bool) -> tuple[float, float | None]:
     """(rank 0's mean step time in ms, mean LiveView.poll time in ms or None)."""
     from tenter import session
+    from tenter.contract.plan import Plan
     from tenter.launch import api
-    from tenter.monitor.live import LiveView
+    from tenter.monitor.live import LiveView, Snapshot
     from tenter.spec import load
 
     args = ["--samples", "4096", "--epochs", "2"] + ([] if report else ["--no-report"])
@@ -47,12 +48,13 @@ def run_job(report: bool) -> tuple[float, float | None]:
         WORKLOAD.parent,
     )
     plan = api.dryrun(spec)
+    assert isinstance(plan, Plan)
     view = LiveView(plan, live=False, status_every_s=3600) if report else None
     polls: list[float] = []
     if view is not None:
         timed = view.poll
 
-        def poll() -> object:
+        def poll() -> Snapshot:
             started = time.perf_counter()
             try:
                 return timed()

@@ -64,7 +64,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="stragglers-") as tmp:
         named, anchor = run_job(Path(tmp), "slow", args.steps, slow=True)
-        at = [s["step"] for s in named if s["rank"] == 2]
+        at = [int(str(s["step"])) for s in named if s["rank"] == 2]
         print(f"straggler_detection slow run: tenter named {[s['text'] for s in named]}")
         print(
             f"  rank 2 named at step {at[0] if at else None} (target <= 20); "

@@ -63,6 +63,16 @@ def test_no_private_torch_name_outside_the_compatibility_modules() -> None:
     assert api_check.private_outside_compat(tenter_uses(), results()) == []
 
 
+@pytest.mark.parametrize("folder", ["benchmarks", "examples"])
+def test_benchmarks_and_examples_use_private_torch_names_only_in_a_compatibility_module(
+    folder: str,
+) -> None:
+    """What users run beside the package keeps the package's rule (benchmarks/compat.py)."""
+    uses = api_check.collect_tree(REPO / folder)
+    assert len(uses.uses) > 100
+    assert api_check.private_outside_compat(uses, []) == []
+
+
 def test_no_override_of_a_torch_method_that_some_supported_torch_lacks() -> None:
     assert api_check.dropped_overrides(results()) == []
 
