@@ -31,7 +31,8 @@ def run_job(report: bool) -> tuple[float, float | None]:
     from tenter import session
     from tenter.contract.plan import Plan
     from tenter.launch import api
-    from tenter.monitor.live import LiveView, Snapshot
+    from tenter.monitor.live import LiveView
+    from tenter.monitor.snapshot import Snapshot
     from tenter.spec import load
 
     args = ["--samples", "4096", "--epochs", "2"] + ([] if report else ["--no-report"])

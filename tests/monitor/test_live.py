@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tenter.monitor.live import LiveView, render, status_line
+from tenter.monitor.live import LiveView
+from tenter.monitor.snapshot import render, status_line
 from tests.monitor.helpers import T0, fake_job
 
 

@@ -10,8 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tenter.goodput.records import LedgerKeeper, record_straggler
 from tenter.goodput.stragglers import Straggler
-from tenter.monitor.live import LiveView, status_line
+from tenter.monitor.live import LiveView
 from tenter.monitor.prometheus import metric_name
+from tenter.monitor.snapshot import status_line
 from tests.monitor.helpers import T0, fake_job
 
 

@@ -54,7 +54,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from tenter.checkpoint import atomic
-from tenter.checkpoint.errors import CheckpointError, CheckpointMismatchError
+from tenter.checkpoint.errors import CheckpointError, check_model_fits
 from tenter.checkpoint.state import rng_state, set_rng_state, snapshot
 from tenter.checkpoint.writer import AsyncWriter
 from tenter.goodput.records import record_checkpoint
@@ -499,37 +499,3 @@ class Checkpointer:
 
 def _shapes(state: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
-
-
-def check_model_fits(
-    path: Path, saved: dict[str, tuple[int, ...]], model: dict[str, tuple[int, ...]]
-) -> None:
-    """Raise :class:`CheckpointMismatchError` naming every key that is missing from the
-    checkpoint, unexpected in it, or of another shape."""
-    missing = sorted(model.keys() - saved.keys())
-    unexpected = sorted(saved.keys() - model.keys())
-    shapes = {k: (saved[k], model[k]) for k in sorted(saved.keys() & model.keys())}
-    shapes = {k: pair for k, pair in shapes.items() if pair[0] != pair[1]}
-    if not (missing or unexpected or shapes):
-        return
-    lines = [f"checkpoint {path} does not fit the model:"]
-    if missing:
-        lines.append(f"  missing in the checkpoint: {_listing(missing)}")
-    if unexpected:
-        lines.append(f"  unexpected in the checkpoint: {_listing(unexpected)}")
-    if shapes:
-        described = [
-            f"{k} (checkpoint {_shape(c)}, model {_shape(m)})" for k, (c, m) in shapes.items()
-        ]
-        lines.append(f"  different shapes: {_listing(described)}")
-    lines.append("Resume with the model the checkpoint was saved from, or use a new dir.")
-    raise CheckpointMismatchError("\n".join(lines), missing, unexpected, shapes)
-
-
-def _listing(items: list[str], limit: int = 10) -> str:
-    shown = ", ".join(items[:limit])
-    return shown if len(items) <= limit else f"{shown}, ... ({len(items) - limit} more)"
-
-
-def _shape(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"

@@ -30,8 +30,8 @@ from tenter.contract.plan import Plan
 from tenter.jobdir import layout
 from tenter.launch.console import read_index
 from tenter.monitor.goodput_report import goodput_section
-from tenter.monitor.live import format_bytes, format_duration
 from tenter.monitor.records import Sample, read_metrics, read_rank_samples
+from tenter.monitor.snapshot import format_bytes, format_duration
 
 STRAGGLER = 1.2
 """A rank whose median step time is this much above the job's median is marked."""

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from prometheus_client.core import Metric
     from prometheus_client.registry import Collector
 
-    from tenter.monitor.live import LiveView, RankStatus, Snapshot
+    from tenter.monitor.live import LiveView
+    from tenter.monitor.snapshot import RankStatus, Snapshot
 else:
     Collector = object  # the base class matters to mypy only: registries call collect()
 

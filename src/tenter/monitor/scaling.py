@@ -21,8 +21,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tenter.monitor.live import format_duration
 from tenter.monitor.records import Sample, read_rank_samples
+from tenter.monitor.snapshot import format_duration
 
 WARMUP_FRACTION = 0.1
 

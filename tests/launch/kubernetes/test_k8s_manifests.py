@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tenter.launch.kubernetes import KubernetesBackend, eksctl
-from tenter.launch.kubernetes import manifests as k8s_manifests
+from tenter.launch.kubernetes import kinds as k8s_kinds
 from tenter.launch.kubernetes import rules as k8s_rules
 from tenter.launch.kubernetes.request import to_yaml
 from tenter.spec import SpecError, lookup
@@ -103,7 +103,7 @@ def test_auto_kind_follows_the_distribution() -> None:
         ({"smdistributed": {"dataparallel": {"enabled": True}}}, "MPIJob"),
         ({"pytorchddp": {"enabled": True}}, "MPIJob"),
     ):
-        assert k8s_manifests.choose_kind(p5_spec(distribution=distribution)) == kind
+        assert k8s_kinds.choose_kind(p5_spec(distribution=distribution)) == kind
 
 
 @pytest.mark.parametrize(

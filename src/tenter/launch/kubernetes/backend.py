@@ -53,7 +53,7 @@ from tenter.launch.kubernetes.cluster import (
     refusal,
 )
 from tenter.launch.kubernetes.follow import Follower, ListCall, Seen
-from tenter.launch.kubernetes.manifests import KINDS
+from tenter.launch.kubernetes.kinds import KINDS
 from tenter.launch.kubernetes.request import KubernetesRequest
 from tenter.spec import JobSpec, SpecError, lookup, processes_per_host
 

@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tenter.errors import BackendRefusedError, MissingToolError
-from tenter.launch.kubernetes.manifests import JobKind, Manifest
+from tenter.launch.kubernetes.kinds import JobKind
+from tenter.launch.kubernetes.manifests import Manifest
 from tenter.spec import Problem, SpecError
 
 if TYPE_CHECKING:

@@ -4,7 +4,8 @@ made it (``tenter k8s cluster-config``). A pure function of the catalog's instan
 
 from __future__ import annotations
 
-from tenter.launch.kubernetes.manifests import KINDS, Manifest
+from tenter.launch.kubernetes.kinds import KINDS
+from tenter.launch.kubernetes.manifests import Manifest
 from tenter.spec.catalog import InstanceType
 
 EKSCTL_API_VERSION = "eksctl.io/v1alpha5"
