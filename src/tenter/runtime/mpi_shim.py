@@ -75,7 +75,14 @@ def contract_env(environ: Mapping[str, str]) -> dict[str, str]:
         return {}
     rank = int(environ["OMPI_COMM_WORLD_RANK"])
     if source.startswith("http://"):
-        env = _fetch_env(source, rank)
+        try:
+            env = _fetch_env(source, rank)
+        except OSError as e:  # refused, timed out, or an HTTP error: the rank cannot start
+            raise SystemExit(
+                f"error: rank {rank} could not fetch its environment from "
+                f"{source}{RANK_PATH}{rank}: {e}; the MPIJob's launcher serves it while "
+                "mpirun runs (is its pod running and reachable from this worker?)"
+            ) from None
     else:
         env = planned_env(Plan.from_json(Path(source).read_text()), rank)
     given = set(environ.get(GIVEN_ENV, "").split(","))

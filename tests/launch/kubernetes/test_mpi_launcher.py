@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from tenter.launch.kubernetes.mpi_job import (
     MpiJobLaunch,
     job_json,
 )
-from tenter.runtime.mpi_shim import GIVEN_ENV, planned_env
+from tenter.runtime.mpi_shim import GIVEN_ENV, PLAN_ENV, planned_env
 from tenter.spec import load
 from tests.launch.kubernetes.k8s_specs import JOB_ID, dryrun, launcher_job, p5_spec
 
@@ -135,3 +136,23 @@ def test_without_the_job_or_the_pod_address_nothing_runs_and_the_error_says_what
     assert "instance_count" in done.stderr
     assert "Traceback" not in done.stderr
     assert not list(tmp_path.glob("rank-*.json"))
+
+
+def test_a_rank_that_cannot_reach_the_launcher_says_where_it_looked(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # bound, never listening: a connection is refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        env = {**os.environ, PLAN_ENV: url, "OMPI_COMM_WORLD_RANK": "3"}
+        done = subprocess.run(
+            [sys.executable, "-m", "tenter.runtime.mpi_shim", "touch", str(tmp_path / "ran")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        f"error: rank 3 could not fetch its environment from {url}/rank/3"
+    )
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "ran").exists()

@@ -7,8 +7,9 @@ of workers. From them this process makes the plan and the mpirun command with th
 functions as the mpi backend (:func:`tenter.contract.planner.make_plan`,
 :func:`tenter.launch.mpirun.mpirun_argv`). A command carrying every host's environment
 grew with the square of the hosts (146 MB at 1,024 p5 workers: over Linux's ARG_MAX, and
-over the API server's 1.5 MB object limit long before); here mpirun's command line carries
-each worker's name and the address of the plan, and the manifest neither.
+over the API server's 1.5 MB object limit long before); now the manifest carries the job
+only, and mpirun's command line each worker's name and where its ranks fetch their
+environment.
 
 Bound to the pod's own address (``TENTER_POD_IP``, from the downward API), never to all
 interfaces, it serves
@@ -19,7 +20,7 @@ interfaces, it serves
 - each rank's environment, over HTTP (``GET /rank/N``, gzipped JSON): the workers share no
   file system with the launcher, so the ranks' shims fetch what the mpi backend's read from
   the job directory's ``plan.json`` (:mod:`tenter.runtime.mpi_shim`). The standard
-  library's ``http.server`` serves it: a handful of GETs per rank, no framework needed.
+  library's ``http.server`` serves it: one GET per rank, no framework needed.
 
 Then mpirun runs; SIGTERM and SIGINT (the pod's deletion, a Ctrl-C) are passed on to it, and
 the launcher exits with its status once it ends, both servers with it.
