@@ -328,7 +328,7 @@ def mpijob(spec: JobSpec, itype: InstanceType, name: str, procs: int) -> Manifes
         {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": JOB_ENV, "value": literal(job_json(job))},
     ]
-    command = [spec.kubernetes.python, "-m", MPI_LAUNCHER]
+    command = [literal(a) for a in (spec.kubernetes.python, "-m", MPI_LAUNCHER)]
     launcher = _container(spec, "launcher", command, LAUNCHER_RESOURCES, env, mounts=False)
     worker = _container(spec, "worker", SSHD, node_resources(itype))
     restart = "Never"
