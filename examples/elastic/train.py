@@ -15,7 +15,8 @@ What makes the resume exact:
 - the Checkpointer restores model, optimizer, LR schedule and every rank's RNG states;
 - the ResumableSampler restores the epoch and the position within it, so that a run resumed
   mid-epoch skips the batches already trained on and sees the rest in the same order;
-- deterministic kernels, and a DataLoader with its own generator (see below).
+- deterministic kernels, and a DataLoader with its own generator (see below);
+- DDP's gradient bucket kept as first built (see below).
 
 The final parameters go to ``$SM_MODEL_DIR/model.pt`` (rank 0).
 """
@@ -75,7 +76,12 @@ def train(args: argparse.Namespace) -> None:
         generator=torch.Generator(),
     )
     model = DistributedDataParallel(
-        nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 1))
+        nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 1)),
+        # Keeps DDP's bucket layout as built: otherwise DDP reorders its gradients after the
+        # first step of each process, which regroups the all-reduce's sums, and with more
+        # than two ranks the first step after a resume would differ in the last bits from
+        # the uninterrupted run's (docs/checkpoint.md, "Exact resume").
+        find_unused_parameters=True,
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
