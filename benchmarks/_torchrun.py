@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,8 +67,15 @@ def run_agents(
     outs: list[IO[bytes] | int] = (
         [open(log, "wb") for log in logs] if logs else [subprocess.DEVNULL] * 2  # noqa: SIM115
     )
+    # torchrun leaves its log directory (torchelastic_*) in its TMPDIR: one that goes with it.
+    tmp = tempfile.TemporaryDirectory(prefix="torchrun-")
     agents = [
-        subprocess.Popen([*argv, *flags, *script], env=env, stdout=out, stderr=subprocess.STDOUT)
+        subprocess.Popen(
+            [*argv, *flags, *script],
+            env={**env, "TMPDIR": tmp.name},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         for out, flags in zip(outs, agent_flags, strict=True)
     ]
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -87,6 +95,7 @@ def run_agents(
         for out in outs:
             if not isinstance(out, int):
                 out.close()
+        tmp.cleanup()
     return codes
 
 

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,21 +56,23 @@ NO_MULSUM = TOO_BIG + 5
 
 
 def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={nproc}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    # torchrun leaves its log directory (torchelastic_*) in its TMPDIR: one that goes with it.
+    with tempfile.TemporaryDirectory(prefix="torchrun-") as tmp:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={nproc}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": tmp},
+        )
 
 
 @dataclass(frozen=True)
