@@ -9,10 +9,12 @@ import json
 import os
 import queue
 import resource
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +30,22 @@ from tenter.spec.catalog import GPU_LISTING_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).parent / "launch" / "scripts"
+
+INDUCTOR_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """torch makes its compile cache (``/tmp/torchinductor_$USER`` unless told otherwise)
+    when the tests import ``torch.distributed.pipelining``: the session's own, removed at its
+    end. (A hook, not import-time code: tests import this module a second time by name.)"""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        config.stash[INDUCTOR_CACHE] = tempfile.mkdtemp(prefix="tenter-tests-torchinductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = config.stash[INDUCTOR_CACHE]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if INDUCTOR_CACHE in config.stash:
+        shutil.rmtree(config.stash[INDUCTOR_CACHE], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
