@@ -34,8 +34,13 @@ def run_alone(out: Path, steps: str, *args: str) -> tuple[str, dict[str, float]]
             "PATH": "/usr/bin:/bin",
             "OMP_NUM_THREADS": "1",
             "SM_OUTPUT_DATA_DIR": str(out),
-            # The tenter under test, where it is not the installed one (a worktree).
-            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
+            # The tenter under test, where it is not the installed one (a worktree); the
+            # test's temporary folders (torch makes its compile cache there).
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if k in ("PYTHONPATH", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR")
+            },
         },
     )
     assert done.returncode == 0, done.stderr
