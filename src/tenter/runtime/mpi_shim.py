@@ -28,12 +28,10 @@ Imports nothing heavy: it runs once per rank before the real program starts.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import signal
 import sys
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -62,6 +60,11 @@ def planned_env(plan: Plan, rank: int) -> dict[str, str]:
 
 
 def _fetch_env(url: str, rank: int) -> dict[str, str]:
+    # Here, not at the top: urllib.request is half of the shim's import time (24 of 53 ms),
+    # and only a Kubernetes MPIJob's ranks fetch.
+    import gzip
+    import urllib.request
+
     with urllib.request.urlopen(f"{url}{RANK_PATH}{rank}", timeout=FETCH_TIMEOUT_S) as reply:
         env: dict[str, str] = json.loads(gzip.decompress(reply.read()))
     return env
