@@ -116,6 +116,16 @@ def no_stray_processes() -> Iterator[None]:
     assert not alive, f"the test left processes running: {[p.cmdline() for p in alive]}"
 
 
+def job_dirs(jobs_root: Path) -> list[Path]:
+    """The job directories under ``jobs_root`` (beside them: the jobs' checkpoint folders)."""
+    return sorted(p.parent for p in jobs_root.glob(f"*/{layout.PLAN_FILE}"))
+
+
+def job_checkpoints(job_dir: Path) -> Path:
+    """Where the job's ranks kept their checkpoints (its plan's ``checkpoint_dir``)."""
+    return Path(json.loads((job_dir / layout.PLAN_FILE).read_text())["checkpoint_dir"])
+
+
 @dataclass
 class Finished:
     returncode: int
@@ -124,7 +134,7 @@ class Finished:
 
     @property
     def job_dir(self) -> Path:
-        jobs = sorted((Path(os.environ["TENTER_HOME"]) / "jobs").iterdir())
+        jobs = job_dirs(Path(os.environ["TENTER_HOME"]) / "jobs")
         assert len(jobs) == 1, jobs
         return jobs[0]
 
@@ -392,12 +402,12 @@ class Background:
         with contextlib.suppress(TimeoutError):
             self.output.read_all(timeout=10)
         report = [why, "--- console output ---", "".join(self.lines)]
-        jobs = sorted((self.home / "jobs").glob("*")) if (self.home / "jobs").exists() else []
+        jobs = job_dirs(self.home / "jobs")
         for job_dir in jobs:
             report += [f"--- job directory (kept): {job_dir} ---", _tails(job_dir / "logs")]
         raise AssertionError("\n".join(report))
 
     @property
     def job_dir(self) -> Path:
-        (job_dir,) = (self.home / "jobs").iterdir()
+        (job_dir,) = job_dirs(self.home / "jobs")
         return job_dir

@@ -10,9 +10,9 @@ code   meaning
 3      the backend refused the job (sbatch, the Kubernetes API server)
 4      no such job (``tenter status|logs|cancel JOB``)
 5      a tool or an optional dependency is missing (mpirun, sbatch, matplotlib...)
-75     preempted: SIGTERM or ``tenter cancel --preempt`` stopped the job at a step boundary,
-       after a final checkpoint where the ranks made one in time; run it again to resume
-       (BSD's EX_TEMPFAIL: a temporary condition, try again later)
+75     preempted: SIGTERM or ``tenter cancel --preempt`` reached every rank and a final
+       checkpoint was made; run the same command again to resume (BSD's EX_TEMPFAIL: a
+       temporary condition, try again later). Without a final checkpoint: 130
 124    stopped by ``max_run``
 125    stopped as hung (``elastic.hang_timeout``)
 130    interrupted: Ctrl-C, SIGHUP or ``tenter cancel``

@@ -20,7 +20,17 @@ from tenter.goodput.ledger import (
 )
 
 
-def run(steps, *, launch=0.0, end=None, state="succeeded", checkpoints=None, faults=(), job_id="j"):
+def run(
+    steps,
+    *,
+    launch=0.0,
+    end=None,
+    state="succeeded",
+    checkpoints=None,
+    faults=(),
+    job_id="j",
+    unsaved=False,
+):
     return RunRecords(
         job_id=job_id,
         launch=launch,
@@ -29,6 +39,7 @@ def run(steps, *, launch=0.0, end=None, state="succeeded", checkpoints=None, fau
         steps=steps,
         checkpoints=checkpoints or {},
         faults=list(faults),
+        unsaved=unsaved,
     )
 
 
@@ -55,6 +66,22 @@ def test_build_ledger_counts_recomputed_steps_as_lost_if_resumed_from_checkpoint
     assert ledger.parts["productive"] == pytest.approx(5.0)  # steps 2-5, then 6
     assert ledger.lost_steps == 2
     assert ledger.productive_steps == 6
+
+
+def test_build_ledger_counts_steps_since_last_checkpoint_lost_if_preempted_without_one():
+    # steps 1..6, a checkpoint saved 3.2 .. 3.5 (after step 3), preempted with no final one.
+    reports = [(1.0, 1), (2.0, 2), (3.0, 3), (4.0, 4), (5.0, 5), (6.0, 6)]
+    records = {"end": 7.0, "state": "interrupted", "checkpoints": {0: [(3.2, 3.5)]}}
+    kept = build_ledger([run({0: reports}, **records)], now=7.0)
+    assert (kept.productive_steps, kept.lost_steps) == (6, 0)  # a Ctrl-C: nothing said
+    ledger = build_ledger([run({0: reports}, unsaved=True, **records)], now=7.0)
+    assert (ledger.productive_steps, ledger.lost_steps) == (3, 3)
+    assert ledger.parts["lost"] == pytest.approx(2.5)  # 3.5 .. 6.0
+    assert ledger.parts["productive"] == pytest.approx(2.2)  # 1.0 .. 3.2
+    assert sum(ledger.parts.values()) == pytest.approx(ledger.wall_s)
+    none_saved = build_ledger([run({0: reports}, end=7.0, unsaved=True)], now=7.0)
+    assert (none_saved.productive_steps, none_saved.lost_steps) == (0, 6)
+    assert none_saved.parts["productive"] == 0
 
 
 def test_build_ledger_marks_checkpoint_saves_inside_steps():

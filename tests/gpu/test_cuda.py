@@ -18,7 +18,7 @@ import torch
 
 from tenter.errors import ExitCode
 from tenter.perf.parse import parse_log
-from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
+from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, job_checkpoints, tenter
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
@@ -152,7 +152,7 @@ def test_a_cuda_job_is_preempted_after_one_final_checkpoint(tmp_path: Path) -> N
     assert time.monotonic() - signalled < 60, out
     final = re.search(r"^preempted: final checkpoint at step (\d+) in", out, re.M)
     assert final, out
-    manifest = json.loads((job.job_dir / "checkpoints" / "manifest.json").read_text())
+    manifest = json.loads((job_checkpoints(job.job_dir) / "manifest.json").read_text())
     assert [c["step"] for c in manifest["checkpoints"]] == [int(final[1])]
     assert_nothing_left(job.job_dir)
 

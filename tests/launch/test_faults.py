@@ -21,6 +21,7 @@ from tests.conftest import (
     SCRIPTS,
     Background,
     assert_nothing_left,
+    job_dirs,
     job_processes,
     own_children,
     tenter,
@@ -76,7 +77,7 @@ def test_launcher_sigkilled_leaves_no_worker_even_if_workers_ignore_sigterm() ->
         status = tenter("status", job_id)
         assert "RUNNING" not in status.stdout + status.stderr
         assert list(Path("/dev/shm").glob(f"*{job_id}*")) == []
-        for entry in (job.home / "jobs").iterdir():  # the next round starts afresh
+        for entry in job_dirs(job.home / "jobs"):  # the next round starts afresh
             entry.rename(job.home / f"done-{entry.name}")
     assert own_children() == []
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tenter.contract.plan import Plan
-from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
+from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, job_dirs, tenter
 
 pytestmark = pytest.mark.slow
 
@@ -117,11 +117,11 @@ def test_two_jobs_at_once_do_not_clash(tenter_home: Path) -> None:
     for job in jobs:
         job.communicate(timeout=180)
         assert job.returncode == 0
-    job_dirs = list((tenter_home / "jobs").iterdir())
-    assert len(job_dirs) == 2
-    ports = {json.loads((d / "summary.json").read_text())["rdzv_endpoint"] for d in job_dirs}
+    finished = job_dirs(tenter_home / "jobs")
+    assert len(finished) == 2
+    ports = {json.loads((d / "summary.json").read_text())["rdzv_endpoint"] for d in finished}
     assert len(ports) == 2
-    for job_dir in job_dirs:
+    for job_dir in finished:
         assert_nothing_left(job_dir)
 
 

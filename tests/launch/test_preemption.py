@@ -18,7 +18,14 @@ import torch
 from tenter.errors import ExitCode
 from tenter.launch.processes import STOP_GRACE_S
 from tenter.launch.signals import StopRequest, is_preemption
-from tests.conftest import REPO, Background, assert_nothing_left, tenter
+from tests.conftest import (
+    REPO,
+    Background,
+    assert_nothing_left,
+    job_checkpoints,
+    job_dirs,
+    tenter,
+)
 from tests.launch.slurm_cluster import queue, slurm_cluster
 from tests.launch.specs import write_spec
 
@@ -87,10 +94,10 @@ def test_sigterm_preempts_at_a_step_boundary_and_a_new_run_resumes_to_the_same_m
     job.proc.send_signal(signal.SIGTERM)
     out = job.finish()
     assert job.proc.returncode == ExitCode.PREEMPTED, out
-    assert "preempting: every rank stops at its next step boundary" in out
+    assert "preempting: SIGTERM to every rank" in out
     assert re.search(r"^preempted: final checkpoint at step 7 in \d+\.\d s$", out, re.M), out
     assert "[algo-1,0]<stdout>: preempted at step 7: stopping" in out
-    (preempted_dir,) = (tmp_path / "preempted").iterdir()
+    (preempted_dir,) = job_dirs(tmp_path / "preempted")
     summary = json.loads((preempted_dir / "summary.json").read_text())
     assert summary["state"] == "preempted" and summary["failures"] == []
     assert "was preempted after" in summary["summary"]
@@ -108,7 +115,7 @@ def test_sigterm_preempts_at_a_step_boundary_and_a_new_run_resumes_to_the_same_m
     assert "resumed" not in reference.stdout
     # Exact: the same batches, dropout masks, momentum and learning rate as without the stop.
     (resumed_dir,), (reference_dir,) = (
-        list((tmp_path / name).iterdir()) for name in ("resumed", "reference")
+        job_dirs(tmp_path / name) for name in ("resumed", "reference")
     )
     expected, got = final_model(reference_dir), final_model(resumed_dir)
     assert got.keys() == expected.keys()
@@ -119,16 +126,17 @@ def test_sigterm_preempts_at_a_step_boundary_and_a_new_run_resumes_to_the_same_m
 def test_a_job_that_does_not_stop_within_the_grace_period_is_stopped(
     tmp_path: Path, tenter_home: Path
 ) -> None:
-    # block.py never checks for a preemption: the grace period runs out.
-    job = started(tmp_path, tenter_home, "block.py", checkpoint={"preemption_grace": 1})
+    # ignores_sigterm.py neither ends at SIGTERM nor checks for a preemption: the grace
+    # period runs out, and with no final checkpoint the job ends as interrupted.
+    job = started(tmp_path, tenter_home, "ignores_sigterm.py", checkpoint={"preemption_grace": 1})
     job.proc.send_signal(signal.SIGTERM)
     out = job.finish(timeout=60)
-    assert job.proc.returncode == ExitCode.PREEMPTED, out
+    assert job.proc.returncode == ExitCode.INTERRUPTED, out
     assert (
-        "preempted: no rank stopped for it within the grace period of 1 s, so the final "
-        "checkpoint was not made in time" in out
+        "preempted without a final checkpoint: the ranks did not end within the grace period "
+        "of 1 s and were stopped" in out
     )
-    assert json.loads((job.job_dir / "summary.json").read_text())["state"] == "preempted"
+    assert json.loads((job.job_dir / "summary.json").read_text())["state"] == "interrupted"
     assert_nothing_left(job.job_dir)
 
 
@@ -149,7 +157,7 @@ def test_a_loop_that_ignores_preempted_stops_at_its_next_maybe_save(
     assert time.monotonic() - signalled < grace / 2, out
     final = re.search(r"^preempted: final checkpoint at step (\d+) in \d+\.\d s$", out, re.M)
     assert final, out
-    manifest = json.loads((job.job_dir / "checkpoints" / "manifest.json").read_text())
+    manifest = json.loads((job_checkpoints(job.job_dir) / "manifest.json").read_text())
     assert [c["step"] for c in manifest["checkpoints"]] == [int(final[1])]  # one, the final
     assert "after the loop" not in out
     summary = json.loads((job.job_dir / "summary.json").read_text())
@@ -160,7 +168,7 @@ def test_a_loop_that_ignores_preempted_stops_at_its_next_maybe_save(
 def test_ctrl_c_during_a_preemption_stops_the_job_at_once(
     tmp_path: Path, tenter_home: Path
 ) -> None:
-    job = started(tmp_path, tenter_home, "block.py")
+    job = started(tmp_path, tenter_home, "ignores_sigterm.py")
     job.proc.send_signal(signal.SIGTERM)
     job.wait_for("preempting:")
     job.proc.send_signal(signal.SIGINT)

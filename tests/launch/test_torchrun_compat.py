@@ -19,7 +19,7 @@ import pytest
 
 from tenter.contract.torchrun import finished_marker
 from tenter.contract.worker import is_placement
-from tests.conftest import SCRIPTS, assert_nothing_left
+from tests.conftest import SCRIPTS, assert_nothing_left, job_dirs
 
 PER_RUN = {"TORCHELASTIC_RUN_ID"}
 """Unique per run by design: torchrun's rendezvous id, tenter's job id."""
@@ -98,7 +98,7 @@ def _differences(
 
 
 def _job_dir(tenter_home: Path) -> Path:
-    (job_dir,) = (tenter_home / "jobs").iterdir()
+    (job_dir,) = job_dirs(tenter_home / "jobs")
     return job_dir
 
 

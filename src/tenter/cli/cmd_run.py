@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import shlex
+import sys
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -88,4 +92,19 @@ def run(args: argparse.Namespace) -> int:
     result = session.follow(handle, watch, view)
     style = "green" if result.ok else "bold red"
     stderr.print(f"[{style}]{escape(result.summary)}[/]")
+    if result.state in ("preempted", "interrupted") and request.plan is not None:
+        resume = resume_command(request.plan.checkpoint_dir)
+        if resume:
+            stderr.print(escape(resume))
     return result.exit_code
+
+
+def resume_command(checkpoint_dir: str) -> str:
+    """The line that tells how to resume a stopped job: the same command, run again where
+    it was run (the job's identity: tenter.contract.planner.job_identity); empty when the job
+    left no checkpoint to resume from."""
+    if not any(Path(checkpoint_dir).glob("*")):
+        return ""
+    command = shlex.join(["tenter", *sys.argv[1:]])
+    here = shlex.quote(os.getcwd())
+    return f"to resume from {checkpoint_dir}, run the same command again: cd {here} && {command}"

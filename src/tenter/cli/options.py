@@ -128,6 +128,12 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--name", metavar="NAME", help="job name (the job id starts with it)")
     job.add_argument("--source-dir", metavar="DIR", help="working directory of the processes")
     job.add_argument("--output-dir", metavar="DIR", help="where job directories are created")
+    job.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="where the ranks keep their checkpoints (checkpoint.dir; default: one folder per "
+        "job beside the job directories, so that running the job again resumes it)",
+    )
     job.add_argument("--max-run", type=int, metavar="SECONDS", help="stop the job after this")
     job.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable"
@@ -190,6 +196,8 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     for flag, field in (("source_dir", "source_dir"), ("output_dir", "output_dir")):
         if getattr(args, flag):
             out[field] = _absolute(getattr(args, flag), f"--{flag.replace('_', '-')}")
+    if args.checkpoint_dir:
+        out["checkpoint"] = {"dir": _absolute(args.checkpoint_dir, "--checkpoint-dir")}
     slurm = {flag: getattr(args, flag) for flag in SLURM_FLAGS if getattr(args, flag)}
     if slurm:
         out["slurm"] = slurm

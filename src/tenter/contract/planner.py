@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -52,6 +54,26 @@ def new_job_id(name: str) -> str:
 
 def jobs_root(spec: JobSpec, tenter_home: Path) -> Path:
     return Path(spec.output_dir) if spec.output_dir else tenter_home / "jobs"
+
+
+def job_identity(spec: JobSpec) -> str:
+    """What makes two runs the same job, so that the second resumes the first: its name and
+    what it runs (the working directory and the script, module or command), as
+    ``<name>-<entry>-<8 hex>``. Neither the hosts, the hyperparameters nor the script's
+    arguments take part: a job resumed on fewer hosts, or with a changed learning rate, is
+    the same job (SageMaker's anchor: one ``checkpoint_s3_uri`` for every run of a job)."""
+    what = [spec.source_dir, spec.entry_point, spec.module, spec.command]
+    digest = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:8]
+    # The script's or program's own name: train.py -> train, pkg.train -> pkg-train.
+    entry = (worker.entry_name(spec).split() or [""])[0].rsplit("/", 1)[-1].removesuffix(".py")
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", entry).strip("-")[:40]
+    return "-".join(part for part in (spec.name, slug, digest) if part)
+
+
+def default_checkpoint_dir(spec: JobSpec, tenter_home: Path) -> Path:
+    """``checkpoint.dir`` when the spec gives none: beside the job directories, one folder per
+    job identity (:func:`job_identity`), so that running the same job again resumes it."""
+    return jobs_root(spec, tenter_home) / layout.CHECKPOINTS_DIR / job_identity(spec)
 
 
 def simulated_host_addr(index: int) -> str:
@@ -104,7 +126,7 @@ def make_plan(
     elif addrs is None:
         addrs = [simulated_host_addr(i) for i in range(spec.instance_count)]
     assert addrs is not None
-    checkpoint_dir = spec.checkpoint.dir or str(job_dir / layout.CHECKPOINTS_DIR)
+    checkpoint_dir = spec.checkpoint.dir or str(default_checkpoint_dir(spec, tenter_home))
     ft = spec.fault_tolerance
     groups = ft.replica_groups if ft else 0
     per_group = spec.instance_count // groups if groups else spec.instance_count

@@ -10,7 +10,8 @@ gets one part:
 - ``checkpoint``: a blocking checkpoint save (carved out of whatever piece it fell in);
 - ``fault``: detection and recovery after a fault: from the last step before it (a restart, a
   rejoin, a torchft heal, a failed run's end) to the first step after;
-- ``lost``: steps computed again after a resume (their number was reached before);
+- ``lost``: steps computed again after a resume (their number was reached before), and the
+  steps since the last checkpoint of a run that was preempted without a final one;
 - ``hang``: from the last step to the hang's detection (or to the end of a run stopped for it);
 - ``preemption``: from the last step of a preempted run to its end, and the time until the
   run that resumes it (same job name and checkpoint directory) was launched;
@@ -76,6 +77,9 @@ class RunRecords:
     checkpoints: Mapping[int, Sequence[tuple[float, float]]] = field(default_factory=dict)
     """Each rank's blocking checkpoint saves: (start, end)."""
     faults: Sequence[Fault] = ()
+    unsaved: bool = False
+    """The run was preempted without a final checkpoint: each rank's steps since its last
+    checkpoint (all of them, with none) are lost."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,9 +184,27 @@ def rank_timeline(
         previous, cursor = step, time
         highest = step if highest is None else max(highest, step)
     segments += _tail(run, rank, cursor, until, previous is not None, faults)
-    return RankTimeline(
-        _carve_checkpoints(segments, run.checkpoints.get(rank, ())), productive, lost, highest
-    )
+    saves = run.checkpoints.get(rank, ())
+    if run.unsaved:
+        saved = max((end for _, end in saves), default=run.launch)
+        unsaved_steps = sum(1 for t, _ in reports if t > saved)
+        segments = _lost_after(segments, saved)
+        moved = min(unsaved_steps, productive)
+        productive, lost = productive - moved, lost + moved
+    return RankTimeline(_carve_checkpoints(segments, saves), productive, lost, highest)
+
+
+def _lost_after(segments: list[Segment], moment: float) -> list[Segment]:
+    """The same time line with every productive piece after ``moment`` marked ``lost``."""
+    out = []
+    for s in segments:
+        if s.part != "productive" or s.end <= moment:
+            out.append(s)
+        elif s.start >= moment:
+            out.append(Segment(s.start, s.end, "lost"))
+        else:
+            out += [Segment(s.start, moment, s.part), Segment(moment, s.end, "lost")]
+    return out
 
 
 def _tail(

@@ -29,6 +29,7 @@ from tenter.contract.plan import Plan
 from tenter.contract.worker import REPLICA_HEALED
 from tenter.goodput.ledger import HANG, RESTART, Fault, Ledger, RunRecords, build_ledger
 from tenter.goodput.stragglers import Straggler
+from tenter.jobdir import control
 from tenter.jobdir.layout import (
     EVENTS_FILE,
     GOODPUT_FILE,
@@ -119,7 +120,13 @@ class RunReader:
             steps=steps,
             checkpoints={r: list(c) for r, c in self._checkpoints.items()},
             faults=self._faults(),
+            unsaved=result is not None and self.unsaved(result.state),
         )
+
+    def unsaved(self, state: str) -> bool:
+        """Whether a run that ended in ``state`` lost its steps since its last checkpoint: a
+        preemption that ended it as interrupted made no final checkpoint."""
+        return state == "interrupted" and control.preemption_requested(self.job_dir)
 
     def _rank_files(self, folder: Path) -> list[tuple[int, list[dict[str, Any]]]]:
         if not folder.is_dir():
@@ -214,7 +221,9 @@ class LedgerKeeper:
         (its launcher computes the ledger before it writes the summary)."""
         run = self.latest = self.reader.read()
         if final_state is not None:
-            run = dataclasses.replace(run, end=now, state=final_state)
+            run = dataclasses.replace(
+                run, end=now, state=final_state, unsaved=self.reader.unsaved(final_state)
+            )
         return [*self._earlier, run]
 
     def ledger(self, now: float | None = None, final_state: str | None = None) -> Ledger:

@@ -30,7 +30,9 @@ class WorkerFailure:
 @dataclass(frozen=True)
 class AgentResult:
     state: str
-    """SUCCEEDED, FAILED, STOPPED (by a signal) or ERROR (the agent itself failed)."""
+    """SUCCEEDED, FAILED, STOPPED (by a signal), PREEMPTED (its workers ended after the
+    preemption's SIGTERM; ``failures``: those that ended badly) or ERROR (the agent itself
+    failed)."""
     failures: list[WorkerFailure]
     message: str = ""
 

@@ -87,6 +87,11 @@ def request_preemption(job_dir: str | Path, grace_s: float, by: str) -> dict[str
     return request
 
 
+def preemption_requested(job_dir: str | Path) -> bool:
+    """Whether a preemption was requested (one ``stat``: an agent asks at every look)."""
+    return (control_dir(job_dir) / PREEMPT_REQUEST).exists()
+
+
 def preemption_request(job_dir: str | Path) -> dict[str, Any] | None:
     try:
         data: dict[str, Any] = json.loads((control_dir(job_dir) / PREEMPT_REQUEST).read_text())

@@ -262,6 +262,9 @@ class Supervisor:
             if reason is not None:
                 stopped_at = time.time()
                 self._stop()
+            if self.preemption.requested_at is not None:
+                # The ranks that SIGTERM ended were stopped by the job's preemption.
+                stopped_at = min(stopped_at or time.time(), self.preemption.requested_at)
             self._last_ledger_pass()
             self.events.print_new()
         finally:
@@ -416,17 +419,21 @@ class Supervisor:
             # Every rank that "failed" had finished its script: the job did its work.
             reason = None if not self.host_failures else reason
         extra = [*agent_errors, *self.extra]
-        # A job that ended by itself in the grace period, no rank stopping for it, succeeded.
-        if reason == "preempted" or (reason is None and self.preemption.ranks_stopped()):
-            reason = "preempted"
-            extra.insert(0, self.preemption.outcome())
+        exit_code = EXIT_BY_STOP.get(reason or "", ExitCode.JOB_FAILED if reason else 0)
+        if self.preemption.requested and reason in (None, "preempted"):
+            # Whether the ranks ended by the request or finished meanwhile, the job was
+            # preempted: its outcome says whether a final checkpoint was made, and what
+            # tenter's own SIGTERM to the ranks caused is no failure of theirs.
+            exit_code, line = self.preemption.outcome()
+            extra.insert(0, line)
+            failures = [f for f in failures if not f.secondary]
         if reason == "max_run":
             extra.insert(0, f"stopped: max_run of {self.plan.max_run} s exceeded")
         oom_kills_after = report.oom_kill_count()
         outcome = report.Outcome(
-            exit_code=EXIT_BY_STOP.get(reason or "", ExitCode.JOB_FAILED if reason else 0),
+            exit_code=exit_code,
             duration_s=time.monotonic() - self._started,
-            interrupted=reason == "interrupted",
+            interrupted=exit_code == ExitCode.INTERRUPTED,
             rdzv_endpoint=published.published(self.plan.job_dir, published.STORE) or ""
             if self.plan.store_on_first_host
             else f"{self.listen_addr}:{self.rdzv_port}",

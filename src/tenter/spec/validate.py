@@ -34,6 +34,25 @@ _RESERVED_ENV = re.compile(
     r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT"
     r"|TORCHELASTIC_.*|SM_.*)$"
 )
+TENTER_OWNED_ENV = {
+    "TENTER_CHECKPOINT_DIR": "checkpoint.dir in the spec, or --checkpoint-dir",
+    "TENTER_CHECKPOINT_EVERY": "checkpoint.every in the spec",
+    "TENTER_CHECKPOINT_KEEP": "checkpoint.keep in the spec",
+    "TENTER_PREEMPTION_GRACE": "checkpoint.preemption_grace in the spec",
+    "TENTER_JOB_DIR": "output_dir in the spec, or --output-dir",
+    "TENTER_JOB_ID": "name in the spec, or --name",
+    "TENTER_NUM_HOSTS": "instance_count in the spec, or --hosts",
+    "TENTER_PG_BACKEND": "process_group_backend in the spec",
+    "TENTER_DISTRIBUTION": "distribution in the spec",
+    "TENTER_MIN_REPLICAS": "fault_tolerance.min_replicas in the spec",
+    "TENTER_HOST": "",
+    "TENTER_HOST_INDEX": "",
+    "TENTER_HOST_ADDR": "",
+    "TENTER_RANK_LOGS": "",
+    "TENTER_WATCH_FILE": "elastic.hang_timeout in the spec",
+}
+"""The variables tenter sets for every process from the spec (a user value would be silently
+overwritten), and the field that sets each."""
 # SageMaker's rule for Environment keys: also what a shell can export (Slurm's batch script).
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -237,7 +256,15 @@ def _environment_problems(environment: dict[str, str]) -> list[Problem]:
                     "digit (SageMaker's rule; '=' would split it, and job scripts export it)",
                 )
             )
-        elif _RESERVED_ENV.match(key):
+        elif TENTER_OWNED_ENV.get(key):
+            out.append(
+                Problem(
+                    path,
+                    "is set by tenter for every process from the spec; set "
+                    f"{TENTER_OWNED_ENV[key]} instead",
+                )
+            )
+        elif _RESERVED_ENV.match(key) or key in TENTER_OWNED_ENV:
             out.append(
                 Problem(
                     path, "is set by tenter for every process and cannot be overridden; remove it"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tenter.launch.isolation.network import host_addr
-from tests.conftest import REPO, SCRIPTS, job_processes
+from tests.conftest import REPO, SCRIPTS, job_dirs, job_processes
 from tests.launch.etcd_server import etcd_server
 from tests.launch.slurm_cluster import SlurmNodes, cancel_when_ready, slurm_nodes, wait_until
 from tests.launch.specs import write_spec
@@ -91,7 +91,7 @@ def test_cancel_stops_the_job_on_every_node(cluster: SlurmNodes, tenter_home: Pa
     logs = cancel_when_ready(cluster.tenter, cluster.queue, hosts=2, procs=1)
     assert "[algo-1,0]<stdout>: ready 0" in logs
     assert "[algo-2,1]<stdout>: ready 1" in logs
-    (job_dir,) = (tenter_home / "jobs").iterdir()
+    (job_dir,) = job_dirs(tenter_home / "jobs")
     _assert_job_gone(cluster, job_dir)
 
 

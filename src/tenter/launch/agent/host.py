@@ -40,7 +40,7 @@ from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout
 from tenter.jobdir.agent_result import AgentResult, WorkerFailure
-from tenter.jobdir.control import lost_hosts, stopping_marker
+from tenter.jobdir.control import lost_hosts, preemption_requested, stopping_marker
 from tenter.jobdir.layout import EVENTS_FILE
 from tenter.jobdir.records import WORKERS_STORE_EVENT, append_line, record_worker_logs
 from tenter.launch.agent import in_round, rendezvous
@@ -117,6 +117,8 @@ class HostAgent:
         self._planned_round = planned_round
         self._events = Path(plan.job_dir) / EVENTS_FILE
         self._stopping = stopping_marker(plan.job_dir, host.name)
+        self._preempting = False
+        """The job is being preempted: the workers got SIGTERM and end by themselves."""
 
     # ---- the loop ----
 
@@ -141,6 +143,8 @@ class HostAgent:
         """One look at the workers; the result once the agent is done."""
         if self.pool is not None:
             self.pool.fill_when_due()
+        if self._preempting or preemption_requested(self.plan.job_dir):
+            return self._preempted()
         state, failures = self.group.poll()
         if state is GroupState.SUCCEEDED:
             assert self.round is not None, "workers run only within a round"
@@ -167,6 +171,22 @@ class HostAgent:
             logger.info("%d hosts wait to join; restarting the workers", waiting)
             self._restart_in_new_round()
         return None
+
+    def _preempted(self) -> AgentResult | None:
+        """A preemption: every worker gets SIGTERM at once, as torchrun passes it on (a script
+        using tenter's checkpointer turns it into the agreed stop after a final checkpoint, a
+        script with a handler of its own runs it, any other ends). The workers then end by
+        themselves; none is restarted. The launcher's grace period is the deadline, after
+        which it stops the agent as on a cancel."""
+        if not self._preempting:
+            self._preempting = True
+            logger.info("the job is preempted: SIGTERM to the workers")
+            self.group.pass_on(signal.SIGTERM)
+        if self.group.running():
+            return None
+        _, failures = self.group.poll()
+        self.state = AgentState.STOPPED
+        return AgentResult("PREEMPTED", failures, "preempted")
 
     def _restart(self) -> None:
         """Stop the workers and start them again: within the round where the hosts agree

@@ -108,4 +108,5 @@ def run_host(
         if pool is not None:
             pool.close()
     write_result(host.dir, result)
-    return 0 if result.state == "SUCCEEDED" else 1
+    # A preempted host did what was asked: the launcher tells the job's outcome.
+    return 0 if result.state in ("SUCCEEDED", "PREEMPTED") else 1

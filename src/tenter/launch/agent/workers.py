@@ -118,14 +118,23 @@ class WorkerGroup:
         ``grace_s``; returns once every worker has exited."""
         self._signal_all(sig)
         deadline = time.monotonic() + grace_s
-        while self._running() and time.monotonic() < deadline:
+        while self.running() and time.monotonic() < deadline:
             time.sleep(STOP_POLL_S)
         self._signal_all(signal.SIGKILL)
         for worker in self.workers:
             worker.proc.wait()
 
-    def _running(self) -> bool:
+    def running(self) -> bool:
         return any(w.proc.poll() is None for w in self.workers)
+
+    def pass_on(self, sig: signal.Signals) -> None:
+        """``sig`` to each worker's own process, as torchrun passes a SIGTERM on: not to its
+        process group, whose other members (a data loader's workers) the rank itself stops,
+        once it has used them for its last steps."""
+        for worker in self.workers:
+            if worker.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(worker.proc.pid, sig)
 
     def _signal_all(self, sig: signal.Signals) -> None:
         for worker in self.workers:

@@ -238,8 +238,8 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     request = control.preemption_request(plan.job_dir)
     stopped = bool(control.preempted_ranks(plan.job_dir)) or state.name != "COMPLETED"
     if request is not None and stopped and not failures:
-        code = ExitCode.PREEMPTED
-        extra.insert(0, preemption.outcome(plan, float(request["time"])))
+        code, line = preemption.outcome(plan, float(request["time"]))
+        extra.insert(0, line)
     outcome = report.Outcome(
         exit_code=code,
         duration_s=duration,
