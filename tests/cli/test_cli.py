@@ -43,6 +43,7 @@ def test_the_run_flags_are_frozen() -> None:
             "--module",
             "--no-python",
             "--hosts",
+            "--checkpoint-dir",
             "--procs-per-host",
             "--instance-type",
             "--backend",

@@ -9,27 +9,42 @@ from typing import Any
 import pytest
 
 from tenter.contract.plan import Plan
-from tenter.contract.planner import make_plan, simulated_host_addr
-from tenter.spec import load
+from tenter.contract.planner import job_identity, make_plan, simulated_host_addr
+from tenter.spec import JobSpec, load
 
 HERE = Path(__file__).parents[1] / "launch"  # the launch tests' scripts/
 
 
+def spec_2x2(**changes: Any) -> JobSpec:
+    fields = {
+        "name": "demo",
+        "entry_point": "scripts/contract.py",
+        "source_dir": str(HERE),
+        "hosts": 2,
+        "processes_per_host": 2,
+        "hyperparameters": {"epochs": 3, "lr": 0.1, "verbose": True},
+        "channels": {"training": str(HERE)},
+        "environment": {"FOO": "bar"},
+    }
+    spec, _ = load({**fields, **changes}, HERE)
+    return spec
+
+
 def plan_2x2() -> Plan:
-    spec, _ = load(
-        {
-            "name": "demo",
-            "entry_point": "scripts/contract.py",
-            "source_dir": str(HERE),
-            "hosts": 2,
-            "processes_per_host": 2,
-            "hyperparameters": {"epochs": 3, "lr": 0.1, "verbose": True},
-            "channels": {"training": str(HERE)},
-            "environment": {"FOO": "bar"},
-        },
-        HERE,
-    )
-    return make_plan(spec, "demo-1", Path("/home"), "/usr/bin/python3")
+    return make_plan(spec_2x2(), "demo-1", Path("/home"), "/usr/bin/python3")
+
+
+def test_a_jobs_identity_is_its_name_and_what_it_runs_not_its_size_or_arguments() -> None:
+    same = job_identity(spec_2x2())
+    assert same == "demo-contract-" + same.rsplit("-", 1)[1]
+    for change in ({"hosts": 1}, {"hyperparameters": {"lr": 1}}, {"args": ["--seed", "2"]}):
+        assert job_identity(spec_2x2(**change)) == same, change
+    for change in (
+        {"name": "other"},
+        {"entry_point": "scripts/block.py"},
+        {"source_dir": str(HERE / "scripts"), "entry_point": "contract.py"},
+    ):
+        assert job_identity(spec_2x2(**change)) != same, change
 
 
 def test_plan_numbers_ranks_host_by_host() -> None:
@@ -116,11 +131,10 @@ def test_plan_gives_each_host_its_sagemaker_contract() -> None:
         "lr": "0.1",
         "verbose": "true",
     }
-    assert host.links == {
-        "input/data/training": str(HERE),
-        "checkpoints": "/home/jobs/demo-1/checkpoints",
-    }
-    assert env["TENTER_CHECKPOINT_DIR"] == "/home/jobs/demo-1/checkpoints"
+    # The job's checkpoints, beside its runs' directories: the next run of it resumes.
+    job_checkpoints = f"/home/jobs/checkpoints/{job_identity(spec_2x2())}"
+    assert host.links == {"input/data/training": str(HERE), "checkpoints": job_checkpoints}
+    assert env["TENTER_CHECKPOINT_DIR"] == job_checkpoints
 
 
 def test_plan_round_trips_through_json() -> None:
