@@ -127,3 +127,29 @@ def test_results_files_read_as_logs(
     assert log.avg_busbw == pytest.approx(avg, abs=0.01)
     assert [r.root for r in log.rows] == roots
     assert [r.out_of_place.wrong for r in log.rows if r.out_of_place] == wrong
+
+
+LOG_HEAD = (DATA / "old_untagged_efa_p3dn_all_reduce.log").read_text().splitlines(keepends=True)
+LOG_HEAD = "".join(LOG_HEAD[2:6])  # nccl-tests' header: the out-of-place and in-place halves
+
+
+def test_compare_footer_sums_up_the_column_the_table_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Out-of-place 1.24 GB/s where in-place is 0.54 (a tenter perf run on gloo): the footer's
+    # max and mean are the in-place column's, so its ratio is the rows' (was 1.24 / ...).
+    rows = {
+        "a.log": [("1024", "0.90", "0.50"), ("2048", "1.00", "0.60")],
+        "b.log": [("1024", "1.24", "0.54"), ("2048", "1.10", "0.66")],
+    }
+    for name, lines in rows.items():
+        body = "".join(
+            f"{size:>12} {int(size) // 4:>13}   float     sum    10.00  {oop}  {oop}  0e+00"
+            f"    10.00  {ip}  {ip}  0e+00\n"
+            for size, oop, ip in lines
+        )
+        (tmp_path / name).write_text(LOG_HEAD + body + "# Avg bus bandwidth    : 0.8\n")
+    assert main(["perf", "compare", str(tmp_path / "a.log"), str(tmp_path / "b.log")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].split() == ["#", "max", "busbw", "0.60", "0.66", "1.10"]
+    assert lines[-1].split() == ["#", "avg", "busbw", "0.55", "0.60", "1.09"]
