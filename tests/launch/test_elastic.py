@@ -26,7 +26,9 @@ def test_workers_restart_after_a_sigkill_and_the_job_succeeds(tmp_path: Path) ->
     )
     done = tenter("run", str(spec))
     assert done.returncode == 0, done.stderr
-    assert "tenter: algo-1: restarting its workers (0 restarts left)" in done.stderr
+    assert (
+        "tenter: algo-1: a worker failed; restarting the workers (0 restarts left)" in done.stderr
+    )
     assert done.stderr.count("tenter: rendezvous: 2 hosts (algo-1, algo-2), world size 4") == 2
     finished = {p.name.split("-")[1] for p in (done.job_dir / "seen").iterdir()}
     assert finished == {"0", "1", "2", "3"}
@@ -62,8 +64,10 @@ def test_training_killed_after_and_between_checkpoints_resumes_to_the_uninterrup
     )
     done = tenter("run", str(spec))
     assert done.returncode == 0, done.stderr
-    assert "tenter: algo-2: restarting its workers (1 restarts left)" in done.stderr
-    assert "tenter: algo-2: restarting its workers (0 restarts left)" in done.stderr
+    assert "tenter: algo-2: a worker failed; restarting the workers (1 restart left)" in done.stderr
+    assert (
+        "tenter: algo-2: a worker failed; restarting the workers (0 restarts left)" in done.stderr
+    )
     # Each restart resumed from the last checkpoint: nothing lost after the kill at step 8,
     # the 2 steps since the checkpoint (less than an interval) after the kill at step 14.
     assert re.findall(r"<stdout>: resumed at step (\d+) ", done.stdout) == ["8", "12"]

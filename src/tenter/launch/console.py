@@ -102,12 +102,14 @@ class ConsoleTail:
 
 class EventFeed:
     """Prints membership changes as the agents report them (``events.jsonl``): one line per
-    completed rendezvous round, one per worker-group restart."""
+    completed rendezvous round, one per worker-group restart (which every host reports; a
+    restart for a joining host, which uses none of the job's, shows as its round)."""
 
     def __init__(self, job_dir: str) -> None:
         self._path = Path(job_dir) / layout.EVENTS_FILE
         self._offset = 0
         self._round: dict[str, dict[str, object]] = {}
+        self._restarts_said: set[tuple[object, object]] = set()
 
     def print_new(self) -> None:
         try:
@@ -125,7 +127,11 @@ class EventFeed:
     def _show(self, event: dict[str, object]) -> None:
         host = str(event["host"])
         if event["event"] == "restart":
-            say(f"{host}: restarting its workers ({event['remaining']} restarts left)")
+            restart = (event["run_id"], event["restart_count"])
+            if event["used"] and restart not in self._restarts_said:
+                self._restarts_said.add(restart)
+                left = count(int(str(event["remaining"])), "restart")
+                say(f"{host}: a worker failed; restarting the workers ({left} left)")
             return
         if event["event"] != "rendezvous":
             return  # the launcher's own events (faults): it said them when they happened
@@ -140,6 +146,11 @@ class EventFeed:
 
 def _host_order(name: str) -> int:
     return int(name.rsplit("-", 1)[-1])
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 restart", "0 restarts"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def say(text: str) -> None:

@@ -4,11 +4,11 @@
 
     RENDEZVOUS --> RUNNING --(all workers exited 0)--> exit barrier --> SUCCEEDED
         ^             |  \\
-        |             |   (a worker failed, restarts left: one restart used)
-        |             |   (a host waits to join: no restart used)
+        |             |   (a worker failed anywhere, the job's restarts not spent: one used)
+        |             |   (a host waits to join: none used)
         +-------------+-------- stop the workers
                       |
-                      +--(a worker failed, no restart left)--> stop the workers --> FAILED
+                      +--(a worker failed, the job's restarts spent)--> stop the workers --> FAILED
     any state --(a stop signal)--> stop the workers --> STOPPED
 
 A job of fixed membership starts in the round its plan gives
@@ -21,7 +21,17 @@ whose launcher declares lost hosts), the hosts restart their workers within the 
 instead, without the lost ones (:mod:`tenter.launch.agent.in_round`: no second of torch's
 rendezvous polls, no wait for a gone host's heartbeats to expire).
 The per-rank environment is the worker contract's (:func:`tenter.contract.torchrun.
-torchrun_env`): ``TORCHELASTIC_RESTART_COUNT`` counts this host's failures, as torchrun's.
+torchrun_env`).
+
+``max_restarts`` is one budget for the job, as torchrun's ``--max-restarts`` counts it: a
+group restart (a worker failed on any host, or a host was lost with it) uses one whichever
+host's worker failed, and ``TORCHELASTIC_RESTART_COUNT`` is the group restarts so far, the same
+on every rank. The hosts agree on it with the round: a restart within the round adds one
+(every host of the round takes part in each), and a new round of torch's rendezvous takes the
+most that any of its hosts knows (:attr:`Round.restart_count
+<tenter.launch.agent.rendezvous.Round.restart_count>`: a host that failed counts its restart,
+one that restarts for it or for a joining host does not, and a host's new agent knows none).
+A host waiting to join uses none (torchrun's "membership changes do not count as retries").
 """
 
 from __future__ import annotations
@@ -78,8 +88,8 @@ class StopSignal(Exception):
 def previous_attempts(plan: Plan, host: HostPlan) -> int:
     """Rendezvous rounds this host's earlier agents joined, minus one: an agent restarted on
     a host (after a partition) goes on from its predecessor's rounds, so that its files do
-    not overwrite theirs. (``TORCHELASTIC_RESTART_COUNT`` cannot name files: it counts this
-    host's failures only, and a restart for a joining host leaves it unchanged.)"""
+    not overwrite theirs. (``TORCHELASTIC_RESTART_COUNT`` cannot name files: it counts the
+    job's group restarts, and a restart for a joining host leaves it unchanged.)"""
     return max(
         (int(str(e["attempt"])) for e in read_index(plan.job_dir) if e["host"] == host.name),
         default=-1,
@@ -104,7 +114,9 @@ class HostAgent:
         (the host's environment of the plan, on top of the launcher's)."""
         self.pool = pool
         self.state = AgentState.RENDEZVOUS
-        self.remaining_restarts = plan.max_restarts
+        self.restart_count = 0
+        """The job's group restarts so far: those before the running workers started (as
+        their round agreed), and the one this host has begun."""
         self.attempt = previous_attempts(plan, host)
         self.round: rendezvous.Round | None = None
         self.group = WorkerGroup([])
@@ -119,6 +131,11 @@ class HostAgent:
         self._stopping = stopping_marker(plan.job_dir, host.name)
         self._preempting = False
         """The job is being preempted: the workers got SIGTERM and end by themselves."""
+
+    @property
+    def remaining_restarts(self) -> int:
+        """The job's restarts not used yet."""
+        return self.plan.max_restarts - self.restart_count
 
     # ---- the loop ----
 
@@ -155,8 +172,6 @@ class HostAgent:
             for f in failures:
                 logger.info("rank %d (pid %d) failed (exit code %d)", f.rank, f.pid, f.exit_code)
             if self.remaining_restarts > 0:
-                self.remaining_restarts -= 1
-                logger.info("restarting the workers; %d restarts left", self.remaining_restarts)
                 self._restart()
                 return None
             self._stop_workers(signal.SIGTERM)
@@ -189,9 +204,16 @@ class HostAgent:
         return AgentResult("PREEMPTED", failures, "preempted")
 
     def _restart(self) -> None:
-        """Stop the workers and start them again: within the round where the hosts agree
-        on who goes on, in a new rendezvous round otherwise."""
-        self._stop_for_restart()
+        """A group restart, which uses one of the job's restarts: stop the workers and start
+        them again, within the round where the hosts agree on who goes on, in a new
+        rendezvous round otherwise."""
+        self.restart_count += 1
+        logger.info(
+            "restarting the workers: group restart %d of %d",
+            self.restart_count,
+            self.plan.max_restarts,
+        )
+        self._stop_for_restart(used=True)
         if self._in_round and self.round is not None:
             self.state = AgentState.RENDEZVOUS
             next_round = in_round.restart(
@@ -209,12 +231,18 @@ class HostAgent:
 
     def _restart_in_new_round(self) -> None:
         """Stop the workers and start them in a new round of torch's rendezvous, which the
-        hosts waiting to join enter."""
-        self._stop_for_restart()
+        hosts waiting to join enter (no restart used)."""
+        self._stop_for_restart(used=False)
         self._start_round()
 
-    def _stop_for_restart(self) -> None:
-        self._event("restart", remaining=self.remaining_restarts)
+    def _stop_for_restart(self, used: bool) -> None:
+        self._event(
+            "restart",
+            run_id=self.plan.run_id(self.host),
+            restart_count=self.restart_count,
+            used=used,
+            remaining=self.remaining_restarts,
+        )
         self._stop_workers(signal.SIGTERM)
         if self.pool is not None:
             # Spares that died waiting, or a template that did, are replaced while the next
@@ -230,10 +258,13 @@ class HostAgent:
         if self.attempt < 0 and self._planned_round is not None:
             self._start_workers(self._planned_round())
         else:
-            self._start_workers(rendezvous.join(self.handler, self.host.name, self.host.addr))
+            self._start_workers(
+                rendezvous.join(self.handler, self.host.name, self.host.addr, self.restart_count)
+            )
 
     def _start_workers(self, round_: rendezvous.Round) -> None:
         self.round = round_
+        self.restart_count = round_.restart_count
         self.attempt += 1
         hosts = round_.hosts
         self._event(
@@ -243,6 +274,7 @@ class HostAgent:
             world_size=hosts * self.plan.procs_per_host,
             attempt=self.attempt,
             restarts_in_round=round_.restarts,
+            restart_count=round_.restart_count,
             planned=round_.planned,
         )
         if round_.workers_store is not None:
@@ -282,7 +314,7 @@ class HostAgent:
                 master_port=str(round_.master_port),
                 run_id=plan.run_id(self.host),
                 max_restarts=plan.max_restarts,
-                restart_count=plan.max_restarts - self.remaining_restarts,
+                restart_count=self.restart_count,
             ),
             # torchrun's agent sets it unless its own environment does.
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": self.base_env.get(

@@ -17,8 +17,9 @@ and fences a host it cut off). An elastic job then goes on without it at once if
 Restart ``n`` of a round (its keys in the round's store, which torch prefixes with the round):
 
 1. Each host stops its workers, writes its name under its group rank and adds 1 to
-   ``JOINED``. A host whose workers run sees ``JOINED`` appear and does the same (a restart
-   for another host's failure uses none of its own, as with torchrun).
+   ``JOINED``. A host whose workers run sees ``JOINED`` appear and does the same: one group
+   restart, which uses one of the job's restarts whichever host's worker failed (the round's
+   :attr:`~tenter.launch.agent.rendezvous.Round.restart_count` adds one on every host).
 2. A host that sees every host of the round either joined or lost decides: ``go`` with the
    hosts that joined and are not lost, in their order (``abandon`` if fewer than
    ``min_hosts``). A host that waits longer than :data:`WAIT_S`, or sees a host waiting in
@@ -101,6 +102,7 @@ def restart(
     return replace(
         round_,
         restarts=n,
+        restart_count=round_.restart_count + 1,  # every host of the round takes part in each
         group_rank=group_rank,
         hosts=len(members),
         names=tuple(members),

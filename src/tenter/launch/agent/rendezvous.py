@@ -50,6 +50,9 @@ WORKERS_STORE_KEY = "tenter/workers-store"
 HOST_NAME_KEY = "tenter/host/{group_rank}"
 """In the round's store: the name of the host of each group rank (for a restart that goes
 on without a lost host, :mod:`tenter.launch.agent.in_round`)."""
+RESTART_COUNT_KEY = "tenter/restart-count/{group_rank}"
+"""In the round's store: the job's group restarts as each host knew them when it joined (the
+round's count is the most of them: :attr:`Round.restart_count`)."""
 FINISHED_KEY = "tenter/finished/{group_rank}"
 """In the round's store: set by each host whose workers all succeeded (the exit barrier)."""
 PLANNED_ROUND_PREFIX = "tenter/planned-round/{run_id}/"
@@ -97,6 +100,9 @@ class Round:
     names: tuple[str, ...] = ()
     """The hosts by group rank, where a restart within the round left fewer than it began
     with (empty: under :data:`HOST_NAME_KEY` in the store)."""
+    restart_count: int = 0
+    """The job's group restarts before this round's workers started: their
+    ``TORCHELASTIC_RESTART_COUNT``, the same on every host of the round."""
 
     def close(self) -> None:
         self.workers_store = None  # its server stops with the object
@@ -116,15 +122,27 @@ def workers_store_at(store: Store, key: str) -> tuple[str, int]:
     return master_addr, int(master_port)
 
 
-def join(handler: RendezvousHandler, name: str, addr: str) -> Round:
+def join(handler: RendezvousHandler, name: str, addr: str, restart_count: int) -> Round:
     """Join the next round (blocks until it is complete) and learn the workers' store, which
-    this host serves if it is the round's rank 0."""
+    this host serves if it is the round's rank 0, and the job's group restarts: the most
+    that any host of the round knows (this one knows ``restart_count``)."""
     info = handler.next_rendezvous()
     store, group_rank, hosts = info.store, info.rank, info.world_size
     store.set(HOST_NAME_KEY.format(group_rank=group_rank), name)
+    store.set(RESTART_COUNT_KEY.format(group_rank=group_rank), str(restart_count))
     served = serve_workers_store(store, WORKERS_STORE_KEY, addr) if group_rank == 0 else None
     master_addr, master_port = workers_store_at(store, WORKERS_STORE_KEY)
-    return Round(store, group_rank, hosts, master_addr, master_port, served)
+    # Every host sets its count before it looks: each gets the same (store.get waits).
+    known = (store.get(RESTART_COUNT_KEY.format(group_rank=r)) for r in range(hosts))
+    return Round(
+        store,
+        group_rank,
+        hosts,
+        master_addr,
+        master_port,
+        served,
+        restart_count=max(int(count) for count in known),
+    )
 
 
 def planned(plan: Plan) -> bool:
