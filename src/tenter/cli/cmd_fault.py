@@ -1,13 +1,15 @@
-"""``tenter fault JOB partition|heal|kill HOST``: inject a fault into a running local job.
+"""``tenter fault JOB partition|heal|kill HOST`` or ``kill --rank N``: inject a fault into a
+running local job.
 
     tenter run --isolation network --hosts 3 train.py --detach
     tenter fault JOB partition algo-2     # algo-2's network link goes down
     tenter fault JOB heal algo-2          # and back up: it rejoins at the next rendezvous
     tenter fault JOB kill algo-3          # its agent and workers SIGKILLed: a lost host
+    tenter fault JOB kill --rank 1        # one worker SIGKILLed, as a crash: a restart
 
 ``partition`` and ``heal`` need a job with isolated hosts (``--isolation network``); ``kill``
-works on any local job. The command returns once the job's launcher has applied the fault;
-the job's console says how the job takes it.
+works on any local job. The command returns once the fault was applied; the job's console
+says how the job takes it.
 """
 
 from __future__ import annotations
@@ -32,12 +34,27 @@ def add_parser(sub: Any) -> None:
         choices=list(ACTIONS),
         help="; ".join(f"{name}: {what}" for name, what in ACTIONS.items()),
     )
-    parser.add_argument("host", metavar="HOST", help="a host of the job (algo-1, algo-2, ...)")
+    parser.add_argument(
+        "host", metavar="HOST", nargs="?", help="a host of the job (algo-1, algo-2, ...)"
+    )
+    parser.add_argument(
+        "--rank", type=int, metavar="N", help="kill: the worker of rank N only, not its host"
+    )
     parser.set_defaults(func=fault)
 
 
 def fault(args: argparse.Namespace) -> int:
-    from tenter.launch.isolation.faults import request
+    from tenter.errors import TenterError
+    from tenter.launch.isolation.faults import kill_rank, request
 
+    if args.rank is not None:
+        if args.action != "kill" or args.host is not None:
+            raise TenterError(
+                "--rank", "goes with `kill` and no HOST", "tenter fault JOB kill --rank N"
+            )
+        print(kill_rank(args.job, args.rank))
+        return 0
+    if args.host is None:
+        raise TenterError("HOST", f"{args.action} needs a host", "name one: algo-1, algo-2, ...")
     print(request(args.job, args.action, args.host))
     return 0

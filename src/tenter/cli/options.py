@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from pydantic import JsonValue
 from rich.console import Console
 from rich.markup import escape
 
@@ -276,6 +278,39 @@ def _flags_after_spec(args: argparse.Namespace) -> list[str]:
     return script_args
 
 
+def _hyperparameter_value(text: str) -> JsonValue:
+    """A value given on the command line, as the spec would hold it: ``4000`` a number,
+    ``true`` a boolean, anything that is not JSON the text itself."""
+    try:
+        value: JsonValue = json.loads(text)
+    except ValueError:
+        return text
+    return value
+
+
+def args_over_hyperparameters(spec: JobSpec) -> JobSpec:
+    """``tenter run job.yaml -- --steps 4000`` where the spec's hyperparameters hold
+    ``steps: 200``: the script's ``--steps`` replaces the hyperparameter (its argument, its
+    ``SM_HP_STEPS``, hyperparameters.json), instead of reaching the script as
+    ``--steps 200 --steps 4000``. Arguments that name no hyperparameter pass as they are."""
+    hyperparameters = dict(spec.hyperparameters)
+    rest: list[str] = []
+    args = iter(spec.args)
+    for arg in args:
+        key, has_value, value = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or key not in hyperparameters:
+            rest.append(arg)
+            continue
+        given = value if has_value else next(args, None)
+        if given is None:  # a trailing --steps: the script's to refuse
+            rest.append(arg)
+            continue
+        hyperparameters[key] = _hyperparameter_value(given)
+    if rest == spec.args:
+        return spec
+    return spec.model_copy(update={"hyperparameters": hyperparameters, "args": rest})
+
+
 def load_job(args: argparse.Namespace) -> JobSpec:
     """The job the flags describe (a spec file and/or flags); prints the spec's warnings."""
     is_spec = bool(args.target and args.target.endswith(SPEC_SUFFIXES) and not args.module)
@@ -297,10 +332,12 @@ def load_job(args: argparse.Namespace) -> JobSpec:
         return load(_entry_from(args, script_args), Path.cwd(), merged)
 
     spec, warnings = load_with({})
+    spec = args_over_hyperparameters(spec)
     # torchrun's console and `auto` flags count processes per host: known once loaded.
     console, more_notes = torchrun_flags.console_overrides(args, spec)
     if console:
         spec, warnings = load_with(console)
+        spec = args_over_hyperparameters(spec)
     for note in notes + more_notes:
         _note(note)
     for w in warnings:

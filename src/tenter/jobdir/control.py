@@ -10,6 +10,8 @@
     <job_dir>/control/join-<id>            ``tenter join``: one more host, please
     <job_dir>/control/fault-<id>.json      ``tenter fault``: a fault to inject, and its answer,
     <job_dir>/control/reply-<id>.json      (:mod:`tenter.launch.isolation.faults`)
+    <job_dir>/control/kill-rank-<N>        ``tenter fault JOB kill --rank N``: the agent running
+    <job_dir>/control/killed-rank-<N>      rank N SIGKILLs it, and says which process it was
 
 Files rather than signals: the launcher of a local job does not signal its workers (they run
 in sessions of their own, under their agents), a file is seen by every simulated host and, on
@@ -34,6 +36,8 @@ PREEMPTED_PREFIX = "preempted-rank-"
 FLIGHT_RECORDER_REQUEST = "flight-recorder"
 JOIN_PREFIX = "join-"
 FAULT_PREFIX = "fault-"
+KILL_RANK_PREFIX = "kill-rank-"
+KILLED_RANK_PREFIX = "killed-rank-"
 REPLY_PREFIX = "reply-"
 
 
@@ -74,6 +78,16 @@ def fault_reply(job_dir: str | Path, request_id: str) -> Path:
 
 def fault_requests(job_dir: str | Path) -> list[Path]:
     return sorted(control_dir(job_dir).glob(f"{FAULT_PREFIX}*.json"))
+
+
+def rank_kill_request(job_dir: str | Path, rank: int) -> Path:
+    """Present while ``tenter fault JOB kill --rank N`` waits for rank N's agent."""
+    return control_dir(job_dir) / f"{KILL_RANK_PREFIX}{rank}"
+
+
+def rank_kill_reply(job_dir: str | Path, rank: int) -> Path:
+    """What the agent that killed rank N says: ``{"host": ..., "pid": ...}``."""
+    return control_dir(job_dir) / f"{KILLED_RANK_PREFIX}{rank}"
 
 
 def request_preemption(job_dir: str | Path, grace_s: float, by: str) -> dict[str, Any]:

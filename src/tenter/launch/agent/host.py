@@ -37,7 +37,9 @@ A host waiting to join uses none (torchrun's "membership changes do not count as
 from __future__ import annotations
 
 import enum
+import json
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -50,8 +52,15 @@ from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout
 from tenter.jobdir.agent_result import AgentResult, WorkerFailure
-from tenter.jobdir.control import lost_hosts, preemption_requested, stopping_marker
-from tenter.jobdir.layout import EVENTS_FILE
+from tenter.jobdir.control import (
+    control_dir,
+    lost_hosts,
+    preemption_requested,
+    rank_kill_reply,
+    rank_kill_request,
+    stopping_marker,
+)
+from tenter.jobdir.layout import EVENTS_FILE, write_atomic
 from tenter.jobdir.records import WORKERS_STORE_EVENT, append_line, record_worker_logs
 from tenter.launch.agent import in_round, rendezvous
 from tenter.launch.agent.workers import GroupState, WorkerEntry, WorkerGroup, start_worker
@@ -131,6 +140,8 @@ class HostAgent:
         self._stopping = stopping_marker(plan.job_dir, host.name)
         self._preempting = False
         """The job is being preempted: the workers got SIGTERM and end by themselves."""
+        self._control_mtime: int | None = None
+        """The control folder's mtime when the agent last read its requests."""
 
     @property
     def remaining_restarts(self) -> int:
@@ -162,6 +173,7 @@ class HostAgent:
             self.pool.fill_when_due()
         if self._preempting or preemption_requested(self.plan.job_dir):
             return self._preempted()
+        self._take_kill_requests()
         state, failures = self.group.poll()
         if state is GroupState.SUCCEEDED:
             assert self.round is not None, "workers run only within a round"
@@ -186,6 +198,27 @@ class HostAgent:
             logger.info("%d hosts wait to join; restarting the workers", waiting)
             self._restart_in_new_round()
         return None
+
+    def _take_kill_requests(self) -> None:
+        """``tenter fault JOB kill --rank N`` for a rank of this host's: SIGKILL its worker, as
+        a crash would end it (the restart that follows is the job's). One ``stat`` of the
+        control folder per look; its requests are read only when it changed."""
+        folder = control_dir(self.plan.job_dir)
+        try:
+            mtime = os.stat(folder).st_mtime_ns
+        except OSError:
+            return
+        if mtime == self._control_mtime:
+            return
+        self._control_mtime = mtime
+        for rank in self.group.ranks():
+            request = rank_kill_request(self.plan.job_dir, rank)
+            if request.exists():
+                pid = self.group.kill_rank(rank)
+                logger.info("fault: rank %d (pid %s) killed (SIGKILL) on request", rank, pid)
+                reply = {"host": self.host.name, "pid": pid}
+                write_atomic(rank_kill_reply(self.plan.job_dir, rank), json.dumps(reply))
+                request.unlink(missing_ok=True)
 
     def _preempted(self) -> AgentResult | None:
         """A preemption: every worker gets SIGTERM at once, as torchrun passes it on (a script

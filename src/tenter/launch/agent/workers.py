@@ -127,6 +127,19 @@ class WorkerGroup:
     def running(self) -> bool:
         return any(w.proc.poll() is None for w in self.workers)
 
+    def kill_rank(self, rank: int) -> int | None:
+        """SIGKILL the worker of job-wide rank ``rank`` if this group runs it (its process, as
+        a crash would end it); its pid."""
+        for worker in self.workers:
+            if worker.entry.rank == rank and worker.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.proc.pid, signal.SIGKILL)
+                return worker.proc.pid
+        return None
+
+    def ranks(self) -> list[int]:
+        return [worker.entry.rank for worker in self.workers]
+
     def pass_on(self, sig: signal.Signals) -> None:
         """``sig`` to each worker's own process, as torchrun passes a SIGTERM on: not to its
         process group, whose other members (a data loader's workers) the rank itself stops,

@@ -93,6 +93,39 @@ def kill(job: str | Path, host: str) -> str:
     return request(job, "kill", host)
 
 
+RANK_KILL_TIMEOUT_S = 10.0
+"""An agent looks at its requests every 0.1 s; a rank between two starts takes longer."""
+
+
+def kill_rank(job: str | Path, rank: int, timeout_s: float = RANK_KILL_TIMEOUT_S) -> str:
+    """SIGKILL the worker of ``rank`` (a crash of one worker, not of its host): the agent
+    that runs it does it at its next look, and says which process it was."""
+    job_dir, plan = running_local_job(job, "kill a rank of", isolated=False)
+    ranks = (len(plan.hosts) + len(plan.spare_hosts)) * plan.procs_per_host
+    if not 0 <= rank < ranks:
+        raise TenterError(
+            "--rank", f"job {plan.job_id} has ranks 0 to {ranks - 1}, not {rank}", "name one"
+        )
+    control.made_control_dir(job_dir)
+    request_file = control.rank_kill_request(job_dir, rank)
+    request_file.write_text("")
+    reply_file = control.rank_kill_reply(job_dir, rank)
+    deadline = time.monotonic() + timeout_s
+    while not reply_file.exists():
+        if not is_running(job_dir) or time.monotonic() > deadline:
+            request_file.unlink(missing_ok=True)
+            raise TenterError(
+                "--rank",
+                f"no agent of job {plan.job_id} took the kill of rank {rank} within "
+                f"{timeout_s:g} s: the rank is not running now (finished, or restarting)",
+                "check the job with `tenter status JOB`, then try again",
+            )
+        time.sleep(0.05)  # the agents look every 0.1 s: a file has no change event here
+    reply = json.loads(reply_file.read_text())
+    reply_file.unlink()
+    return f"killed rank {rank} (pid {reply['pid']}) on {reply['host']}"
+
+
 def check_request(job: str | Path, action: str, host: str) -> tuple[Path, Plan]:
     """The job's directory and plan, or the error a user sees (nothing written)."""
     job_dir, plan = running_local_job(job, action, isolated=action in NEEDS_ISOLATION)
