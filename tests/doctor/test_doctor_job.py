@@ -16,7 +16,7 @@ from rich.console import Console
 
 from tenter.contract.plan import Plan
 from tenter.contract.planner import make_plan
-from tenter.doctor.across import JobDoctor, doctor_job
+from tenter.doctor.across import HostFacts, JobDoctor, doctor_job
 from tenter.doctor.checks import by_name
 from tenter.doctor.render import facts_table, reach_table
 from tenter.doctor.result import CheckResult, Status
@@ -137,3 +137,24 @@ def test_doctor_job_refuses_bad_input(tmp_path: Path) -> None:
     both = tenter("doctor", "job.yaml", "--job", "some-job")
     assert both.returncode == ExitCode.BAD_INPUT
     assert "--job: checks a running job's hosts as they are: drop SPEC" in both.stderr
+
+
+def test_the_hosts_table_stays_readable_at_100_columns_whatever_the_hosts() -> None:
+    # A row per host: 8 hosts keep each value whole on one line of at most 100 columns (a
+    # column per host wrapped a 4-host job's addresses into ~20-character pieces).
+    facts = [
+        HostFacts(
+            f"algo-{i}",
+            f"algo-{i}",
+            {"lo": ["127.0.0.1"], "eth0": [f"198.18.{100 + i}.1"]},
+            "eth0",
+        )
+        for i in range(1, 9)
+    ]
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(facts_table(facts))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 100
+    for i in range(1, 9):
+        (row,) = [line for line in lines if f"│ algo-{i} " in line]
+        assert f"lo 127.0.0.1, eth0 198.18.{100 + i}.1" in row and "│ eth0 " in row

@@ -130,19 +130,22 @@ def to_json(reports: list[HostReport]) -> str:
 
 
 def facts_table(facts: list[HostFacts]) -> Table:
-    """Per-host values, hosts across: what each isolated host looks like from inside."""
+    """What each isolated host looks like from inside: a row per host, so that the table
+    keeps its width (and stays readable at 100 columns) however many hosts the job has."""
     table = Table(title="tenter doctor: the hosts as their processes see them")
-    table.add_column("")
+    for column in ("host", "hostname", "interfaces", "addresses", "gloo interface"):
+        table.add_column(column)
     for f in facts:
-        table.add_column(f.host)
-    table.add_row("hostname", *[escape(f.hostname) for f in facts])
-    table.add_row("interfaces", *[escape(", ".join(f.interfaces)) for f in facts])
-    addresses = [
-        ", ".join(f"{name} {'/'.join(addrs)}" for name, addrs in f.interfaces.items() if addrs)
-        for f in facts
-    ]
-    table.add_row("addresses", *[escape(a) for a in addresses])
-    table.add_row("gloo interface", *[escape(f.chosen or "none") for f in facts])
+        addresses = ", ".join(
+            f"{name} {'/'.join(addrs)}" for name, addrs in f.interfaces.items() if addrs
+        )
+        table.add_row(
+            escape(f.host),
+            escape(f.hostname),
+            escape(", ".join(f.interfaces)),
+            escape(addresses),
+            escape(f.chosen or "none"),
+        )
     return table
 
 
