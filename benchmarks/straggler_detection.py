@@ -32,8 +32,8 @@ def run_job(
     work: Path, name: str, steps: int, slow: bool
 ) -> tuple[list[dict[str, object]], set[int]]:
     """(tenter's stragglers, the step-time rule's) of one run."""
+    from tenter.jobdir.progress import read_progress
     from tenter.monitor.job_report import stragglers, summarise_ranks
-    from tenter.monitor.records import read_rank_samples
 
     environment = {"STEPS": str(steps), "REPORT": "1"}
     if slow:
@@ -53,7 +53,7 @@ def run_job(
     subprocess.run(tenter, env=env, check=True, capture_output=True, timeout=600)
     (job_dir,) = (work / name).iterdir()
     named = json.loads((job_dir / "summary.json").read_text())["stragglers"]
-    by_step_time = stragglers(summarise_ranks(read_rank_samples(job_dir), [], {}))
+    by_step_time = stragglers(summarise_ranks(read_progress(job_dir), [], {}))
     return named, by_step_time
 
 

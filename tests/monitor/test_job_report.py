@@ -57,8 +57,7 @@ def test_report_exits_4_naming_job_if_there_is_no_such_job() -> None:
 
 
 def test_step_times_divide_by_the_steps_between_reports() -> None:
-    samples = [Sample(time=0.0, step=10), Sample(time=3.0, step=20), Sample(time=4.0, step=21)]
-    assert step_times(samples) == [0.3, 1.0]
+    assert step_times([(0.0, 10), (3.0, 20), (4.0, 21)]) == [0.3, 1.0]
 
 
 def test_throughput_timeline_sums_ranks_per_second() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from tenter.jobdir.layout import rank_file, rank_steps_file
 from tenter.monitor.live import LiveView
 from tenter.monitor.snapshot import render, status_line
 from tests.monitor.helpers import T0, fake_job
@@ -42,6 +43,17 @@ def test_poll_gives_each_rank_its_reported_progress_and_rates() -> None:
     assert snap.eta_s == pytest.approx(89 * 1.0)  # the median step time
     assert {r.state for r in snap.ranks} == {"running"}
     assert snap.gpus is False  # no GPU here; NVML paths are tested in test_gpu.py
+
+
+def test_poll_shows_ddp_steps_tenter_counted_if_rank_does_not_report() -> None:
+    view = view_at(T0 + 30)
+    rank_file(view.plan.job_dir, 1).unlink()  # a rank of a script without tenter.report
+    counted = rank_steps_file(view.plan.job_dir, 1)
+    counted.parent.mkdir()
+    counted.write_text("".join(f'{{"time": {T0 + s / 2}, "step": {s}}}\n' for s in range(1, 31)))
+    rank = view.poll().ranks[1]
+    assert (rank.state, rank.step, rank.samples, rank.loss) == ("running", 30, 0, None)
+    assert rank.step_time_s == pytest.approx(0.5)  # over the last 10 s of its steps
 
 
 def test_poll_marks_a_rank_failed_if_its_error_file_exists() -> None:

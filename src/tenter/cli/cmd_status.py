@@ -1,9 +1,10 @@
 """``tenter status JOB``: where a job is now, on any backend.
 
 A finished job's outcome is its ``summary.json``; a job still going is asked of its backend
-through the handle in its job directory, and its goodput ledger (docs/goodput.md) is computed from
-its records now (its processes on this machine for local and mpi jobs;
-squeue/scontrol/sacct for Slurm; the API server for Kubernetes).
+through the handle in its job directory (its launcher and processes on this machine for local
+and mpi jobs; squeue/scontrol/sacct for Slurm; the API server for Kubernetes), and its goodput
+ledger (docs/goodput.md), each rank's progress (:mod:`tenter.jobdir.progress`: reported, or
+the DDP steps tenter counted) and the stragglers named so far are read from its records now.
 """
 
 from __future__ import annotations
@@ -27,21 +28,32 @@ def add_parser(sub: Any) -> None:
 
 def show_status(args: argparse.Namespace) -> int:
     from tenter.goodput.ledger import summary_line
-    from tenter.goodput.records import job_ledger
+    from tenter.goodput.records import LedgerKeeper
     from tenter.jobdir.lookup import open_handle
-    from tenter.jobdir.results import read_result
+    from tenter.jobdir.progress import progress_line
+    from tenter.jobdir.results import JobResult, read_result
     from tenter.launch.api import get_backend
+    from tenter.monitor.goodput_report import GoodputFeed
 
     handle = open_handle(args.job)
-    result = read_result(Path(handle.job_dir))
-    if result is not None:
+
+    def show_result(result: JobResult) -> int:
         ended = "PREEMPTED" if result.state == "preempted" else "FAILED"
         state = "SUCCEEDED" if result.ok else f"{ended} (exit {result.exit_code})"
         print(f"job {handle.job_id}: {state} (backend {handle.backend})")
         print(result.summary)
         return 0
+
+    if (result := read_result(Path(handle.job_dir))) is not None:
+        return show_result(result)
     status = get_backend(handle.backend).status(handle)
+    if (result := read_result(Path(handle.job_dir))) is not None:
+        return show_result(result)  # it ended while we asked
     print(f"job {handle.job_id}: {status.text} (backend {handle.backend})")
     if handle.backend != "kubernetes":  # a pod's records stay in its cluster, not the job dir
-        print(summary_line(job_ledger(handle.job_dir)))
+        keeper = LedgerKeeper(handle.job_dir)
+        print(summary_line(keeper.ledger()))
+        print(progress_line(keeper.reader.progress))
+        for text in GoodputFeed(Path(handle.job_dir)).stragglers():
+            print(f"straggler: {text}")
     return 0

@@ -35,12 +35,11 @@ from tenter.jobdir.layout import (
     GOODPUT_FILE,
     INDEX_FILE,
     PLAN_FILE,
-    RANK_DIR,
-    STEPS_DIR,
     SUMMARY_FILE,
     logs_dir,
     write_atomic,
 )
+from tenter.jobdir.progress import ProgressReader, RankProgress
 from tenter.jobdir.records import JsonlFollower, append_line
 from tenter.jobdir.results import read_result
 
@@ -70,6 +69,15 @@ def record_straggler(job_dir: str, straggler: Straggler) -> None:
     )
 
 
+def named_stragglers(events: list[dict[str, Any]]) -> list[Straggler]:
+    """The stragglers the launcher named (:func:`record_straggler`) among ``events``."""
+    return [
+        Straggler(int(e["rank"]), str(e["host"]), int(e["step"]), e["busy_s"], e["others_s"])
+        for e in events
+        if e.get("event") == STRAGGLER_EVENT
+    ]
+
+
 def record_hang(job_dir: str) -> None:
     """The launcher found the job hung (the ledger's hang part ends here)."""
     append_line(Path(job_dir) / EVENTS_FILE, {"event": HANG, "host": "", "time": time.time()})
@@ -83,8 +91,9 @@ class RunReader:
         self.plan = Plan.from_json((job_dir / PLAN_FILE).read_text())
         self.launch = os.stat(job_dir / PLAN_FILE).st_mtime
         self._followers: dict[Path, JsonlFollower] = {}
-        self._reported: dict[int, list[tuple[float, int]]] = defaultdict(list)
-        self._counted: dict[int, list[tuple[float, int]]] = defaultdict(list)
+        self._progress = ProgressReader(job_dir, keep_reports=False)
+        self.progress: dict[int, RankProgress] = {}
+        """Each rank's progress as of the last :meth:`read`."""
         self._checkpoints: dict[int, list[tuple[float, float]]] = defaultdict(list)
         self._events: list[dict[str, Any]] = []
         self._hosts: dict[int, str] = {}
@@ -94,12 +103,7 @@ class RunReader:
         return follower.read_new()
 
     def read(self) -> RunRecords:
-        for rank, lines in self._rank_files(self.job_dir / RANK_DIR):
-            self._reported[rank] += [
-                (float(d["time"]), int(d["step"])) for d in lines if "step" in d
-            ]
-        for rank, lines in self._rank_files(self.job_dir / RANK_DIR / STEPS_DIR):
-            self._counted[rank] += [(float(d["time"]), int(d["step"])) for d in lines]
+        self.progress = self._progress.read()
         for entry in self._new_lines(logs_dir(self.job_dir) / INDEX_FILE):
             self._hosts[int(entry["rank"])] = str(entry["host"])
         for event in self._new_lines(self.job_dir / EVENTS_FILE):
@@ -109,15 +113,12 @@ class RunReader:
                 self._events.append(event)
         result = read_result(self.job_dir)
         end = os.stat(self.job_dir / SUMMARY_FILE).st_mtime if result is not None else None
-        # A rank's own reports where it made them; else the DDP steps tenter counted.
-        steps = {r: list(s) for r, s in self._counted.items()}
-        steps.update({r: list(s) for r, s in self._reported.items() if s})
         return RunRecords(
             job_id=self.plan.job_id,
             launch=self.launch,
             end=end,
             state=result.state if result is not None else "running",
-            steps=steps,
+            steps={r: list(p.steps) for r, p in self.progress.items() if p.steps},
             checkpoints={r: list(c) for r, c in self._checkpoints.items()},
             faults=self._faults(),
             unsaved=result is not None and self.unsaved(result.state),
@@ -128,23 +129,10 @@ class RunReader:
         preemption that ended it as interrupted made no final checkpoint."""
         return state == "interrupted" and control.preemption_requested(self.job_dir)
 
-    def _rank_files(self, folder: Path) -> list[tuple[int, list[dict[str, Any]]]]:
-        if not folder.is_dir():
-            return []
-        out = []
-        for path in folder.glob("rank-*.jsonl"):
-            rank = path.stem.removeprefix("rank-")
-            if rank.isdigit():
-                out.append((int(rank), self._new_lines(path)))
-        return out
-
     @property
     def arrivals(self) -> dict[int, list[tuple[float, int]]]:
-        """Each rank's steps for the straggler rule: when its gradients were ready (the DDP
-        steps tenter counted), else its reports (as of the last :meth:`read`)."""
-        out = {r: list(s) for r, s in self._reported.items() if s}
-        out.update({r: list(s) for r, s in self._counted.items() if s})
-        return out
+        """Each rank's steps for the straggler rule (as of the last :meth:`read`)."""
+        return {r: list(p.arrivals) for r, p in self.progress.items() if p.arrivals}
 
     @property
     def hosts(self) -> dict[int, str]:
@@ -235,8 +223,3 @@ class LedgerKeeper:
         ledger = self.ledger(now, final_state)
         write_atomic(self.reader.job_dir / GOODPUT_FILE, json.dumps(ledger.to_dict(), indent=2))
         return ledger
-
-
-def job_ledger(job_dir: str | Path, now: float | None = None) -> Ledger:
-    """A job's ledger from its records, now (for ``tenter status`` and ``tenter report``)."""
-    return LedgerKeeper(job_dir).ledger(now)

@@ -81,7 +81,8 @@ class JobStatus:
 
     running: bool
     text: str
-    """One line: ``RUNNING (Slurm job 12)``, ``RUNNING (5 processes on this machine)``..."""
+    """One line: ``RUNNING (Slurm job 12)``, ``RUNNING (launcher pid 41, 5 processes on this
+    machine)``..."""
 
 
 class LogStream(Protocol):

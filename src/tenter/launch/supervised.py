@@ -131,9 +131,22 @@ class SupervisedBackend:
         return result
 
     def status(self, handle: JobHandle) -> JobStatus:
+        """Running while its launcher runs (``tenter run``, or a detached job's own launcher:
+        it carries no ``TENTER_JOB_ID``, and may have no process of the job yet, or none any
+        more while it writes the summary), or while processes it left behind do."""
         procs = job_processes(handle.job_id)
+        launcher = alive(handle.scheduler_id)
+        if launcher is not None:
+            return JobStatus(
+                True,
+                f"RUNNING (launcher pid {launcher.pid}, {len(procs)} processes on this machine)",
+            )
         if procs:
-            return JobStatus(True, f"RUNNING ({len(procs)} processes on this machine)")
+            return JobStatus(
+                True,
+                f"RUNNING without its launcher (it was killed): {len(procs)} processes are left "
+                "on this machine",
+            )
         return JobStatus(
             False,
             "ENDED without a summary: no process of the job is left (its launcher was killed)",

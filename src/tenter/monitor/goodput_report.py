@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tenter.goodput.ledger import PARTS, Ledger, job_timelines, run_end, summary_line
-from tenter.goodput.records import STRAGGLER_EVENT, LedgerKeeper
+from tenter.goodput.records import LedgerKeeper, named_stragglers
+from tenter.goodput.stragglers import Straggler
 from tenter.jobdir.layout import EVENTS_FILE, GOODPUT_FILE
 from tenter.jobdir.records import JsonlFollower
 
@@ -33,7 +34,8 @@ class GoodputFeed:
     def __init__(self, job_dir: Path) -> None:
         self._job_dir = job_dir
         self._events = JsonlFollower(job_dir / EVENTS_FILE)
-        self._named: list[str] = []
+        self.named: list[Straggler] = []
+        """The stragglers named so far (as of the last :meth:`stragglers`)."""
 
     def ledger(self) -> Ledger | None:
         try:
@@ -43,10 +45,8 @@ class GoodputFeed:
 
     def stragglers(self) -> list[str]:
         """The stragglers named so far, a line each."""
-        for event in self._events.read_new():
-            if event.get("event") == STRAGGLER_EVENT:
-                self._named.append(str(event["text"]))
-        return list(self._named)
+        self.named += named_stragglers(self._events.read_new())
+        return [straggler.text for straggler in self.named]
 
 
 def time_lines(ledger: Ledger | None, stragglers: list[str]) -> list[str]:

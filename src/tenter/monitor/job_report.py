@@ -11,9 +11,12 @@ Writes into ``<job_dir>/report/``:
 - ``utilization.png``: CPU (and GPU) busy per rank over time, and memory (from the live
   view's ``metrics.jsonl``; absent when the job ran without it).
 
-In lock-step data-parallel training every rank waits for the slowest in each all-reduce, so
-step times are nearly equal and the straggler is the rank that is *busiest* (highest CPU or
-GPU): the others idle while they wait for it. The table shows both.
+A rank's steps are those of :mod:`tenter.jobdir.progress`: its ``tenter.report`` calls, else
+the DDP steps tenter counted on it. In lock-step data-parallel training every rank waits for
+the slowest in each all-reduce, so step times are nearly equal: the stragglers marked are
+those the launcher named from when each rank's own work of a step was done (docs/goodput.md),
+and any rank whose median step time is above STRAGGLER x the job's (ranks that do not wait for
+each other). The busiest rank (highest CPU or GPU) is the straggler too: the table has both.
 """
 
 from __future__ import annotations
@@ -22,15 +25,18 @@ import itertools
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import Plan
+from tenter.goodput.records import named_stragglers
 from tenter.jobdir import layout
+from tenter.jobdir.progress import RankProgress, Step, read_progress
 from tenter.launch.console import read_index
 from tenter.monitor.goodput_report import goodput_section
-from tenter.monitor.records import Sample, read_metrics, read_rank_samples
+from tenter.monitor.records import JsonlFollower, Sample, read_metrics
 from tenter.monitor.snapshot import format_bytes, format_duration
 
 STRAGGLER = 1.2
@@ -60,39 +66,31 @@ class RankSummary:
         return statistics.quantiles(self.step_times, n=10)[-1]
 
 
-def step_times(samples: list[Sample]) -> list[float]:
-    """Seconds per step between consecutive reports (a report every k steps: divided by k)."""
-    out = []
-    for a, b in itertools.pairwise(samples):
-        if a.step is not None and b.step is not None and b.step > a.step:
-            out.append((b.time - a.time) / (b.step - a.step))
-    return out
+def step_times(steps: Sequence[Step]) -> list[float]:
+    """Seconds per step between consecutive records (a report every k steps: divided by k)."""
+    return [(t1 - t0) / (b - a) for (t0, a), (t1, b) in itertools.pairwise(steps) if b > a]
 
 
 def summarise_ranks(
-    samples: dict[int, list[Sample]], metrics: list[dict[str, Any]], hosts: dict[int, str]
+    progress: Mapping[int, RankProgress], metrics: list[dict[str, Any]], hosts: dict[int, str]
 ) -> list[RankSummary]:
     by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in metrics:
         by_rank[int(row["rank"])].append(row)
     out = []
-    for rank in sorted(samples.keys() | by_rank.keys()):
-        reported = samples.get(rank, [])
+    for rank in sorted(progress.keys() | by_rank.keys()):
+        done = progress.get(rank, RankProgress())
         rows = by_rank.get(rank, [])
         cpu = [float(r["cpu_percent"]) for r in rows if "cpu_percent" in r]
         rss = [int(r["rss_bytes"]) for r in rows if "rss_bytes" in r]
-        count = sum(s.samples or 0 for s in reported)
-        span = reported[-1].time - reported[0].time if len(reported) > 1 else 0.0
-        # The first report's samples were processed before the span began.
-        rate = (count - (reported[0].samples or 0)) / span if span > 0 else None
         out.append(
             RankSummary(
                 rank=rank,
                 host=hosts.get(rank, ""),
-                steps=max((s.step or 0 for s in reported), default=0),
-                samples=count,
-                step_times=step_times(reported),
-                samples_per_s=rate,
+                steps=max((step for _, step in done.steps), default=0),
+                samples=done.samples,
+                step_times=step_times(done.steps),
+                samples_per_s=done.samples_per_s(),
                 cpu_percent=statistics.mean(cpu) if cpu else None,
                 peak_rss_bytes=max(rss) if rss else None,
             )
@@ -210,16 +208,36 @@ def _cell(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _progress_note(progress: Mapping[int, RankProgress]) -> list[str]:
+    """Where the table's steps come from, when it is not the script's own reports."""
+    if not any(p.steps or p.reports for p in progress.values()):
+        return [
+            "No rank reported progress: call `tenter.report(step=..., samples=...)` in the "
+            "training loop, or train with DistributedDataParallel (see docs/monitor.md).",
+            "",
+        ]
+    if all(p.counted_only for p in progress.values()):
+        return [
+            "Steps are the DDP steps tenter counted (the script does not call `tenter.report`): "
+            "no samples or loss (see docs/monitor.md).",
+            "",
+        ]
+    return []
+
+
 def write_report(job_dir: Path) -> Path:
     """Write ``<job_dir>/report/`` (see the module docstring); returns ``report.md``."""
-    samples = read_rank_samples(job_dir)
+    progress = read_progress(job_dir)
+    samples = {rank: p.reports for rank, p in progress.items() if p.reports}
     metrics = read_metrics(job_dir)
     out = job_dir / layout.REPORT_DIR
     out.mkdir(exist_ok=True)
     plan = Plan.from_json((job_dir / layout.PLAN_FILE).read_text())
     hosts = {int(str(e["rank"])): str(e["host"]) for e in read_index(plan.job_dir)}
-    ranks = summarise_ranks(samples, metrics, hosts)
-    slow = stragglers(ranks)
+    ranks = summarise_ranks(progress, metrics, hosts)
+    named = named_stragglers(JsonlFollower(job_dir / layout.EVENTS_FILE).read_new())
+    by_step_time = stragglers(ranks)
+    slow = by_step_time | {s.rank for s in named}
     lines = [f"# Job {job_dir.name}", ""]
     summary_file = job_dir / layout.SUMMARY_FILE
     if summary_file.exists():
@@ -232,12 +250,7 @@ def write_report(job_dir: Path) -> Path:
         ]
     else:
         lines += ["still running (no summary.json yet): the figures cover it so far", ""]
-    if not samples:
-        lines += [
-            "No rank reported progress: call `tenter.report(step=..., samples=...)` in the "
-            "training loop (see docs/monitor.md).",
-            "",
-        ]
+    lines += _progress_note(progress)
     lines += [
         "| rank | host | steps | samples | median step | p90 step | samples/s | CPU % | peak RSS |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -251,8 +264,11 @@ def write_report(job_dir: Path) -> Path:
             f"| {format_bytes(r.peak_rss_bytes)} |"
         )
     lines.append("")
-    if slow:
-        lines += [f"Stragglers (median step > {STRAGGLER}x the job's): ranks {sorted(slow)}", ""]
+    if named:
+        lines += ["Stragglers the launcher named (docs/goodput.md):", ""]
+        lines += [f"- {straggler.text}" for straggler in named] + [""]
+    if by_step_time:
+        lines += [f"Median step > {STRAGGLER}x the job's: ranks {sorted(by_step_time)}", ""]
     plots = [
         ("throughput.png", "Throughput", _plot_throughput(samples, out / "throughput.png")),
         ("step_times.png", "Step times", _plot_step_times(ranks, slow, out / "step_times.png")),

@@ -1,12 +1,13 @@
 """The launcher's live view of a running job: one row per rank, the job's progress and ETA.
 
-Every ``interval_s`` :meth:`LiveView.poll` reads what the ranks reported
-(``metrics/rank-N.jsonl``, written by ``tenter.report``), samples the ranks' processes (CPU,
-resident memory; GPU utilisation and memory through NVML when there are GPUs) and appends one
-line per rank to ``<job_dir>/metrics.jsonl``. On a terminal it draws a table below the
-streaming logs (rich's ``Live``, which takes over stdout and stderr so that the logs print
-above it); otherwise it prints a one-line status every ``status_every_s`` seconds, and one
-at the end. With ``metrics_port`` it also serves the samples to Prometheus
+Every ``interval_s`` :meth:`LiveView.poll` reads each rank's progress
+(:mod:`tenter.jobdir.progress`: what it reported with ``tenter.report``, else the DDP steps
+tenter counted on it), samples the ranks' processes (CPU, resident memory; GPU utilisation
+and memory through NVML when there are GPUs) and appends one line per rank to
+``<job_dir>/metrics.jsonl``. On a terminal it draws a table below the streaming logs (rich's
+``Live``, which takes over stdout and stderr so that the logs print above it); otherwise it
+prints a one-line status every ``status_every_s`` seconds, and one at the end. With
+``metrics_port`` it also serves the samples to Prometheus
 (:mod:`tenter.monitor.prometheus`), on the loopback interface unless told otherwise.
 
 Processes are found among the launcher's descendants (the local and mpi backends start the
@@ -27,7 +28,6 @@ import statistics
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,55 +40,17 @@ from rich.live import Live
 from tenter.contract.plan import Plan
 from tenter.jobdir import layout
 from tenter.jobdir.layout import METRICS_FILE
+from tenter.jobdir.progress import ProgressReader, RankProgress
 from tenter.launch.console import read_index, say
 from tenter.monitor.goodput_report import GoodputFeed
 from tenter.monitor.gpu import GpuUsage, Nvml, open_nvml
-from tenter.monitor.records import JsonlFollower, Sample, rank_file
 from tenter.monitor.snapshot import RankStatus, Snapshot, render, status_line
 
 if TYPE_CHECKING:
     from tenter.monitor.prometheus import MetricsServer
 
 WINDOW_S = 10.0
-"""Rates (samples/s, step time) are averaged over the last this many seconds of reports."""
-
-
-class _RankFeed:
-    """What one rank reported: the last values and a window of recent (time, step, samples)."""
-
-    def __init__(self, path: Path) -> None:
-        self.follower = JsonlFollower(path)
-        self.last: Sample | None = None
-        self.samples = 0
-        self.window: deque[tuple[float, int | None, int]] = deque()
-        self.loss: float | None = None
-        self.total_steps: int | None = None
-        self.metrics: dict[str, float] = {}
-
-    def read(self) -> None:
-        for data in self.follower.read_new():
-            sample = Sample.from_json(data)
-            self.samples += sample.samples or 0
-            self.loss = sample.loss if sample.loss is not None else self.loss
-            self.total_steps = sample.total_steps or self.total_steps
-            self.metrics.update(sample.metrics)
-            self.window.append((sample.time, sample.step, self.samples))
-            self.last = sample
-        while len(self.window) > 2 and self.window[-1][0] - self.window[0][0] > WINDOW_S:
-            self.window.popleft()
-
-    def rates(self) -> tuple[float | None, float | None]:
-        """(samples/s, seconds per step) over the window; None until two reports."""
-        if len(self.window) < 2:
-            return None, None
-        (t0, step0, n0), (t1, step1, n1) = self.window[0], self.window[-1]
-        if t1 <= t0:
-            return None, None
-        rate = (n1 - n0) / (t1 - t0) if n1 > n0 else None
-        step_time = None
-        if step0 is not None and step1 is not None and step1 > step0:
-            step_time = (t1 - t0) / (step1 - step0)
-        return rate, step_time
+"""Rates (samples/s, step time) are averaged over the last this many seconds of records."""
 
 
 @dataclass
@@ -182,7 +144,7 @@ class LiveView:
         self._clock = clock
         self._started = clock()
         self._last_status = self._started
-        self._feeds: dict[int, _RankFeed] = {}
+        self._progress = ProgressReader(plan.job_dir, window_s=WINDOW_S)
         self._goodput = GoodputFeed(Path(plan.job_dir))
         self._processes = _WorkerProcesses(plan.job_id)
         self._nvml: Nvml | None = None
@@ -264,33 +226,30 @@ class LiveView:
         gpu: dict[int, GpuUsage] = {}
         if self._nvml is not None:
             gpu = self._nvml.usage(pid for u in usage.values() for pid in u.pids)
+        progress = self._progress.read()
         ranks = []
         for rank in sorted(planned.keys() | entries.keys()):
-            feed = self._feeds.get(rank)
-            if feed is None:
-                feed = self._feeds[rank] = _RankFeed(rank_file(self.plan.job_dir, rank))
-            feed.read()
+            done = progress.get(rank, RankProgress())
             entry = entries.get(rank)
             host = str(entry["host"]) if entry else planned[rank]
             used = usage.get(rank)
-            rate, step_time = feed.rates()
             on_gpu = [gpu[p] for p in used.pids if p in gpu] if used else []
             ranks.append(
                 RankStatus(
                     rank=rank,
                     host=host,
-                    state=self._state(rank, entry, used, feed),
-                    step=feed.last.step if feed.last else None,
-                    samples=feed.samples,
-                    samples_per_s=rate,
-                    step_time_s=step_time,
-                    loss=feed.loss,
-                    total_steps=feed.total_steps,
+                    state=self._state(rank, entry, used, done),
+                    step=done.step,
+                    samples=done.samples,
+                    samples_per_s=done.samples_per_s(),
+                    step_time_s=done.step_time_s(),
+                    loss=done.loss,
+                    total_steps=done.total_steps,
                     cpu_percent=used.cpu_percent if used else None,
                     rss_bytes=used.rss_bytes if used else None,
                     gpu_util_percent=max(g.utilization_percent for g in on_gpu) if on_gpu else None,
                     gpu_memory_bytes=sum(g.memory_bytes for g in on_gpu) if on_gpu else None,
-                    metrics=dict(feed.metrics),
+                    metrics=dict(done.metrics),
                 )
             )
         snapshot = _summarise(now, now - self._started, ranks, self._nvml is not None)
@@ -299,7 +258,7 @@ class LiveView:
         )
 
     def _state(
-        self, rank: int, entry: dict[str, Any] | None, used: _Usage | None, feed: _RankFeed
+        self, rank: int, entry: dict[str, Any] | None, used: _Usage | None, done: RankProgress
     ) -> str:
         if entry is None and used is None:
             return "pending"
@@ -307,10 +266,10 @@ class LiveView:
             return "failed"
         if used is None and rank in self._processes.seen:
             return "exited"
-        if feed.last is None:
+        if done.step is None and not done.reports:
             return "starting"
-        done = feed.total_steps is not None and (feed.last.step or 0) >= feed.total_steps
-        return "done" if done else "running"
+        finished = done.total_steps is not None and (done.step or 0) >= done.total_steps
+        return "done" if finished else "running"
 
     def _record(self, snapshot: Snapshot) -> None:
         path = Path(self.plan.job_dir) / METRICS_FILE

@@ -6,10 +6,10 @@ while the job runs. Every series carries ``job_id``, and the per-rank ones ``hos
 ``rank`` (``job`` is left to Prometheus, which sets it to the scrape job's name):
 
 ========================================  =======  ===========================================
-tenter_rank_step                          gauge    last step the rank reported
+tenter_rank_step                          gauge    the rank's last step (reported or counted)
 tenter_rank_samples_total                 counter  samples the rank reported
 tenter_rank_samples_per_second            gauge    over the last 10 s of reports
-tenter_rank_step_duration_seconds         gauge    over the last 10 s of reports
+tenter_rank_step_duration_seconds         gauge    over the last 10 s of steps
 tenter_rank_loss                          gauge    last loss reported
 tenter_rank_state                         gauge    1 for the rank's state (label ``state``)
 tenter_rank_cpu_usage_ratio               gauge    CPU seconds per second (1 = one core)
@@ -92,7 +92,11 @@ def _rank_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
     def each(value: Callable[[RankStatus], float | None]) -> list[tuple[list[str], float | None]]:
         return [([job_id, r.host, str(r.rank)], value(r)) for r in snapshot.ranks]
 
-    yield _gauge("tenter_rank_step", "Last step the rank reported.", each(lambda r: r.step))
+    yield _gauge(
+        "tenter_rank_step",
+        "The rank's last step: reported, or counted by tenter from DDP.",
+        each(lambda r: r.step),
+    )
     samples = CounterMetricFamily(
         "tenter_rank_samples", "Samples the rank reported processing.", labels=RANK_LABELS
     )
@@ -106,7 +110,7 @@ def _rank_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
     )
     yield _gauge(
         "tenter_rank_step_duration_seconds",
-        "Seconds per step over the last 10 s of the rank's reports.",
+        "Seconds per step over the last 10 s of the rank's steps.",
         each(lambda r: r.step_time_s),
     )
     yield _gauge("tenter_rank_loss", "Last loss the rank reported.", each(lambda r: r.loss))
@@ -153,7 +157,7 @@ def _job_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
             "Samples per second, all live ranks together.",
             snapshot.samples_per_s,
         ),
-        "tenter_job_step": ("The step of the slowest reporting rank.", snapshot.step),
+        "tenter_job_step": ("The slowest rank's step.", snapshot.step),
         "tenter_job_total_steps": (
             "The last step, as the script reported it.",
             snapshot.total_steps,

@@ -12,11 +12,11 @@ report; only what the script passed is present). A restarted rank appends to the
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenter.jobdir.layout import METRICS_FILE, RANK_DIR, rank_file
+from tenter.jobdir.layout import METRICS_FILE, rank_file
+from tenter.jobdir.progress import Sample, read_progress
 from tenter.jobdir.records import JsonlFollower
 
 __all__ = [
@@ -28,39 +28,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One ``tenter.report`` call."""
-
-    time: float
-    step: int | None = None
-    samples: int | None = None
-    loss: float | None = None
-    total_steps: int | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Sample:
-        return cls(
-            time=float(data["time"]),
-            step=data.get("step"),
-            samples=data.get("samples"),
-            loss=data.get("loss"),
-            total_steps=data.get("total_steps"),
-            metrics=data.get("metrics", {}),
-        )
-
-
 def read_rank_samples(job_dir: str | os.PathLike[str]) -> dict[int, list[Sample]]:
     """Every rank's reported samples, by rank, in the order they were reported."""
-    out: dict[int, list[Sample]] = {}
-    directory = Path(job_dir) / RANK_DIR
-    if not directory.is_dir():
-        return out
-    for path in directory.glob("rank-*.jsonl"):
-        rank = int(path.stem.removeprefix("rank-"))
-        out[rank] = [Sample.from_json(d) for d in JsonlFollower(path).read_new()]
-    return dict(sorted(out.items()))
+    return {rank: p.reports for rank, p in read_progress(job_dir).items() if p.reports}
 
 
 def read_metrics(job_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:

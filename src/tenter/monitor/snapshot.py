@@ -25,7 +25,7 @@ class RankStatus:
     rank: int
     host: str
     state: str
-    """pending (not started), starting (no report yet), running, done (reported its last
+    """pending (not started), starting (no report nor step yet), running, done (reached its last
     step), failed (its error file exists) or exited."""
     step: int | None = None
     samples: int = 0
