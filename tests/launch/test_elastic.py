@@ -62,7 +62,7 @@ def test_training_killed_after_and_between_checkpoints_resumes_to_the_uninterrup
     )
     done = tenter("run", str(spec))
     assert done.returncode == 0, done.stderr
-    assert "tenter: algo-2: restarting its workers (1 restarts left)" in done.stderr
+    assert "tenter: algo-2: restarting its workers (1 restart left)" in done.stderr
     assert "tenter: algo-2: restarting its workers (0 restarts left)" in done.stderr
     # Each restart resumed from the last checkpoint: nothing lost after the kill at step 8,
     # the 2 steps since the checkpoint (less than an interval) after the kill at step 14.

@@ -34,6 +34,7 @@ from tenter.launch.processes import (
 )
 from tenter.launch.signals import is_preemption
 from tenter.launch.supervisor import Supervisor, create_job_dir
+from tenter.spec.errors import counted
 
 FOLLOW_POLL_S = 0.2
 """How often a process that did not launch a job looks for its summary."""
@@ -133,7 +134,7 @@ class SupervisedBackend:
     def status(self, handle: JobHandle) -> JobStatus:
         procs = job_processes(handle.job_id)
         if procs:
-            return JobStatus(True, f"RUNNING ({len(procs)} processes on this machine)")
+            return JobStatus(True, f"RUNNING ({counted(len(procs), 'process')} on this machine)")
         return JobStatus(
             False,
             "ENDED without a summary: no process of the job is left (its launcher was killed)",
