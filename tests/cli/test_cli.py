@@ -116,8 +116,8 @@ def test_bad_spec_exits_2_listing_every_problem_and_creates_nothing(
     err = capsys.readouterr().err
     assert "the job spec has 5 problems:" in err
     for text in (
-        "processes_per_host: 0 is invalid",
-        "Did you mean 'processes_per_host'?",
+        "processes_per_host: 0 is not greater than 0. Fix: make it greater than 0",
+        "Fix: rename it to 'processes_per_host'",
         "Did you mean 'ml.p4d.24xlarge'?",
         "channels.train: '/nope' does not exist",
         "entry_point: 'missing.py' does not exist",

@@ -30,7 +30,7 @@ def warnings(fields: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize(
     ("slurm", "message"),
     [
-        ({"partiton": "gpu"}, "slurm.partiton: unknown field. Did you mean 'partition'?"),
+        ({"partiton": "gpu"}, "slurm.partiton: unknown field. Fix: rename it to 'partition'"),
         (
             {"partition": "gpu;rm -rf /"},
             "slurm.partition: 'gpu;rm -rf /' holds ' ', ';', which could break out of its "
@@ -41,7 +41,7 @@ def warnings(fields: dict[str, Any]) -> list[str]:
             "slurm.account: 'a\\n#SBATCH --uid=0' holds '\\n', ' ', which could break out",
         ),
         ({"qos": ""}, "slurm.qos: is empty; give a value or remove the field"),
-        ({"exclusive": "yes"}, "slurm.exclusive: 'yes' is invalid: input should be a valid"),
+        ({"exclusive": "yes"}, "slurm.exclusive: 'yes' is not a valid"),
         ({"constraint": "h100 && $(id)"}, "slurm.constraint: 'h100 && $(id)' is invalid"),
         (
             {"extra_directives": ["--mail-type=END\n--uid=0"]},

@@ -107,7 +107,9 @@ CASES = [
         BASE + f"environment: {{A: {alias_bomb(6)}}}\n",
     ),
     BadInput(
-        "instance_count: true", "instance_count: True is invalid", BASE + "instance_count: true\n"
+        "instance_count: true",
+        "instance_count: True is not a valid integer",
+        BASE + "instance_count: true\n",
     ),
     BadInput(
         "duplicate key",
@@ -142,22 +144,22 @@ CASES = [
     ),
     BadInput(
         "negative preemption grace",
-        "checkpoint.preemption_grace: -1 is invalid",
+        "checkpoint.preemption_grace: -1 is not greater than or equal to 0",
         BASE + "checkpoint: {preemption_grace: -1}\n",
     ),
     BadInput(
         "preemption grace with a unit",
-        "checkpoint.preemption_grace: '30s' is invalid",
+        "checkpoint.preemption_grace: '30s' is not a valid integer",
         BASE + "checkpoint: {preemption_grace: 30s}\n",
     ),
     BadInput(
         "straggler ratio not above 1",
-        "stragglers.ratio: 0.9 is invalid",
+        "stragglers.ratio: 0.9 is not greater than 1",
         BASE + "stragglers: {ratio: 0.9}\n",
     ),
     BadInput(
         "straggler field misspelt",
-        "stragglers.windw: unknown field. Did you mean 'window'?",
+        "stragglers.windw: unknown field. Fix: rename it to 'window'",
         BASE + "stragglers: {windw: 5}\n",
     ),
     BadInput("spec file over 8 MiB", "is larger than 8 MiB", BASE + "# " + "x" * 9 * 2**20 + "\n"),

@@ -64,7 +64,7 @@ def _message(text: str, loader: Any) -> str:
 def test_nesting_past_max_depth_is_refused_naming_the_field(case: str, loader: Any) -> None:
     text, field = DEEP_SPECS[case]
     message = _message(text, loader)
-    assert f"- {field}" in message
+    assert message.startswith(field)
     assert f"is nested more than {limits.MAX_DEPTH} levels deep" in message
 
 

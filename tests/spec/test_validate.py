@@ -35,10 +35,10 @@ def test_load_accepts_a_valid_spec_and_resolves_paths() -> None:
 
 def test_load_raises_with_did_you_mean_if_a_key_is_misspelled() -> None:
     assert problems({"distribution": {"mpi": {"enabled": True, "process_per_host": 2}}}) == [
-        "distribution.mpi.process_per_host: unknown field. Did you mean 'processes_per_host'?"
+        "distribution.mpi.process_per_host: unknown field. Fix: rename it to 'processes_per_host'"
     ]
     assert problems({"hyperparameter": {}}) == [
-        "hyperparameter: unknown field. Did you mean 'hyperparameters'?"
+        "hyperparameter: unknown field. Fix: rename it to 'hyperparameters'"
     ]
 
 
@@ -51,14 +51,14 @@ def test_load_lists_every_problem_at_once_if_several_are_wrong() -> None:
             "entry_point": "missing.py",
         }
     )
-    assert found[0] == "processes_per_host: 0 is invalid: input should be greater than 0"
+    assert found[0] == "processes_per_host: 0 is not greater than 0. Fix: make it greater than 0"
     assert any(
         p.startswith(
             "instance_type: 'ml.p4d.24xlarg' is not in the catalog. Did you mean 'ml.p4d.24xlarge'?"
         )
         for p in found
     )
-    assert "channels.train: '/does/not/exist' does not exist" in found
+    assert "channels.train: '/does/not/exist' does not exist. Fix: give an existing path" in found
     assert any(
         p.startswith("entry_point: 'missing.py' does not exist in source_dir") for p in found
     )
@@ -66,20 +66,22 @@ def test_load_lists_every_problem_at_once_if_several_are_wrong() -> None:
 
 
 def test_load_raises_if_the_entry_point_is_missing_or_doubled() -> None:
-    with pytest.raises(SpecError, match="entry_point: is required: set entry_point"):
+    with pytest.raises(SpecError, match=r"entry_point: is required\. Fix: set entry_point"):
         load({"source_dir": str(HERE)}, HERE)
-    assert problems({"module": "x"}) == ["module: cannot be combined with entry_point; keep one"]
+    assert problems({"module": "x"}) == [
+        "module: cannot be combined with entry_point. Fix: keep one"
+    ]
 
 
 def test_load_raises_if_wrong_types_are_given() -> None:
     # The field is named as the user spelled it (``hosts`` is instance_count's other name).
     assert problems({"hosts": "two"}) == [
-        "hosts: 'two' is invalid: input should be a valid integer"
+        "hosts: 'two' is not a valid integer. Fix: make it a valid integer"
     ]
     # Nothing is converted: YAML's `true` is not the count 1, nor the text "2" the number 2.
     assert problems({"instance_count": True, "distribution": {"mpi": {"enabled": "yes"}}}) == [
-        "instance_count: True is invalid: input should be a valid integer",
-        "distribution.mpi.enabled: 'yes' is invalid: input should be a valid boolean",
+        "instance_count: True is not a valid integer. Fix: make it a valid integer",
+        "distribution.mpi.enabled: 'yes' is not a valid boolean. Fix: make it a valid boolean",
     ]
 
 
@@ -128,7 +130,7 @@ def test_load_raises_if_wrong_types_are_given() -> None:
                     }
                 }
             },
-            "parameters.microbatches: 0 is invalid: input should be greater than 0",
+            "parameters.microbatches: 0 is not greater than 0. Fix: make it greater than 0",
         ),
         (
             {
@@ -267,7 +269,7 @@ def test_unknown_backend_is_named_with_the_choices() -> None:
         ({"on_hang": "restart"}, "elastic.on_hang: restart needs max_restarts >= 1"),
         (
             {"rendezvous": {"backend": "zookeeper"}},
-            "elastic.rendezvous.backend: 'zookeeper' is invalid",
+            "elastic.rendezvous.backend: 'zookeeper' is not 'c10d' or 'etcd'",
         ),
     ],
 )
@@ -283,6 +285,6 @@ def test_process_group_backend_is_checked_against_the_instance_type() -> None:
     ]
     (found,) = problems({"process_group_backend": "ncl"})
     assert found == (
-        "process_group_backend: 'ncl' is invalid: input should be 'auto', 'gloo', 'nccl' or "
-        "'tenter'"
+        "process_group_backend: 'ncl' is not 'auto', 'gloo', 'nccl' or 'tenter'. Fix: make it "
+        "'auto', 'gloo', 'nccl' or 'tenter'"
     )

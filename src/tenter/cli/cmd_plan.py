@@ -17,6 +17,7 @@ from tenter.contract.isolation import HOST_NIC, SWITCH_ADDR
 from tenter.contract.placeholders import RDZV_PORT
 from tenter.contract.plan import Plan
 from tenter.spec import JobSpec
+from tenter.spec.errors import counted
 
 LONG_VALUE = 100
 
@@ -87,8 +88,8 @@ def render(plan: Plan) -> str:
     common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
     lines = [
         f"job         {plan.job_id}  (backend {plan.backend})",
-        f"size        {len(plan.hosts)} hosts x {plan.procs_per_host} processes = "
-        f"{plan.world_size} ranks",
+        f"size        {counted(len(plan.hosts), 'host')} x "
+        f"{counted(plan.procs_per_host, 'process')} = {counted(plan.world_size, 'rank')}",
         f"directory   {plan.job_dir}",
         f"command     {shlex.join(plan.command)}",
         f"cwd         {plan.cwd}",

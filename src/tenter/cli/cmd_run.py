@@ -17,7 +17,16 @@ from typing import Any
 
 from rich.markup import escape
 
-from tenter.cli.options import EXIT_USAGE, add_job_arguments, load_job, stderr
+from tenter.cli.options import (
+    EXIT_USAGE,
+    SPEC_SUFFIXES,
+    FlagParser,
+    add_job_arguments,
+    load_job,
+    record_spec,
+    recorded_job,
+    stderr,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -29,6 +38,12 @@ def add_parser(sub: Any) -> None:
         "and the summary names the first failure with its traceback.",
     )
     add_job_arguments(parser)
+    _add_run_options(parser)
+    parser.set_defaults(func=run)
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """How ``tenter run`` runs and shows the job: options of tenter's, never a script's."""
     parser.add_argument(
         "--skip-preflight",
         action="store_true",
@@ -56,10 +71,46 @@ def add_parser(sub: Any) -> None:
         metavar="ADDR",
         help="address of the metrics endpoint (default: loopback only)",
     )
-    parser.set_defaults(func=run)
+
+
+class _RunOptions(argparse.ArgumentParser):
+    """The run options alone, leaving the script's arguments (FlagParser would refuse them)."""
+
+    error = FlagParser.error
+
+
+def take_run_options(args: argparse.Namespace) -> None:
+    """``tenter run train.py --epochs 3 --detach``: the arguments after a script are the
+    script's (torchrun's rule), except ``tenter run``'s own options (``--detach``, ``--live``,
+    ``--metrics-port``...), which no torchrun command line has and which a user who puts them
+    there means for tenter: they are taken as tenter's, with a note. After ``--`` everything is
+    the script's (``tenter run train.py -- --detach``)."""
+    if args.module or args.target is None or args.target.endswith(SPEC_SUFFIXES):
+        return  # after a spec file every flag is tenter's; after -m MODULE, see FlagParser
+    if recorded_job(args.target) is not None:
+        return  # a job directory: as a spec file
+    rest = list(args.args)
+    split = rest.index("--") if "--" in rest else len(rest)
+    late = _RunOptions(prog="tenter run", add_help=False, allow_abbrev=False)
+    _add_run_options(late)
+    taken, script_args = late.parse_known_args(rest[:split])
+    defaults = late.parse_args([])
+    flags = {key: value for key, value in vars(taken).items() if value != getattr(defaults, key)}
+    if not flags:
+        return
+    for key, value in flags.items():
+        setattr(args, key, value)
+    args.args = script_args + rest[split:]
+    named = ", ".join(f"--{key.replace('_', '-')}" for key in flags)
+    stderr.print(
+        f"[yellow]note:[/] {escape(named)} after the script is tenter's (`tenter run` options "
+        f"are never passed on); to pass it to the script, put it after --: "
+        f"{escape(f'tenter run {args.target} -- ...')}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    take_run_options(args)
     spec = load_job(args)
     from tenter import session
     from tenter.doctor import SKIP_WARNING, preflight
@@ -81,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         if checked.blocking:
             return EXIT_USAGE
     handle, view = session.submit(request, watch, detach=args.detach)
+    record_spec(spec, handle.job_dir)
     if args.detach:
         print(handle.job_id)
         stderr.print(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenter.deps import require
 from tenter.spec import Problem, SpecError
+from tenter.spec.errors import counted
 
 if TYPE_CHECKING:
     from tenter.jobdir.results import JobResult
@@ -146,7 +147,7 @@ def run_scale(args: argparse.Namespace) -> int:
 
 
 def _size(result: JobResult) -> str:
-    return f"{result.hosts} hosts x {result.procs_per_host} processes"
+    return f"{counted(result.hosts, 'host')} x {counted(result.procs_per_host, 'process')}"
 
 
 def _int_or_none(value: object) -> int | None:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tenter.cli import torchrun_flags
+from tenter.jobdir import layout
 from tenter.spec import JobSpec, Problem, SpecError, load, load_file
 from tenter.spec.load import deep_merge
 
@@ -311,9 +312,48 @@ def args_over_hyperparameters(spec: JobSpec) -> JobSpec:
     return spec.model_copy(update={"hyperparameters": hyperparameters, "args": rest})
 
 
+def recorded_job(target: str | None) -> Path | None:
+    """``target`` when it is a job directory (``tenter run JOB_DIR``: run that job again)."""
+    if target is None or not (Path(target) / layout.PLAN_FILE).is_file():
+        return None
+    return Path(target).resolve()
+
+
+def record_spec(spec: JobSpec, job_dir: str) -> None:
+    """Keep ``spec`` in its job directory, for ``tenter run JOB_DIR``."""
+    text = spec.model_dump_json(exclude_unset=True, by_alias=True)
+    layout.write_atomic(Path(job_dir) / layout.SPEC_FILE, text)
+
+
+def _recorded_spec(job_dir: Path) -> dict[str, Any]:
+    """The spec ``job_dir``'s job ran, reading its checkpoints when it names none of its own:
+    running a job again resumes where it stopped."""
+    try:
+        data: dict[str, Any] = json.loads((job_dir / layout.SPEC_FILE).read_text())
+    except OSError:
+        raise SpecError(
+            [
+                Problem(
+                    "SPEC|SCRIPT",
+                    f"the job directory {job_dir} records no {layout.SPEC_FILE} (jobs that "
+                    "an older tenter or the Estimator started do not)",
+                    "run its spec file or script again",
+                )
+            ]
+        ) from None
+    plan = json.loads((job_dir / layout.PLAN_FILE).read_text())
+    checkpoint = data.setdefault("checkpoint", {})
+    checkpoint.setdefault("dir", plan.get("checkpoint_dir") or str(job_dir / "checkpoints"))
+    return data
+
+
 def load_job(args: argparse.Namespace) -> JobSpec:
-    """The job the flags describe (a spec file and/or flags); prints the spec's warnings."""
-    is_spec = bool(args.target and args.target.endswith(SPEC_SUFFIXES) and not args.module)
+    """The job the flags describe (a spec file, a job directory to run again, and/or flags);
+    prints the spec's warnings."""
+    job_dir = None if args.module else recorded_job(args.target)
+    is_spec = job_dir is not None or bool(
+        args.target and args.target.endswith(SPEC_SUFFIXES) and not args.module
+    )
     if is_spec:
         script_args = _flags_after_spec(args)
     else:
@@ -327,6 +367,8 @@ def load_job(args: argparse.Namespace) -> JobSpec:
 
     def load_with(extra: dict[str, Any]) -> tuple[JobSpec, list[Problem]]:
         merged = deep_merge(overrides, extra)
+        if job_dir is not None:
+            return load(_recorded_spec(job_dir), job_dir, merged)
         if is_spec:
             return load_file(Path(args.target), merged)
         return load(_entry_from(args, script_args), Path.cwd(), merged)

@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenter.spec.errors import counted
+
 PARTS = (
     "startup",
     "productive",
@@ -307,7 +309,7 @@ def summary_line(ledger: Ledger) -> str:
     if others:
         line += f"; {others}"
     if ledger.lost_steps:
-        line += f"; {ledger.lost_steps} steps computed again"
+        line += f"; {counted(ledger.lost_steps, 'step')} computed again"
     if len(ledger.runs) > 1:
         line += f" ({len(ledger.runs)} runs)"
     if not ledger.ranks:

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Protocol
 
 PLAN_FILE = "plan.json"
+SPEC_FILE = "spec.json"
+"""The spec the job was planned from, for ``tenter run JOB_DIR`` (running it again)."""
 HANDLE_FILE = "handle.json"
 SUMMARY_FILE = "summary.json"
 GOODPUT_FILE = "goodput.json"

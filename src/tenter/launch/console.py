@@ -10,6 +10,7 @@ including the files of restarted attempts, which appear while the job runs. (tor
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -17,10 +18,28 @@ from pathlib import Path
 from typing import TextIO
 
 from tenter.jobdir import layout
+from tenter.spec.errors import counted
 
 POLL_S = 0.1
 """How often the console tail reads the ranks' log files: a tenth of a second is live to a
 reader and costs the ranks little CPU."""
+PEER_ERROR = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|DistBackendError"
+    r"|NCCL communicator was aborted|Socket Timeout|failed to recv|Timed out waiting"
+)
+"""An error that is the consequence of a peer's failure (a broken connection), not a cause."""
+RANK_PREFIX = re.compile(r"^\[rank\d+\]: ", re.MULTILINE)
+"""torch's prefix of an uncaught exception's lines in a rank's stderr."""
+TRACEBACK_START = "Traceback (most recent call last):"
+HELD_LINES = 500
+"""A traceback longer than this is shown as it is, not held back to the end."""
+
+
+@dataclass
+class Header:
+    """A line shown once, before the first of a set of files' lines."""
+
+    text: str
 
 
 @dataclass
@@ -28,8 +47,45 @@ class _Followed:
     path: Path
     prefix: str
     dst: TextIO
+    header: Header
+    """Printed before the first line of the attempt's two files (a restarted attempt's)."""
+    fold_peer_errors: bool = False
     offset: int = 0
     partial: str = ""
+    held: list[str] | None = None
+    """A traceback's lines so far, until its exception line says whose failure it is."""
+
+    def shown(self, lines: list[str]) -> list[str]:
+        """``lines`` as the console shows them: a traceback that ends in a peer's error (the
+        rank was collateral of another's failure, which the summary names) becomes one line
+        saying where it is; the log file keeps it whole."""
+        out: list[str] = []
+        for line in lines:
+            bare = RANK_PREFIX.sub("", line)
+            if self.held is None:
+                if self.fold_peer_errors and bare.startswith(TRACEBACK_START):
+                    self.held = [line]
+                else:
+                    out.append(line)
+                continue
+            self.held.append(line)
+            if bare.startswith(" ") and len(self.held) < HELD_LINES:
+                continue  # a frame: the exception line comes last
+            peer = PEER_ERROR.search(bare)
+            if peer:
+                kind = bare.partition(":")[0]
+                out.append(
+                    f"{kind} ({peer.group(0)}): a peer failed first; traceback in {self.path}"
+                )
+            else:
+                out += self.held
+            self.held = None
+        return out
+
+    def release(self) -> list[str]:
+        """What is held back, as it is (the traceback's end never came)."""
+        held, self.held = self.held or [], None
+        return held
 
 
 def read_index(job_dir: str) -> list[dict[str, object]]:
@@ -74,9 +130,20 @@ class ConsoleTail:
             rank = int(str(entry["rank"]))
             if self._shown is not None and rank not in self._shown:
                 continue
+            attempt = int(str(entry["attempt"]))
+            # Between a rank's attempts (tail's ``==> FILE <==``), once per attempt.
+            header = Header(
+                f"==> rank {rank} on {entry['host']}, attempt {attempt + 1} "
+                f"({layout.LOGS_DIR}/{Path(str(entry['stem'])).name}.*) <=="
+                if attempt
+                else ""
+            )
             for stream, dst in (("stdout", sys.stdout), ("stderr", sys.stderr)):
                 tag = f"[{entry['host']},{rank}]<{stream}>: " if self._tag else ""
-                self._files.append(_Followed(Path(f"{entry['stem']}.{stream}"), tag, dst))
+                path = Path(f"{entry['stem']}.{stream}")
+                self._files.append(
+                    _Followed(path, tag, dst, header, fold_peer_errors=stream == "stderr")
+                )
         self._index_seen = len(entries)
 
     def _poll(self, final: bool) -> None:
@@ -94,6 +161,10 @@ class ConsoleTail:
             if final and f.partial:
                 lines.append(f.partial)
                 f.partial = ""
+            lines = f.shown(lines) + (f.release() if final else [])
+            if lines and f.header.text:
+                f.dst.write(f"{f.header.text}\n")
+                f.header.text = ""
             for line in lines:
                 f.dst.write(f"{f.prefix}{line}\n")
             if lines:
@@ -130,7 +201,7 @@ class EventFeed:
             restart = (event["run_id"], event["restart_count"])
             if event["used"] and restart not in self._restarts_said:
                 self._restarts_said.add(restart)
-                left = count(int(str(event["remaining"])), "restart")
+                left = counted(int(str(event["remaining"])), "restart")
                 say(f"{host}: a worker failed; restarting the workers ({left} left)")
             return
         if event["event"] != "rendezvous":
@@ -140,17 +211,12 @@ class EventFeed:
         same = [e for e in self._round.values() if e["hosts"] == hosts]
         if len(same) == hosts:
             names = ", ".join(sorted((str(e["host"]) for e in same), key=_host_order))
-            say(f"rendezvous: {hosts} hosts ({names}), world size {event['world_size']}")
+            say(f"rendezvous: {counted(hosts, 'host')} ({names}), world size {event['world_size']}")
             self._round.clear()
 
 
 def _host_order(name: str) -> int:
     return int(name.rsplit("-", 1)[-1])
-
-
-def count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1: "1 restart", "0 restarts"."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def say(text: str) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import psutil
 
 from tenter.runtime.parent_death import dies_with_parent
+from tenter.spec.errors import counted
 
 STOP_GRACE_S = float(os.environ.get("TENTER_STOP_GRACE_S", "10"))
 """How long stopped workers get to exit after SIGTERM before SIGKILL (the launcher's and each
@@ -142,6 +143,10 @@ def stop_job(
         with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)
     kill_all(wait_ended(targets, timeout=CANCEL_TIMEOUT_S + grace_s))
-    who = "its launcher" if launcher is not None else f"{len(procs)} processes (no launcher left)"
+    who = (
+        "its launcher"
+        if launcher is not None
+        else f"{counted(len(procs), 'process')} (no launcher left)"
+    )
     verb = "preempted" if sig == signal.SIGTERM and launcher is not None else "cancelled"
     return f"{verb} job {job_id}: stopped {who}"

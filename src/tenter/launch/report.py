@@ -27,17 +27,14 @@ from tenter.jobdir import layout
 from tenter.jobdir.agent_result import WorkerFailure
 from tenter.jobdir.agent_result import read_result as read_agent_result
 from tenter.jobdir.results import Failure, JobResult, write_result
-from tenter.launch.console import read_index
+from tenter.launch.console import PEER_ERROR, RANK_PREFIX, read_index
+from tenter.spec.errors import counted
 
 log = logging.getLogger(__name__)
 HOST_RANK = -1
 """The rank of a failure that is a whole host's (its agent died), not one rank's."""
 STDERR_TAIL_LINES = 20
 
-_PEER_ERROR = re.compile(
-    r"Connection closed by peer|Connection reset by peer|Broken pipe|DistBackendError"
-    r"|NCCL communicator was aborted|Socket Timeout|failed to recv|Timed out waiting"
-)
 
 _SIGNAL_MEANING = {
     signal.SIGSEGV: "segmentation fault in native code",
@@ -145,7 +142,6 @@ def host_unreachable(host: HostPlan, since: float, log: str) -> Failure:
     )
 
 
-_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ", re.MULTILINE)
 # Frames of the machinery between the launcher and the user's code.
 _LAUNCH_FRAMES = ("<frozen runpy>", "tenter/runtime/bootstrap.py", "elastic/multiprocessing/errors")
 
@@ -155,7 +151,7 @@ def user_traceback(text: str) -> str:
     prefixes and without the frames of tenter's bootstrap and runpy."""
     out: list[str] = []
     skipping = False
-    for line in _RANK_PREFIX.sub("", text).splitlines():
+    for line in RANK_PREFIX.sub("", text).splitlines():
         if line.startswith("  File "):
             skipping = any(frame in line for frame in _LAUNCH_FRAMES)
         elif not line.startswith("    "):
@@ -182,7 +178,7 @@ def _read_error_file(path: str) -> tuple[str, str]:
 def is_peer_error(error_file: str) -> bool:
     """The recorded failure is a consequence of a peer's (a broken connection)."""
     message, traceback = _read_error_file(error_file)
-    return bool(_PEER_ERROR.search(message + traceback))
+    return bool(PEER_ERROR.search(message + traceback))
 
 
 def _tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
@@ -269,7 +265,7 @@ def collect_failures(
                 traceback=traceback,
                 stderr_tail="" if traceback else _tail(layout.stderr_file(stem)),
                 log=layout.stderr_file(stem),
-                secondary=killed_by_us or bool(_PEER_ERROR.search(message + traceback)),
+                secondary=killed_by_us or bool(PEER_ERROR.search(message + traceback)),
             )
         )
     return failures, agent_errors, finished_then_crashed
@@ -340,8 +336,8 @@ def render_summary(result: JobResult, plan: Plan, outcome: Outcome) -> str:
     """The end-of-job report: the root cause first, with its traceback."""
     head = f"job {result.job_id} "
     size = (
-        f"{result.hosts} hosts x {result.procs_per_host} processes = "
-        f"{result.hosts * result.procs_per_host} ranks"
+        f"{counted(result.hosts, 'host')} x {counted(result.procs_per_host, 'process')} = "
+        f"{counted(result.hosts * result.procs_per_host, 'rank')}"
     )
     if outcome.lost_hosts:
         size += f"; lost: {', '.join(outcome.lost_hosts)}"

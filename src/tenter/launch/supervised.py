@@ -34,6 +34,7 @@ from tenter.launch.processes import (
 )
 from tenter.launch.signals import is_preemption
 from tenter.launch.supervisor import Supervisor, create_job_dir
+from tenter.spec.errors import counted
 
 FOLLOW_POLL_S = 0.2
 """How often a process that did not launch a job looks for its summary."""
@@ -144,8 +145,8 @@ class SupervisedBackend:
         if procs:
             return JobStatus(
                 True,
-                f"RUNNING without its launcher (it was killed): {len(procs)} processes are left "
-                "on this machine",
+                "RUNNING without its launcher (it was killed): "
+                f"{counted(len(procs), 'process')} left on this machine",
             )
         return JobStatus(
             False,

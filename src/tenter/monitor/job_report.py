@@ -38,6 +38,7 @@ from tenter.launch.console import read_index
 from tenter.monitor.goodput_report import goodput_section
 from tenter.monitor.records import JsonlFollower, Sample, read_metrics
 from tenter.monitor.snapshot import format_bytes, format_duration
+from tenter.spec.errors import counted
 
 STRAGGLER = 1.2
 """A rank whose median step time is this much above the job's median is marked."""
@@ -245,7 +246,8 @@ def write_report(job_dir: Path) -> Path:
         outcome = "succeeded" if summary["exit_code"] == 0 else f"exit code {summary['exit_code']}"
         lines += [
             f"{outcome} after {format_duration(summary['duration_s'])}, "
-            f"{summary['hosts']} hosts x {summary['procs_per_host']} processes",
+            f"{counted(summary['hosts'], 'host')} x "
+            f"{counted(summary['procs_per_host'], 'process')}",
             "",
         ]
     else:

@@ -20,7 +20,9 @@ from pathlib import Path
 from tenter.jobdir.control import FLIGHT_RECORDER_REQUEST, control_dir, flight_recorder_dump
 from tenter.jobdir.layout import write_atomic_bytes
 from tenter.runtime.compat import (
+    FLIGHT_RECORDER_BUFFER_VAR,
     FLIGHT_RECORDER_BUFFER_VARS,
+    NCCL_DUMP_FILE_VAR,
     NCCL_DUMP_FILE_VARS,
     NCCL_DUMP_VARS,
     dump_flight_recorder,
@@ -31,13 +33,13 @@ POLL_S = 0.5
 
 
 def enable(stem: str, job_dir: str) -> None:
+    # One name each, the one this torch reads: setting both makes every rank warn.
     if not any(name in os.environ for name in FLIGHT_RECORDER_BUFFER_VARS):
-        for name in FLIGHT_RECORDER_BUFFER_VARS:
-            os.environ[name] = str(BUFFER_ENTRIES)
+        os.environ[FLIGHT_RECORDER_BUFFER_VAR] = str(BUFFER_ENTRIES)
     for name, value in NCCL_DUMP_VARS.items():
         os.environ.setdefault(name, value)
-    for name in NCCL_DUMP_FILE_VARS:
-        os.environ.setdefault(name, f"{stem}.nccl-fr-")
+    if not any(name in os.environ for name in NCCL_DUMP_FILE_VARS):
+        os.environ[NCCL_DUMP_FILE_VAR] = f"{stem}.nccl-fr-"
     request = control_dir(job_dir) / FLIGHT_RECORDER_REQUEST
     thread = threading.Thread(
         target=_serve, args=(request, flight_recorder_dump(stem)), daemon=True

@@ -48,9 +48,13 @@ class Problem:
 
     path: str
     message: str
+    """What is wrong."""
+    fix: str = ""
+    """How to fix it: shown as ``<path>: <message>. Fix: <fix>``, the form of every error."""
 
     def __str__(self) -> str:
-        return clip(f"{self.path}: {self.message}" if self.path else self.message)
+        text = f"{self.path}: {self.message}" if self.path else self.message
+        return clip(f"{text.rstrip('.')}. Fix: {self.fix}" if self.fix else text)
 
 
 class SpecError(ValueError):
@@ -61,15 +65,35 @@ class SpecError(ValueError):
         super().__init__(self.render())
 
     def render(self) -> str:
+        """One problem: ``<path>: <message>. Fix: <fix>``, as every error prints; several: a
+        list of them."""
         n = len(self.problems)
-        head = "the job spec has 1 problem:" if n == 1 else f"the job spec has {n:,} problems:"
-        lines = [head, *(f"  - {p}" for p in self.problems[:MAX_SHOWN])]
+        if n == 1:
+            return str(self.problems[0])
+        lines = [
+            f"the job spec has {n:,} problems:",
+            *(f"  - {p}" for p in self.problems[:MAX_SHOWN]),
+        ]
         if n > MAX_SHOWN:
             lines.append(f"  ... and {n - MAX_SHOWN:,} more")
         return "\n".join(lines)
 
 
+def counted(n: int, one: str, many: str = "") -> str:
+    """``n`` with its noun in the number it needs: ``1 host``, ``2 hosts``, ``1 process``,
+    ``3 processes`` (``many``: an irregular plural). Every count before a noun in a message to
+    a user goes through here."""
+    plural = many or one + ("es" if one.endswith(("s", "x", "ch", "sh")) else "s")
+    return f"{n:,} {one if n == 1 else plural}"
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice spelled most like ``word`` (not ``word`` itself), or None when none is close."""
+    close = difflib.get_close_matches(word, [c for c in choices if c != word], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A ' Did you mean ...?' suffix, or '' when nothing is close (nor ``word`` itself)."""
-    close = difflib.get_close_matches(word, [c for c in choices if c != word], n=1, cutoff=0.6)
-    return f" Did you mean '{close[0]}'?" if close else ""
+    close = closest(word, choices)
+    return f" Did you mean '{close}'?" if close else ""

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tenter.spec.errors import counted
+
 GPU_INSTANCE_TYPE = "local_gpu"
 """The local instance type that asks for one GPU per rank."""
 
@@ -70,12 +72,8 @@ def refusal(gpus: int, hosts: int, procs: int, *, required: bool) -> str | None:
     return fitting_message(gpus, hosts, procs) if required and hosts * procs > gpus else None
 
 
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
 def _ranks(hosts: int, procs: int) -> str:
-    return f"{_count(hosts, 'host', 'hosts')} x {_count(procs, 'process', 'processes')}"
+    return f"{counted(hosts, 'host')} x {counted(procs, 'process')}"
 
 
 def _fitting(gpus: int, hosts: int) -> str:
@@ -88,9 +86,9 @@ def _fitting(gpus: int, hosts: int) -> str:
 def fitting_message(gpus: int, hosts: int, procs: int) -> str:
     """Why ``hosts x procs`` ranks with a GPU each do not fit on ``gpus`` GPUs, and what does."""
     problem = (
-        f"{_ranks(hosts, procs)} = {_count(hosts * procs, 'rank needs', 'ranks need')} a GPU "
+        f"{_ranks(hosts, procs)} = {counted(hosts * procs, 'rank needs', 'ranks need')} a GPU "
         "each and this machine has "
-        f"{_count(gpus, 'GPU', 'GPUs')}"
+        f"{counted(gpus, 'GPU')}"
     )
     cpu = "instance_type: local (--instance-type local) runs them without GPUs"
     if gpus == 0:
@@ -101,7 +99,7 @@ def fitting_message(gpus: int, hosts: int, procs: int) -> str:
 def cpu_note(gpus: int, hosts: int, procs: int) -> str:
     """What the launcher says, once, when a job's ranks run without the machine's GPUs."""
     return (
-        f"{_ranks(hosts, procs)} = {hosts * procs} ranks and {_count(gpus, 'GPU', 'GPUs')} on this "
-        f"machine: the ranks run without GPUs (CUDA_VISIBLE_DEVICES=''); "
+        f"{_ranks(hosts, procs)} = {counted(hosts * procs, 'rank')} and {counted(gpus, 'GPU')} "
+        f"on this machine: the ranks run without GPUs (CUDA_VISIBLE_DEVICES=''); "
         f"{_fitting(gpus, hosts)} gives each rank one"
     )

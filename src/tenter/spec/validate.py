@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from tenter.spec import catalog, gpus, limits
 from tenter.spec.backend_rules import backend_problems
-from tenter.spec.errors import MAX_SHOWN, Problem, SpecError, did_you_mean, show
+from tenter.spec.errors import MAX_SHOWN, Problem, SpecError, closest, did_you_mean, show
 from tenter.spec.job import JobSpec
 from tenter.spec.limits import key_path
 
@@ -134,14 +134,17 @@ def _problem_from_pydantic(err: Any, *, suggest: bool = True) -> Problem:
         path = key_path(path, part)
     if err["type"] == "extra_forbidden":
         parent = _model_at(loc[:-1]) if suggest else None
-        hint = did_you_mean(str(loc[-1]), _field_names(parent)) if parent else ""
-        return Problem(path, f"unknown field.{hint or ' Remove it.'}")
+        close = closest(str(loc[-1]), _field_names(parent)) if parent else None
+        return Problem(path, "unknown field", f"rename it to '{close}'" if close else "remove it")
     if err["type"] == "missing":
-        return Problem(path, "is required")
+        return Problem(path, "is required", f"set {path}")
     message = err["msg"]
     # Errors raised by our own validators already carry the fix.
     if err["type"] == "value_error":
         return Problem(path, message.removeprefix("Value error, "))
+    expected = message.removeprefix("Input should be ")
+    if expected != message:  # pydantic's "Input should be a valid integer" and the like
+        return Problem(path, f"{show(err['input'])} is not {expected}", f"make it {expected}")
     return Problem(path, f"{show(err['input'])} is invalid: {message[0].lower()}{message[1:]}")
 
 
@@ -375,24 +378,30 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
     entries = [n for n in ("entry_point", "module", "command") if getattr(spec, n) is not None]
     if not entries:
         errors.append(
-            Problem("entry_point", "is required: set entry_point (a script), module or command")
+            Problem("entry_point", "is required", "set entry_point (a script), module or command")
         )
     elif len(entries) > 1:
-        errors.append(Problem(entries[1], f"cannot be combined with {entries[0]}; keep one"))
+        errors.append(Problem(entries[1], f"cannot be combined with {entries[0]}", "keep one"))
 
     source_dir = Path(spec.source_dir)
     if not source_dir.is_dir():
-        errors.append(Problem("source_dir", f"'{source_dir}' is not a directory"))
+        errors.append(
+            Problem("source_dir", f"'{source_dir}' is not a directory", "give an existing folder")
+        )
     elif spec.entry_point is not None and not (source_dir / spec.entry_point).is_file():
+        script = source_dir / spec.entry_point
         errors.append(
             Problem(
                 "entry_point",
-                f"'{spec.entry_point}' does not exist in source_dir '{source_dir}'; check the "
-                "name, or set source_dir to the folder that contains it",
+                f"'{spec.entry_point}' is a directory, not a script"
+                if script.is_dir()
+                else f"'{spec.entry_point}' does not exist in source_dir '{source_dir}'",
+                "check the name, or set source_dir to the folder that contains it (to run a "
+                "job again, give `tenter run` its job directory)",
             )
         )
     if spec.command is not None and not spec.command:
-        errors.append(Problem("command", "is empty; give the executable and its arguments"))
+        errors.append(Problem("command", "is empty", "give the executable and its arguments"))
 
     for name, path in spec.channels.items():
         if not _CHANNEL_NAME.match(name):
@@ -400,7 +409,9 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                 Problem(f"channels.{name}", "channel names may use letters, digits, '.', '_', '-'")
             )
         if not Path(path).exists():
-            errors.append(Problem(f"channels.{name}", f"'{path}' does not exist"))
+            errors.append(
+                Problem(f"channels.{name}", f"'{path}' does not exist", "give an existing path")
+            )
 
     for key in spec.hyperparameters:
         if not key or re.search(r"[\s=]", key):

@@ -47,6 +47,7 @@ from tenter.jobdir.records import append_line
 from tenter.launch import report
 from tenter.launch.console import say
 from tenter.launch.isolation.running import running_local_job
+from tenter.spec.errors import counted
 
 if TYPE_CHECKING:
     from tenter.launch.local.job import LocalJob
@@ -266,7 +267,7 @@ class NetworkFaults:
                 self.job.fence_host(index, why)
                 self.fenced.add(host)
                 say(
-                    f"host {host} {why}; going on with {active - 1} hosts "
+                    f"host {host} {why}; going on with {counted(active - 1, 'host')} "
                     f"(`tenter fault {self.plan.job_id} heal {host}` brings it back)"
                 )
             else:

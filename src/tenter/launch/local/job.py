@@ -26,6 +26,7 @@ from tenter.launch.isolation.faults import NetworkFaults
 from tenter.launch.processes import env_of, job_processes, kill_all
 from tenter.launch.supervisor import Supervisor
 from tenter.runtime.warm import TITLE_ROOM, WAIT_FLAG
+from tenter.spec.errors import counted
 
 
 class LocalJob(Supervisor):
@@ -107,7 +108,8 @@ class LocalJob(Supervisor):
         kill_all([p for p in job_processes(self.plan.job_id) if env_of(p, "TENTER_HOST") == name])
         left = len(self.procs) - len(self.lost)
         self.lost_hosts[name] = f"its agent was killed by {why}"
-        say(f"host {name} lost (its agent was killed by {why}); going on with {left} hosts")
+        going_on = counted(left, "host")
+        say(f"host {name} lost (its agent was killed by {why}); going on with {going_on}")
 
     def on_tick(self) -> None:
         self._admit_joining_hosts()
