@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, WAIT_S, assert_nothing_left, job_processes, tenter
+from tests.conftest import REPO, WAIT_S, assert_nothing_left, job_dirs, job_processes, tenter
 
 pytestmark = pytest.mark.slow
 SCRIPT = str(Path(__file__).parent / "scripts" / "plain_ddp.py")
@@ -142,7 +142,7 @@ def test_live_view_and_report_show_ddp_steps_and_straggler_of_a_plain_torchrun_s
         assert view.finish() == 0, view.text
     finally:
         view.close()
-    (job_dir,) = (tenter_home / "jobs").iterdir()
+    (job_dir,) = job_dirs(tenter_home / "jobs")
     steps = json.loads((job_dir / "summary.json").read_text())["goodput"]["productive_steps"]
     assert steps >= 16  # the rule names a straggler after 16 steps at the earliest
     assert re.search(rf"algo-2\s+2\s+\w+\s+{steps}\s", view.text)  # its last step, at the end

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tenter
+from tests.conftest import job_dirs, tenter
 
 SCRIPT = """
 import os, sys
@@ -35,7 +35,7 @@ def script(tmp_path: Path) -> Path:
 
 
 def jobs(home: Path) -> list[Path]:
-    return sorted((home / "jobs").iterdir())
+    return job_dirs(home / "jobs")
 
 
 def test_run_options_after_the_script_are_tenters(script: Path, tenter_home: Path) -> None:
@@ -63,7 +63,8 @@ def test_run_of_a_job_directory_runs_that_job_again(script: Path, tenter_home: P
     assert "argv ['--seed', '5']" in again.stdout
     second = next(d for d in jobs(tenter_home) if d != job_dir)
     plan = json.loads((second / "plan.json").read_text())
-    assert plan["checkpoint_dir"] == str(job_dir / "checkpoints")  # it resumes from there
+    first_plan = json.loads((job_dir / "plan.json").read_text())
+    assert plan["checkpoint_dir"] == first_plan["checkpoint_dir"]  # it resumes from there
 
 
 def test_a_directory_that_is_no_job_is_not_said_missing(tmp_path: Path) -> None:
