@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import threading
 import warnings
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tenter.contract.sagemaker import host_names
+from tenter.contract.sagemaker import host_names, hyperparameters_json
 from tenter.jobdir import layout
 from tenter.spec import JobSpec, load
 from tenter.spec.errors import did_you_mean
@@ -189,6 +191,33 @@ def shows_logs(logs: str | bool) -> bool:
     return LOGS[logs]
 
 
+STATUSES = {
+    "succeeded": ("Completed", "Completed"),
+    "interrupted": ("Stopped", "Stopped"),
+    "max_run": ("Stopped", "MaxRuntimeExceeded"),
+    "preempted": ("Stopped", "Interrupted"),
+}
+"""A result's ``state`` -> DescribeTrainingJob's ``TrainingJobStatus`` and ``SecondaryStatus``
+(as SageMaker reports a stop, a job past ``max_run`` and a spot interruption); any other
+state: ``Failed``."""
+
+STOPPED_WARNING = (
+    "Job ended with status 'Stopped' rather than 'Completed'. This could mean the job timed "
+    "out or stopped early for some reason: Consider checking whether it completed as you expect."
+)
+"""What the SDK's ``wait()`` logs, instead of raising, for a stopped job."""
+
+logger = logging.getLogger(__name__)
+
+
+def job_status(result: JobResult | None, stopping: bool) -> tuple[str, str]:
+    """``TrainingJobStatus`` and ``SecondaryStatus`` of a job with this result (None: running;
+    ``stopping``: ``stop()`` was called)."""
+    if result is None:
+        return ("Stopping", "Stopping") if stopping else ("InProgress", "Training")
+    return STATUSES.get(result.state, ("Failed", "Failed"))
+
+
 def _model_dir(job_dir: str) -> str:
     # SageMaker uploads the model directory of its first host.
     return str(layout.host_model_dir(job_dir, host_names(1)[0]))
@@ -201,16 +230,19 @@ class TrainingJob:
     ``tenter run --detach`` does; ``wait()`` follows it, ``stop()`` cancels it.
     """
 
-    def __init__(self, request: Request, watch: Watch) -> None:
+    def __init__(self, request: Request, watch: Watch, spec: JobSpec) -> None:
         self.request = request
         self.watch = watch
         """How ``fit`` shows the job's output while it runs."""
+        self.spec = spec
         self.name = request.job_id
         """The job id (the SDK's training job name)."""
         self.job_dir: str = request.job_dir
         self.result: JobResult | None = None
         """The outcome, once the job has ended."""
+        self.created = datetime.now(UTC)
         self._handle: JobHandle | None = None
+        self._stopping = False
         self._reported = False
 
     @property
@@ -226,52 +258,77 @@ class TrainingJob:
             self.result = session.run_request(self.request, self.watch)
 
     def wait(self, logs: str | bool = "All") -> JobResult:
-        """Block until the job ends (showing the ranks' output of a detached job from its
-        start unless ``logs`` says not to); raise :class:`tenter.JobFailedError` if it failed."""
-        from tenter.launch.api import JobFailedError, get_backend
+        """Block until the job ends, as the SDK's ``wait()``: the ranks' output of a detached
+        job from its start and the end-of-job summary, unless ``logs`` says not to. A failed
+        job raises :class:`tenter.JobFailedError`; a stopped one (``stop()``, ``max_run``, a
+        preemption) logs the SDK's warning and returns."""
+        from tenter.launch.api import JobFailedError
 
+        show = shows_logs(logs)
         if self.result is None and self._handle is not None:
-            backend = get_backend(self._handle.backend)
-            # Every rank's output from the start (the job itself was started showing none).
-            shown: list[int] | None = None if shows_logs(logs) else []
-            tail = backend.logs(self._handle, shown, True, follow=True).start()
-            try:
-                self.result = backend.wait(self._handle, threading.Event())
-            finally:
-                tail.stop()
+            self.result = self._follow(show)
         assert self.result is not None, "a started job has a result once waited for"
-        if not self._reported:
+        if show and not self._reported:
             self._reported = True
             print(self.result.summary, flush=True)
-        if not self.result.ok:
+        status, _ = job_status(self.result, self._stopping)
+        if status == "Stopped":
+            logger.warning(STOPPED_WARNING)
+        elif status == "Failed":
             raise JobFailedError(self.result, self.result.summary)
         return self.result
 
+    def _follow(self, show: bool) -> JobResult:
+        from tenter.launch.api import get_backend
+
+        assert self._handle is not None
+        backend = get_backend(self._handle.backend)
+        # Every rank's output from the start (the job itself was started showing none).
+        tail = backend.logs(self._handle, None if show else [], True, follow=True).start()
+        try:
+            return backend.wait(self._handle, threading.Event())
+        finally:
+            tail.stop()
+
     def stop(self) -> None:
-        """Stop a detached job (the SDK's ``stop()``)."""
+        """Stop a detached job (the SDK's ``stop()``): it is ``Stopping`` until it has ended,
+        then ``Stopped``; ``wait()`` then returns with a warning."""
         from tenter.launch.api import get_backend
 
         if self._handle is not None and self.result is None:
+            self._stopping = True
             get_backend(self._handle.backend).cancel(self._handle)
 
     def describe(self) -> dict[str, Any]:
-        """The fields of SageMaker's DescribeTrainingJob that mean something here."""
-        out: dict[str, Any] = {"TrainingJobName": self.name}
+        """SageMaker's DescribeTrainingJob, with the fields that mean something here."""
         result = self.result
         if result is None and self._handle is not None:
             from tenter.jobdir.results import read_result
 
             result = read_result(Path(self.job_dir))
+        status, secondary = job_status(result, self._stopping)
+        out: dict[str, Any] = {
+            "TrainingJobName": self.name,
+            "TrainingJobStatus": status,
+            "SecondaryStatus": secondary,
+            "HyperParameters": hyperparameters_json(self.spec.hyperparameters),
+            "ResourceConfig": {
+                "InstanceType": self.spec.instance_type,
+                "InstanceCount": self.spec.instance_count,
+            },
+            "CreationTime": self.created,
+            "TrainingStartTime": self.created,
+        }
+        if self.spec.max_run is not None:
+            out["StoppingCondition"] = {"MaxRuntimeInSeconds": self.spec.max_run}
         if result is None:
-            out["TrainingJobStatus"] = "InProgress"
             return out
-        status = "Completed" if result.ok else "Stopped" if result.interrupted else "Failed"
         out.update(
-            TrainingJobStatus=status,
             ModelArtifacts={"S3ModelArtifacts": _model_dir(result.job_dir)},
+            TrainingEndTime=self.created + timedelta(seconds=result.duration_s),
             TrainingTimeInSeconds=round(result.duration_s),
         )
-        if not result.ok:
+        if status == "Failed":
             out["FailureReason"] = result.summary
         return out
 
@@ -365,7 +422,7 @@ class Estimator:
         if not wait or not shows_logs(logs):
             # A detached job prints nothing while the caller goes on; wait() replays it.
             watch = dataclasses.replace(watch, ranks=[])
-        job = TrainingJob(api.dryrun(self.spec, job_name), watch)
+        job = TrainingJob(api.dryrun(self.spec, job_name), watch, self.spec)
         self.latest_training_job = job
         self.jobs.append(job)
         job.start(detach=not wait)

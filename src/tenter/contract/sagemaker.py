@@ -15,24 +15,35 @@ INSTANCE_GROUP = "homogeneousCluster"
 
 
 def hyperparameter_args(hyperparameters: Mapping[str, Any]) -> list[str]:
-    """``--key value`` pairs, sorted by key, as the SageMaker toolkit passes them.
+    """The script's arguments, as sagemaker-training's ``mapping.to_cmd_args`` makes them from
+    the hyperparameters the SDK sent: sorted by key, ``--key value`` (``-k`` for a one-letter
+    key).
 
-    Strings pass verbatim (a value with spaces, quotes or ``$(...)`` arrives unchanged:
-    this is an argument list, never a shell string); other values are JSON, except
-    booleans, which Python scripts read as ``True``/``False``.
+    Strings pass verbatim (a value with spaces, quotes or ``$(...)`` arrives unchanged: this
+    is an argument list, never a shell string); a dict is ``k=v,k2=v2`` (sorted); ``null`` is
+    an empty string; anything else is Python's ``str`` of the decoded JSON value (``True``,
+    ``0.1``, ``[1, 'a']``), as the toolkit writes it.
     """
     args: list[str] = []
     for key in sorted(hyperparameters):
-        args += [f"--{key}", _arg_value(hyperparameters[key])]
+        args += [f"--{key}" if len(key) > 1 else f"-{key}", _arg_value(hyperparameters[key])]
     return args
 
 
 def _arg_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+    return "" if value is None else str(value)
+
+
+def env_value(value: Any) -> str:
+    """A value as sagemaker-training's ``mapping.to_env_vars`` exports it: strings verbatim,
+    ``null`` empty, anything else compact JSON with sorted keys."""
     if isinstance(value, str):
         return value
-    if isinstance(value, bool):
-        return str(value)
-    return json.dumps(value)
+    if value is None:
+        return ""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def host_names(count: int) -> list[str]:
@@ -114,6 +125,9 @@ def sagemaker_env(
     input_dir = host_dir / "input"
     output_dir = host_dir / "output"
     rc = resource_config(current_host, hosts, instance_type, network_interface)
+    flags = framework_params(distribution)
+    # The toolkit's: the group is a distribution group only when a distribution is enabled.
+    distribution_groups = [INSTANCE_GROUP] if any(flags.values()) else []
     training_env: dict[str, Any] = {
         "job_name": job_name,
         "hosts": hosts,
@@ -125,8 +139,8 @@ def sagemaker_env(
         "current_instance_group_hosts": hosts,
         "instance_groups": [INSTANCE_GROUP],
         "instance_groups_dict": {g["instance_group_name"]: g for g in rc["instance_groups"]},
-        "distribution_instance_groups": [INSTANCE_GROUP],
-        "distribution_hosts": hosts,
+        "distribution_instance_groups": distribution_groups,
+        "distribution_hosts": hosts if distribution_groups else [],
         "is_hetero": False,
         "network_interface_name": network_interface,
         "num_gpus": num_gpus,
@@ -137,14 +151,13 @@ def sagemaker_env(
         "module_name": entry_point.removesuffix(".py"),
         "module_dir": module_dir,
         "framework_module": None,
-        "additional_framework_parameters": framework_params(distribution),
+        "additional_framework_parameters": flags,
         "resource_config": rc,
         "input_data_config": input_data_config(channels),
         "channel_input_dirs": dict(channels),
         "model_dir": str(host_dir / "model"),
         "input_dir": str(input_dir),
         "input_config_dir": str(input_dir / "config"),
-        "input_data_dir": str(input_dir / "data"),
         "output_dir": str(output_dir),
         "output_data_dir": str(output_dir / "data"),
         "output_intermediate_dir": str(output_dir / "intermediate"),
@@ -158,7 +171,7 @@ def sagemaker_env(
         "SM_CURRENT_INSTANCE_GROUP_HOSTS": hosts,
         "SM_INSTANCE_GROUPS": [INSTANCE_GROUP],
         "SM_INSTANCE_GROUPS_DICT": training_env["instance_groups_dict"],
-        "SM_DISTRIBUTION_INSTANCE_GROUPS": [INSTANCE_GROUP],
+        "SM_DISTRIBUTION_INSTANCE_GROUPS": distribution_groups,
         "SM_IS_HETERO": False,
         "SM_NETWORK_INTERFACE_NAME": network_interface,
         "SM_NUM_GPUS": num_gpus,
@@ -169,6 +182,7 @@ def sagemaker_env(
         "SM_USER_ENTRY_POINT": entry_point,
         "SM_USER_ARGS": hyperparameter_args(hyperparameters),
         "SM_FRAMEWORK_PARAMS": training_env["additional_framework_parameters"],
+        "SM_FRAMEWORK_MODULE": None,
         "SM_RESOURCE_CONFIG": rc,
         "SM_INPUT_DATA_CONFIG": training_env["input_data_config"],
         "SM_CHANNELS": sorted(channels),
@@ -186,4 +200,4 @@ def sagemaker_env(
         env[f"SM_CHANNEL_{name.upper()}"] = path
     for key, value in hyperparameters.items():
         env[f"SM_HP_{key.upper()}"] = value
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in env.items()}
+    return {k: env_value(v) for k, v in env.items()}

@@ -35,6 +35,13 @@ def is_preemption(stop: threading.Event) -> bool:
     return isinstance(stop, StopRequest) and stop.preempt
 
 
+def hold_stop_signals() -> None:
+    """Block :data:`STOP_SIGNALS` (a ``preexec_fn``): a launcher started so receives a stop
+    sent before it could handle one (``cancel`` at once after ``--detach``) once
+    :func:`stop_requests` has its handlers in place, instead of dying of it, summary-less."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
 @contextlib.contextmanager
 def stop_requests() -> Iterator[StopRequest]:
     """An event set by SIGINT/SIGTERM/SIGHUP while the job runs (signals reach the main thread
@@ -46,6 +53,8 @@ def stop_requests() -> Iterator[StopRequest]:
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     for sig in previous:
         signal.signal(sig, requested.on_signal)
+    # Held ones (hold_stop_signals) arrive now; the job's processes start with none blocked.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         yield requested
     finally:

@@ -32,7 +32,7 @@ from tenter.launch.processes import (
     process_identity,
     stop_job,
 )
-from tenter.launch.signals import is_preemption
+from tenter.launch.signals import hold_stop_signals, is_preemption
 from tenter.launch.supervisor import Supervisor, create_job_dir
 from tenter.spec.errors import counted
 
@@ -86,6 +86,7 @@ class SupervisedBackend:
                 stderr=subprocess.STDOUT,
                 # Its own session: the caller's terminal and its end do not reach the job.
                 start_new_session=True,
+                preexec_fn=hold_stop_signals,
             )
         handle = dataclasses.replace(handle, scheduler_id=process_identity(daemon.pid))
         handle.write()

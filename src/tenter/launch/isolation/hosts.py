@@ -28,6 +28,8 @@ def open_network(plan: Plan) -> HostNetwork:
         [host.name for host in plan.hosts],
         user_namespace=preflight.user_namespace_needed(),
         etc=_etc_files(plan),
+        # Each host's SageMaker tree at SageMaker's path, so that /opt/ml/model works.
+        opt_ml={h.name: h.dir for h in [*plan.hosts, *plan.spare_hosts]},
     )
     network.start()
     try:

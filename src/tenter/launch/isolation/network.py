@@ -92,6 +92,9 @@ class HostNetwork:
     etc: dict[str, str] = field(default_factory=dict)
     """Files each host sees in place of this machine's: path in ``/etc`` -> the file
     (bind-mounted in the host's mount namespace): its ``/etc/hosts``..."""
+    opt_ml: dict[str, str] = field(default_factory=dict)
+    """Host name -> the folder it sees at ``/opt/ml`` (SageMaker's container path), mounted
+    in its own mount namespace only; a host not named here sees this machine's ``/opt``."""
 
     def __post_init__(self) -> None:
         if len(self.hostnames) > MAX_HOSTS:
@@ -241,6 +244,8 @@ class HostNetwork:
             setup += " && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm"
             for number, target in enumerate(self.etc, start=2):
                 setup += f' && mount --bind "${{{number}}}" {shlex.quote(target)}'
+            if name in self.opt_ml:
+                setup += f" && {mount_opt_ml(len(self.etc) + 2)}"
         script = f"{setup} && echo ready && exec sleep infinity"
         prefix = []
         if self.user_namespace and self.switch is not None:
@@ -263,6 +268,7 @@ class HostNetwork:
             "tenter-ns",
             hostname or name,
             *self.etc.values(),
+            *([self.opt_ml[name]] if "--mount" in unshare and name in self.opt_ml else []),
         ]
         proc = subprocess.Popen(
             argv,
@@ -298,6 +304,29 @@ class HostNetwork:
 
     def _in_host(self, host: str, *argv: str) -> str:
         return _run([*self.enter(host), *argv])
+
+
+STAGE = "/dev/shm/.tenter-opt"
+"""Where a host's new ``/opt`` is assembled: its own ``/dev/shm`` (a tmpfs of its mount
+namespace), so that nothing is created in this machine's file system."""
+
+
+def mount_opt_ml(arg: int) -> str:
+    """The shell commands, run in a host's fresh mount namespace, that show it the folder in
+    its positional argument ``arg`` at ``/opt/ml``. ``/opt/ml`` cannot be created in this
+    machine's ``/opt``: a tmpfs is mounted in its place holding this machine's entries of
+    ``/opt`` (bound back, links copied) and ``ml``. Gone with the namespace; a machine with
+    no ``/opt`` directory gets none."""
+    return (
+        f"if [ -d /opt ]; then mkdir {STAGE} && mount -t tmpfs -o mode=755 tenter-opt {STAGE}"
+        " && for e in /opt/* /opt/.[!.]*; do n=${e##*/}; case $n in ml|'*'|'.[!.]*') continue;;"
+        f' esac; if [ -L "$e" ]; then cp -P "$e" {STAGE}/; else'
+        f' {{ [ -d "$e" ] && mkdir "{STAGE}/$n" || touch "{STAGE}/$n"; }}'
+        f' && mount --rbind "$e" "{STAGE}/$n"; fi || exit 1; done'
+        # A spare host's tree is written when it joins: its folder may not exist yet.
+        f' && mkdir -p "${{{arg}}}" {STAGE}/ml && mount --rbind "${{{arg}}}" {STAGE}/ml'
+        f" && mount --move {STAGE} /opt && rmdir {STAGE}; fi"
+    )
 
 
 def _run(argv: list[str]) -> str:
