@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tenter.contract.plan import Plan
 
 
 def add_parser(sub: Any) -> None:
@@ -26,6 +29,7 @@ def add_parser(sub: Any) -> None:
 
 
 def show_status(args: argparse.Namespace) -> int:
+    from tenter.contract.plan import read_plan
     from tenter.goodput.ledger import summary_line
     from tenter.goodput.records import job_ledger
     from tenter.jobdir.lookup import open_handle
@@ -42,6 +46,32 @@ def show_status(args: argparse.Namespace) -> int:
         return 0
     status = get_backend(handle.backend).status(handle)
     print(f"job {handle.job_id}: {status.text} (backend {handle.backend})")
-    if handle.backend != "kubernetes":  # a pod's records stay in its cluster, not the job dir
+    if handle.backend == "kubernetes":  # a pod's records stay in its cluster, not the job dir
+        return 0
+    # mpirun's ranks meet without tenter's agents, which record the rounds.
+    has_agents = status.running and handle.backend != "mpi"
+    waiting = rendezvous_line(read_plan(handle.job_dir)) if has_agents else ""
+    if waiting:
+        print(waiting)
+        print(summary_line(job_ledger(handle.job_dir), why_no_steps="no round formed yet"))
+    else:
         print(summary_line(job_ledger(handle.job_dir)))
     return 0
+
+
+def rendezvous_line(plan: Plan) -> str:
+    """Which hosts start or wait for a rendezvous round, and what the round waits for."""
+    from tenter.jobdir.control import lost_hosts
+    from tenter.jobdir.records import hosts_in_rendezvous
+
+    lost = lost_hosts(plan.job_dir)
+    waiting = hosts_in_rendezvous(plan.job_dir, [h.name for h in plan.hosts if h.name not in lost])
+    if not waiting:
+        return ""
+    line = f"rendezvous: {', '.join(waiting)} starting or waiting for a round"
+    if plan.min_hosts < plan.max_hosts:
+        line += (
+            f" (a round of fewer than max_hosts {plan.max_hosts} hosts forms "
+            f"last_call_timeout {plan.last_call_timeout} s after its last host came)"
+        )
+    return line

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tenter.contract.plan import Plan
+from tenter.contract.plan import read_plan
 from tenter.jobdir import layout
 from tenter.launch.console import read_index
 from tenter.monitor.goodput_report import goodput_section
@@ -216,7 +216,7 @@ def write_report(job_dir: Path) -> Path:
     metrics = read_metrics(job_dir)
     out = job_dir / layout.REPORT_DIR
     out.mkdir(exist_ok=True)
-    plan = Plan.from_json((job_dir / layout.PLAN_FILE).read_text())
+    plan = read_plan(job_dir)
     hosts = {int(str(e["rank"])): str(e["host"]) for e in read_index(plan.job_dir)}
     ranks = summarise_ranks(samples, metrics, hosts)
     slow = stragglers(ranks)
