@@ -11,7 +11,7 @@ import pytest
 
 from tenter.errors import ExitCode
 from tenter.goodput.records import LedgerKeeper, record_checkpoint
-from tenter.jobdir.layout import rank_file
+from tenter.jobdir.layout import MEMBERSHIP_FILE, rank_file
 from tenter.jobdir.results import JobResult, write_result
 from tenter.launch import api
 from tenter.launch.supervisor import create_job_dir
@@ -37,8 +37,10 @@ def job(tmp_path: Path, job_id: str, checkpoints: Path, name: str = "train") -> 
 
 
 def ran(job_dir: Path, launch: float, steps: range, every: float, end: float, code: int) -> None:
-    """Rank 0 reported ``steps`` from launch + 1, ``every`` seconds apart; ended at ``end``."""
-    os.utime(job_dir / "plan.json", (launch, launch))
+    """Launched at ``launch``; rank 0 reported ``steps`` from launch + 1, ``every`` seconds
+    apart; ended at ``end``."""
+    launched = {"event": "launch", "time": launch, "hosts": ["algo-1"]}
+    (job_dir / MEMBERSHIP_FILE).write_text(json.dumps(launched) + "\n")
     path = rank_file(job_dir, 0)
     path.parent.mkdir(exist_ok=True)
     lines = [{"time": launch + 1 + every * i, "step": s} for i, s in enumerate(steps)]
