@@ -44,11 +44,28 @@ def dataset(seed: int, size: int = 1024, features: int = 16) -> TensorDataset:
     return TensorDataset(x, torch.sin(x @ w) + 0.05 * torch.randn(size, 1, generator=g))
 
 
+def per_rank_batch_size(global_batch_size: int) -> int:
+    """The global batch split evenly over the ranks; a world it does not divide (an elastic
+    job that grew to 3 hosts x 2 processes: 64 / 6) trains with the nearest even split, said
+    once, rather than fail at every restart."""
+    world = tenter.world_size()
+    per_rank = max(1, round(global_batch_size / world))
+    if per_rank * world != global_batch_size:
+        tenter.print0(
+            f"global batch {per_rank * world} ({per_rank} per rank x {world} ranks): "
+            f"--batch_size {global_batch_size} does not divide by {world} ranks",
+            flush=True,
+        )
+    return per_rank
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--batch_size", type=int, default=64, help="global batch size")
+    parser.add_argument(
+        "--batch_size", type=int, default=64, help="global batch size (the nearest that divides)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--checkpoint_every", type=int, help="steps (default: the spec's checkpoint.every, or 10)"
@@ -68,7 +85,7 @@ def train(args: argparse.Namespace) -> None:
     sampler = ResumableSampler(tenter.sampler(data, shuffle=True, seed=args.seed))
     loader = DataLoader(
         data,
-        batch_size=tenter.per_rank_batch_size(args.batch_size),
+        batch_size=per_rank_batch_size(args.batch_size),
         sampler=sampler,
         # Starting an epoch draws a seed from this generator. Without one it draws from
         # torch's global RNG, the one dropout uses, and a run resumed mid-epoch (which starts

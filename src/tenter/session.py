@@ -10,11 +10,9 @@ machine, refused with a clear message elsewhere), and Ctrl-C/SIGTERM, which canc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from tenter.contract.plan import Plan
+from tenter.contract.plan import read_plan
 from tenter.errors import TenterError
-from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
 from tenter.launch.api import Backend, Request, dryrun, get_backend
@@ -115,7 +113,7 @@ def follow(handle: JobHandle, watch: Watch, view: LiveView | None = None) -> Job
     """Show the job's output (and its live view) until it ends; Ctrl-C or SIGTERM cancel it."""
     backend = get_backend(handle.backend)
     if view is None and backend.reports_progress and (watch.live or watch.metrics_port is not None):
-        plan = Plan.from_json((Path(handle.job_dir) / layout.PLAN_FILE).read_text())
+        plan = read_plan(handle.job_dir)
         view = _open_view(backend, plan, watch)
     with stop_requests() as stop:
         # Before the tail: a live table redirects stdout, where the tail must print.

@@ -16,6 +16,7 @@ from tenter.jobdir.results import JobResult, write_result
 from tenter.launch import api
 from tenter.launch.supervisor import create_job_dir
 from tenter.spec import load
+from tests.monitor.helpers import launched_at
 
 T0 = 1_000_000.0
 
@@ -37,8 +38,9 @@ def job(tmp_path: Path, job_id: str, checkpoints: Path, name: str = "train") -> 
 
 
 def ran(job_dir: Path, launch: float, steps: range, every: float, end: float, code: int) -> None:
-    """Rank 0 reported ``steps`` from launch + 1, ``every`` seconds apart; ended at ``end``."""
-    os.utime(job_dir / "plan.json", (launch, launch))
+    """Launched at ``launch``; rank 0 reported ``steps`` from launch + 1, ``every`` seconds
+    apart; ended at ``end``."""
+    launched_at(job_dir, launch)
     path = rank_file(job_dir, 0)
     path.parent.mkdir(exist_ok=True)
     lines = [{"time": launch + 1 + every * i, "step": s} for i, s in enumerate(steps)]

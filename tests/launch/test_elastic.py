@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tenter.contract.plan import read_plan
 from tenter.errors import ExitCode
 from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
 from tests.launch.etcd_server import etcd_server
@@ -101,7 +102,8 @@ def test_a_host_joins_a_running_job(tmp_path: Path, tenter_home: Path) -> None:
     assert "rendezvous: 2 hosts (algo-1, algo-2), world size 2" in out
     assert "[algo-2,1]<stdout>: done world 2 rank 1" in out
     plan = json.loads((job.job_dir / "plan.json").read_text())
-    assert [h["name"] for h in plan["hosts"]] == ["algo-1", "algo-2"]
+    assert [h["name"] for h in plan["hosts"]] == ["algo-1"]  # as launched
+    assert [h.name for h in read_plan(job.job_dir).hosts] == ["algo-1", "algo-2"]
     assert_nothing_left(job.job_dir)
 
 

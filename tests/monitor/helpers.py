@@ -47,3 +47,9 @@ def fake_job(hosts: int = 2, procs: int = 2, *, step_s: dict[int, float] | None 
             path.parent.mkdir(exist_ok=True)
             path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return plan
+
+
+def launched_at(job_dir: Path, when: float) -> None:
+    """Make the job's launch (the launch line of ``membership.jsonl``) ``when``."""
+    launch = {"event": "launch", "time": when, "hosts": ["algo-1"]}
+    (job_dir / layout.MEMBERSHIP_FILE).write_text(json.dumps(launch) + "\n")

@@ -10,7 +10,7 @@ from tenter.jobdir.results import JobResult, write_result
 from tenter.monitor.job_report import step_times, throughput_timeline
 from tenter.monitor.records import Sample
 from tests.conftest import tenter
-from tests.monitor.helpers import T0, fake_job
+from tests.monitor.helpers import T0, fake_job, launched_at
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -39,7 +39,7 @@ def test_report_writes_plots_and_marks_the_straggler() -> None:
 def test_report_shows_goodput_ledger_parts() -> None:
     plan = fake_job()
     job_dir = Path(plan.job_dir)
-    os.utime(job_dir / "plan.json", (T0 - 10, T0 - 10))  # launched 10 s before the first step
+    launched_at(job_dir, T0 - 10)  # 10 s before the first step
     write_result(job_dir, JobResult(plan.job_id, plan.job_dir, 0, 25.0, 2, 2))
     os.utime(job_dir / "summary.json", (T0 + 15, T0 + 15))  # ended 5 s after step 11
     done = tenter("report", plan.job_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import urllib.request
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from tenter.goodput.stragglers import Straggler
 from tenter.monitor.live import LiveView
 from tenter.monitor.prometheus import metric_name
 from tenter.monitor.snapshot import status_line
-from tests.monitor.helpers import T0, fake_job
+from tests.monitor.helpers import T0, fake_job, launched_at
 
 
 def test_metrics_endpoint_serves_every_rank_in_prometheus_text_format() -> None:
@@ -53,7 +52,7 @@ def test_metric_name_keeps_only_characters_prometheus_allows() -> None:
 def test_metrics_endpoint_serves_goodput_ledger_and_stragglers() -> None:
     plan = fake_job()
     job_dir = Path(plan.job_dir)
-    os.utime(job_dir / "plan.json", (T0 - 5, T0 - 5))  # launched 5 s before the first step
+    launched_at(job_dir, T0 - 5)  # 5 s before the first step
     LedgerKeeper(job_dir).write(now=T0 + 30)
     straggler = Straggler(rank=2, host="algo-2", step=16, busy_s=0.13, others_s=0.1)
     record_straggler(plan.job_dir, straggler)

@@ -3,7 +3,8 @@
 :func:`tenter.contract.planner.make_plan` is a pure function of the spec (plus the job id
 and the Python to use), so ``tenter plan`` can print it and tests can pin it. The backends
 that run tenter's per-host agent (local, Slurm) or mpirun execute this same object: each
-agent reads its :class:`HostPlan` from ``plan.json``.
+agent reads its :class:`HostPlan` from ``plan.json`` (written once, at launch; the hosts that
+join later are in the job's membership record: :func:`read_plan` reads both).
 
 What every host shares is kept once (:attr:`Plan.env`, :attr:`Plan.host_files`, written with
 the host placeholders ``${host}``, ``${host_dir}``...); a :class:`HostPlan` holds only what
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from tenter.contract.placeholders import (
     HOST_INDEX,
     resolve,
 )
-from tenter.jobdir import layout
+from tenter.jobdir import layout, membership
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,24 @@ class Plan:
             ]
 
         return cls(**{**data, "hosts": hosts("hosts"), "spare_hosts": hosts("spare_hosts")})
+
+    def with_joined(self, names: Collection[str]) -> Plan:
+        """This plan with the spare hosts named in ``names`` among its hosts (they joined)."""
+        joined = [h for h in self.spare_hosts if h.name in names]
+        if not joined:
+            return self
+        spare = [h for h in self.spare_hosts if h.name not in names]
+        return dataclasses.replace(self, hosts=[*self.hosts, *joined], spare_hosts=spare)
+
+    def as_running(self) -> Plan:
+        """This plan (as launched) with the hosts that have joined the job since."""
+        return self.with_joined(membership.joined_hosts(self.job_dir))
+
+
+def read_plan(job_dir: str | Path) -> Plan:
+    """The plan of the job in ``job_dir`` as it runs now: ``plan.json``, written once at
+    launch, with the hosts that joined since (:mod:`tenter.jobdir.membership`)."""
+    return Plan.from_json((Path(job_dir) / layout.PLAN_FILE).read_text()).as_running()
 
 
 def host_values(host: HostPlan) -> dict[str, str]:

@@ -295,8 +295,12 @@ def build_ledger(runs: Sequence[RunRecords], now: float) -> Ledger:
     return Ledger(wall, parts, productive, lost, [r.job_id for r in runs], ranks)
 
 
-def summary_line(ledger: Ledger) -> str:
-    """``goodput 87.3 %: productive 52.1 s of 59.7 s; startup 4.2 s, checkpoint 1.1 s...``"""
+NO_STEPS = "no rank reported a step: call tenter.report, or train with DDP"
+
+
+def summary_line(ledger: Ledger, why_no_steps: str = NO_STEPS) -> str:
+    """``goodput 87.3 %: productive 52.1 s of 59.7 s; startup 4.2 s, checkpoint 1.1 s...``;
+    ``why_no_steps`` ends the line where no rank reported a step."""
     others = ", ".join(
         f"{name} {seconds:.1f} s"
         for name, seconds in ledger.parts.items()
@@ -313,5 +317,5 @@ def summary_line(ledger: Ledger) -> str:
     if len(ledger.runs) > 1:
         line += f" ({len(ledger.runs)} runs)"
     if not ledger.ranks:
-        line += " (no rank reported a step: call tenter.report, or train with DDP)"
+        line += f" ({why_no_steps})"
     return line

@@ -2,11 +2,12 @@
 (``goodput.json``).
 
 Everything comes from files that every backend's job directory has, whichever agent runs the
-hosts: ``plan.json`` (its time of writing is the launch), ``summary.json`` (the outcome; its
-time of writing is the end), the ranks' step reports (``metrics/rank-<N>.jsonl``, or the DDP
-steps tenter counted itself, ``metrics/steps/rank-<N>.jsonl``), ``logs/index.jsonl`` (which
-rank ran on which host) and ``events.jsonl``: restarts and rendezvous rounds (the agents),
-torchft heals, hangs (the launcher) and blocking checkpoint saves (the ranks)::
+hosts: ``plan.json``, ``membership.jsonl`` (its launch line is the launch, and the plan's
+joined hosts), ``summary.json`` (the outcome; its time of writing is the end), the ranks' step
+reports (``metrics/rank-<N>.jsonl``, or the DDP steps tenter counted itself,
+``metrics/steps/rank-<N>.jsonl``), ``logs/index.jsonl`` (which rank ran on which host) and
+``events.jsonl``: restarts and rendezvous rounds (the agents), torchft heals, hangs (the
+launcher) and blocking checkpoint saves (the ranks)::
 
     {"event": "checkpoint", "rank": 0, "host": "algo-1", "step": 50, "start": 17.2, "time": 17.9}
     {"event": "hang", "time": 31.0}
@@ -25,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from tenter.contract.plan import Plan
+from tenter.contract.plan import read_plan
 from tenter.contract.worker import REPLICA_HEALED
 from tenter.goodput.ledger import HANG, RESTART, Fault, Ledger, RunRecords, build_ledger
 from tenter.goodput.stragglers import Straggler
@@ -34,11 +35,11 @@ from tenter.jobdir.layout import (
     EVENTS_FILE,
     GOODPUT_FILE,
     INDEX_FILE,
-    PLAN_FILE,
     SUMMARY_FILE,
     logs_dir,
     write_atomic,
 )
+from tenter.jobdir.membership import launch_time
 from tenter.jobdir.progress import ProgressReader, RankProgress
 from tenter.jobdir.records import JsonlFollower, append_line
 from tenter.jobdir.results import read_result
@@ -88,8 +89,8 @@ class RunReader:
 
     def __init__(self, job_dir: Path) -> None:
         self.job_dir = job_dir
-        self.plan = Plan.from_json((job_dir / PLAN_FILE).read_text())
-        self.launch = os.stat(job_dir / PLAN_FILE).st_mtime
+        self.plan = read_plan(job_dir)
+        self.launch = launch_time(job_dir)
         self._followers: dict[Path, JsonlFollower] = {}
         self._progress = ProgressReader(job_dir, keep_reports=False)
         self.progress: dict[int, RankProgress] = {}
@@ -176,7 +177,7 @@ def earlier_runs(reader: RunReader) -> list[Path]:
         if path == reader.job_dir or not (path / SUMMARY_FILE).is_file():
             continue
         try:
-            plan = Plan.from_json((path / PLAN_FILE).read_text())
+            plan = read_plan(path)
         except (OSError, ValueError, TypeError, KeyError):
             continue
         if _job_name(plan.job_id) == name and plan.checkpoint_dir == checkpoints:
@@ -190,7 +191,7 @@ def earlier_runs(reader: RunReader) -> list[Path]:
         if result is None or result.state != "preempted":
             break
         chain.insert(0, path)
-        before = os.stat(path / PLAN_FILE).st_mtime
+        before = launch_time(path)
     return chain
 
 

@@ -37,6 +37,11 @@ class AgentResult:
     message: str = ""
 
 
+JOINED_TOO_LATE = "the job ended before this host entered it"
+"""A SUCCEEDED host's message: it joined (``tenter join``) as the job ended, and the other
+hosts finished and closed the rendezvous before it got in."""
+
+
 def result_path(host_dir: str) -> Path:
     return Path(host_dir) / AGENT_RESULT_FILE
 

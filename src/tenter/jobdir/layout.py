@@ -1,6 +1,8 @@
 """The job directory on disk; this module owns every name in it::
 
-<job_dir>/plan.json                  the request that ran (the plan; Kubernetes: the manifests)
+<job_dir>/plan.json                  the request that ran (the plan; Kubernetes: the manifests),
+                                     written once, at launch
+<job_dir>/membership.jsonl           the launch, and each host that joined since (.membership)
 <job_dir>/handle.json                which backend holds the job and its id there
 <job_dir>/summary.json               outcome, duration, failures (written when the job ends)
 <job_dir>/goodput.json               the goodput ledger (:mod:`tenter.goodput.records`)
@@ -37,6 +39,7 @@ from typing import Protocol
 PLAN_FILE = "plan.json"
 SPEC_FILE = "spec.json"
 """The spec the job was planned from, for ``tenter run JOB_DIR`` (running it again)."""
+MEMBERSHIP_FILE = "membership.jsonl"
 HANDLE_FILE = "handle.json"
 SUMMARY_FILE = "summary.json"
 GOODPUT_FILE = "goodput.json"

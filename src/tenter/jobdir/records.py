@@ -70,6 +70,10 @@ class BufferedLines:
             self.flush()
 
 
+RENDEZVOUS_EVENT = "rendezvous"
+"""In the events file: a host's agent started its workers in a rendezvous round."""
+RESTART_EVENT = "restart"
+"""In the events file: a host's agent stopped its workers to start them again."""
 WORKERS_STORE_EVENT = "workers_store"
 """In the events file: the port of the workers' store (the plan's ``${master_port}``) as whoever
 serves it bound it: the group's rank 0 agent for each round, or mpi's launcher."""
@@ -115,10 +119,27 @@ def record_worker_logs(
     )
 
 
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of a line file (none if it is not there yet)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    # A writer may be half-way through its last line: it is not there yet.
+    return [json.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines() if line.strip()]
+
+
 def workers_store_ports(job_dir: str | os.PathLike[str]) -> list[int]:
     """The ports the job's workers' stores were served on, in the order they were."""
-    path = Path(job_dir) / EVENTS_FILE
-    if not path.exists():
-        return []
-    events = [json.loads(line) for line in path.read_text().splitlines()]
+    events = read_lines(Path(job_dir) / EVENTS_FILE)
     return [int(e["port"]) for e in events if e["event"] == WORKERS_STORE_EVENT]
+
+
+def hosts_in_rendezvous(job_dir: str | os.PathLike[str], hosts: list[str]) -> list[str]:
+    """Of ``hosts``, those whose workers are not running: their agent starts or waits for a
+    rendezvous round (it recorded none yet, or a restart after its last)."""
+    latest: dict[str, str] = {}
+    for event in read_lines(Path(job_dir) / EVENTS_FILE):
+        if event["event"] in (RENDEZVOUS_EVENT, RESTART_EVENT):
+            latest[str(event["host"])] = str(event["event"])
+    return [h for h in hosts if latest.get(h) != RENDEZVOUS_EVENT]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tenter.jobdir import layout
+from tenter.jobdir.records import read_lines
 from tenter.spec.errors import counted
 
 POLL_S = 0.1
@@ -90,10 +91,7 @@ class _Followed:
 
 def read_index(job_dir: str) -> list[dict[str, object]]:
     """The worker log files opened so far, as the agents listed them."""
-    path = layout.logs_dir(job_dir) / layout.INDEX_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_lines(layout.logs_dir(job_dir) / layout.INDEX_FILE)
 
 
 class ConsoleTail:

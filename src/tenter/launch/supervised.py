@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from tenter.contract.plan import Plan
+from tenter.contract.plan import Plan, read_plan
 from tenter.errors import ExitCode
 from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle
@@ -40,8 +40,8 @@ FOLLOW_POLL_S = 0.2
 """How often a process that did not launch a job looks for its summary."""
 
 
-def read_plan(handle: JobHandle) -> Plan:
-    return Plan.from_json((Path(handle.job_dir) / layout.PLAN_FILE).read_text())
+def job_plan(handle: JobHandle) -> Plan:
+    return read_plan(handle.job_dir)
 
 
 def job_dir_logs(handle: JobHandle, ranks: list[int] | None, tag: bool) -> ConsoleTail:
@@ -171,5 +171,5 @@ class SupervisedBackend:
         launcher = alive(handle.scheduler_id)
         if launcher is None or launcher.pid == os.getpid():
             return self.cancel(handle)  # no launcher to preempt it: stopped directly
-        grace = read_plan(handle).preemption_grace
+        grace = job_plan(handle).preemption_grace
         return stop_job(handle.job_id, launcher, signal.SIGTERM, grace)

@@ -27,7 +27,7 @@ from tenter.contract.plan import HostPlan, Plan
 from tenter.errors import ExitCode, TenterError
 from tenter.goodput.records import LedgerKeeper, record_hang, record_straggler
 from tenter.goodput.stragglers import Straggler, StragglerRule, find_stragglers
-from tenter.jobdir import layout, published
+from tenter.jobdir import layout, membership, published
 from tenter.jobdir.results import Failure, JobResult
 from tenter.launch import flight_recorder, hang, report
 from tenter.launch.console import EventFeed, say
@@ -106,6 +106,7 @@ def create_job_dir(plan: Plan) -> None:
             shared_dirs=[plan.checkpoint_dir],
         )
         layout.write_atomic(Path(plan.job_dir) / layout.PLAN_FILE, plan.to_json())
+        membership.record_launch(plan.job_dir, [h.name for h in plan.hosts])
     except OSError as e:
         shutil.rmtree(plan.job_dir, ignore_errors=True)
         raise TenterError(
@@ -148,6 +149,8 @@ class Supervisor:
         self.events = EventFeed(plan.job_dir)
         self.extra: list[str] = []
         """Lines for the summary beyond the failures (a hang report...)."""
+        self.notes: list[str] = []
+        """Notes for the summary, whatever the outcome (a host that joined too late...)."""
         self.host_failures: list[Failure] = []
         """Hosts lost in a job that could not go on without them (their agent was killed)."""
         self.lost_hosts: dict[str, str] = {}
@@ -438,7 +441,7 @@ class Supervisor:
             if self.plan.store_on_first_host
             else f"{self.listen_addr}:{self.rdzv_port}",
             extra=extra,
-            notes=crashed_at_exit,
+            notes=[*crashed_at_exit, *self.notes],
             stragglers=[s.to_dict() for _, s in sorted(self.stragglers.items())],
             lost_hosts=self.lost_hosts,
             oom_kills=None

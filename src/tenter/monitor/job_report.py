@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tenter.contract.plan import Plan
+from tenter.contract.plan import read_plan
 from tenter.goodput.records import named_stragglers
 from tenter.jobdir import layout
 from tenter.jobdir.progress import RankProgress, Step, read_progress
@@ -233,7 +233,7 @@ def write_report(job_dir: Path) -> Path:
     metrics = read_metrics(job_dir)
     out = job_dir / layout.REPORT_DIR
     out.mkdir(exist_ok=True)
-    plan = Plan.from_json((job_dir / layout.PLAN_FILE).read_text())
+    plan = read_plan(job_dir)
     hosts = {int(str(e["rank"])): str(e["host"]) for e in read_index(plan.job_dir)}
     ranks = summarise_ranks(progress, metrics, hosts)
     named = named_stragglers(JsonlFollower(job_dir / layout.EVENTS_FILE).read_new())

@@ -46,12 +46,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from torch.distributed.elastic.rendezvous import RendezvousHandler
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousGracefulExitError,
+    RendezvousHandler,
+)
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout
-from tenter.jobdir.agent_result import AgentResult, WorkerFailure
+from tenter.jobdir.agent_result import JOINED_TOO_LATE, AgentResult, WorkerFailure
 from tenter.jobdir.control import (
     control_dir,
     lost_hosts,
@@ -61,7 +65,13 @@ from tenter.jobdir.control import (
     stopping_marker,
 )
 from tenter.jobdir.layout import EVENTS_FILE, write_atomic
-from tenter.jobdir.records import WORKERS_STORE_EVENT, append_line, record_worker_logs
+from tenter.jobdir.records import (
+    RENDEZVOUS_EVENT,
+    RESTART_EVENT,
+    WORKERS_STORE_EVENT,
+    append_line,
+    record_worker_logs,
+)
 from tenter.launch.agent import in_round, rendezvous
 from tenter.launch.agent.workers import GroupState, WorkerEntry, WorkerGroup, start_worker
 from tenter.launch.console import read_index
@@ -153,7 +163,15 @@ class HostAgent:
     def run(self) -> AgentResult:
         """Run until the end; a stop signal (:class:`StopSignal`) ends it as STOPPED."""
         try:
-            self._start_round()
+            try:
+                self._start_round()
+            except (RendezvousClosedError, RendezvousGracefulExitError):
+                if self.round is not None or self.attempt >= 0:
+                    raise
+                # Never in a round: a host that joined as the job ended, whose hosts finished
+                # and closed the rendezvous before it entered. The job is done, not failed.
+                logger.info("the job ended before %s entered it", self.host.name)
+                return AgentResult("SUCCEEDED", [], JOINED_TOO_LATE)
             while True:
                 time.sleep(MONITOR_INTERVAL_S)
                 result = self._step()
@@ -270,7 +288,7 @@ class HostAgent:
 
     def _stop_for_restart(self, used: bool) -> None:
         self._event(
-            "restart",
+            RESTART_EVENT,
             run_id=self.plan.run_id(self.host),
             restart_count=self.restart_count,
             used=used,
@@ -301,7 +319,7 @@ class HostAgent:
         self.attempt += 1
         hosts = round_.hosts
         self._event(
-            "rendezvous",
+            RENDEZVOUS_EVENT,
             group_rank=round_.group_rank,
             hosts=hosts,
             world_size=hosts * self.plan.procs_per_host,

@@ -35,7 +35,7 @@ def main(argv: list[str], fork_template: bool = True) -> int:
     """Run the host; ``fork_template``: this process has no thread of its own yet."""
     plan_path, host_index, rdzv_port = argv[:3]
     with open(plan_path) as f:
-        plan = Plan.from_json(f.read())
+        plan = Plan.from_json(f.read()).as_running()  # a host that joined is in it
     host = plan.hosts[int(host_index)]
     workers_env = dict(os.environ)
     pool = WarmPool.for_workers(

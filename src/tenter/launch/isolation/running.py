@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tenter.contract.plan import Plan
+from tenter.contract.plan import Plan, read_plan
 from tenter.errors import JobNotFoundError, TenterError
-from tenter.jobdir import layout
 from tenter.jobdir.lookup import find_job, is_running
 
 ISOLATION_FIX = "run the job with `--isolation network` (or `isolation: network` in its spec)"
@@ -17,7 +16,7 @@ def running_local_job(job: str | Path, doing: str, isolated: bool) -> tuple[Path
     """The directory and plan of ``job``, a running local job (with isolated hosts if
     ``isolated``); else the error, naming what the user wanted to do (``doing``)."""
     job_dir = find_job(str(job))
-    plan = Plan.from_json((job_dir / layout.PLAN_FILE).read_text())
+    plan = read_plan(job_dir)
     if plan.backend != "local":
         raise TenterError(
             "JOB",

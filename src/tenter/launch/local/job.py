@@ -10,18 +10,19 @@ it back in, or kills it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 from pathlib import Path
 
 import psutil
 
 from tenter.contract.plan import HostPlan, Plan
+from tenter.contract.torchrun import finished_marker
 from tenter.jobdir import agent_result, layout
 from tenter.jobdir.control import declare_found, declare_lost, join_requests
+from tenter.jobdir.membership import record_join
 from tenter.launch import report
 from tenter.launch.api import python_executable
-from tenter.launch.console import say
+from tenter.launch.console import read_index, say
 from tenter.launch.isolation.faults import NetworkFaults
 from tenter.launch.processes import env_of, job_processes, kill_all
 from tenter.launch.supervisor import Supervisor
@@ -90,9 +91,12 @@ class LocalJob(Supervisor):
 
     def collect_extra_failures(self) -> None:
         """An agent that failed without writing its report (a full disk): say so, with its
-        log, rather than end with no cause at all."""
+        log, rather than end with no cause at all. A host that joined too late: say that."""
         for i, proc in enumerate(self.procs):
             host = self.plan.hosts[i]
+            result = agent_result.read_result(host.dir)
+            if result is not None and result.message == agent_result.JOINED_TOO_LATE:
+                self.notes.append(f"{host.name} joined as the job ended: it never entered it")
             report_file = agent_result.result_path(host.dir)
             if proc.returncode and proc.returncode > 0 and not report_file.exists():
                 self.extra.append(
@@ -163,22 +167,40 @@ class LocalJob(Supervisor):
         self.lost_hosts.pop(host.name, None)
 
     def _admit_joining_hosts(self) -> None:
-        """``tenter join JOB`` leaves a request file; start one spare host per request."""
+        """``tenter join JOB`` leaves a request file; start one spare host per request, unless
+        the job is ending (a host that entered now would restart ranks done with their work,
+        or find the rendezvous closed)."""
         for request in join_requests(self.plan.job_dir):
             request.unlink()
             active = len(self.procs) - len(self.lost)
             spare = self.plan.spare_hosts
+            if (ending := self._ending()) is not None:
+                say(f"cannot add a host: the job is ending ({ending})")
+                continue
             if active >= self.plan.max_hosts or not spare:
                 say(f"cannot add a host: the job has {active} of max_hosts {self.plan.max_hosts}")
                 continue
             host = spare[0]
-            self.plan = dataclasses.replace(
-                self.plan, hosts=[*self.plan.hosts, host], spare_hosts=spare[1:]
-            )
+            self.plan = self.plan.with_joined([host.name])
             layout.create_host(self.plan.host_tree(host))
-            layout.write_atomic(Path(self.plan.job_dir) / layout.PLAN_FILE, self.plan.to_json())
+            # Before the agent starts: it reads its host from the plan and this record.
+            record_join(self.plan.job_dir, host.name)
             self._start_agent(host)
             say(f"host {host.name} joining; it enters at the next rendezvous")
+
+    def _ending(self) -> str | None:
+        """Why the job is ending, if it is: a host's agent ended, or a rank of the hosts'
+        latest attempts returned from its script."""
+        for i, proc in enumerate(self.procs):
+            if i not in self.lost and proc.poll() is not None:
+                return f"the agent of {self.plan.hosts[i].name} has ended"
+        latest: dict[object, dict[str, object]] = {}
+        for entry in read_index(self.plan.job_dir):
+            latest[(entry["host"], entry["local_rank"])] = entry
+        for entry in latest.values():
+            if Path(finished_marker(layout.error_file(str(entry["stem"])))).exists():
+                return f"rank {entry['rank']} on {entry['host']} finished its script"
+        return None
 
 
 def _workers_below(agent: psutil.Process) -> list[psutil.Process]:

@@ -33,7 +33,7 @@ from tenter.launch import preemption, report
 from tenter.launch.api import JobStatus, python_executable, scheduler_preempts
 from tenter.launch.console import ConsoleTail, say
 from tenter.launch.slurm.script import SCRIPT, sbatch_script
-from tenter.launch.supervised import job_dir_logs, read_plan
+from tenter.launch.supervised import job_dir_logs, job_plan
 from tenter.launch.supervisor import create_job_dir
 from tenter.spec import JobSpec, lookup
 
@@ -146,7 +146,7 @@ class SlurmBackend:
             else:
                 stop.wait(delay)  # a stop request cancels at once, not after the back-off
         duration = time.time() - float(handle.details.get("submitted", time.time()))
-        return _finish(read_plan(handle), state, duration)
+        return _finish(job_plan(handle), state, duration)
 
     def status(self, handle: JobHandle) -> JobStatus:
         state = slurm_state(handle.scheduler_id)
