@@ -14,7 +14,7 @@ import torch
 
 from tenter.contract.plan import read_plan
 from tenter.errors import ExitCode
-from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, tenter
+from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, job_dirs, tenter
 from tests.launch.etcd_server import etcd_server
 from tests.launch.specs import joinable_spec, write_spec
 
@@ -78,7 +78,7 @@ def test_training_killed_after_and_between_checkpoints_resumes_to_the_uninterrup
     spec = write_spec(tmp_path, train, args=["--epochs", "1"], output_dir=str(reference), **job)
     uninterrupted = tenter("run", str(spec))
     assert uninterrupted.returncode == 0, uninterrupted.stderr
-    (reference_dir,) = reference.iterdir()
+    (reference_dir,) = job_dirs(reference)
     # Resume is exact: the same batches, dropout masks, momentum and learning rate.
     expected, resumed = (
         torch.load(job_dir / "hosts" / "algo-1" / "model" / "model.pt")

@@ -240,7 +240,7 @@ def test_a_disk_that_fills_mid_run_still_ends_the_job_with_a_summary(
     assert done.returncode == ExitCode.JOB_FAILED, done.stderr
     assert "Traceback" not in done.stderr
     assert "FAILED after" in done.stderr
-    (job_dir,) = small_disk.iterdir()
+    (job_dir,) = job_dirs(small_disk)
     # Nothing more fits: not the rank's error record, nor the agents' reports, nor the summary.
     assert not (job_dir / "summary.json").exists()
     assert f"could not write the job's result to {job_dir}: No space left on device" in done.stderr

@@ -216,7 +216,7 @@ def test_scancel_preempts_a_slurm_job_after_a_final_checkpoint(
     )
     job = Background("run", str(spec), home=tenter_home)
     job.wait_for("paused at step 6", count=2)
-    (job_dir,) = (tmp_path / "slurm").iterdir()
+    (job_dir,) = job_dirs(tmp_path / "slurm")
     # scancel: Slurm's SIGTERM reaches the node's agent and the ranks; neither stops at once.
     cancelled = tenter("cancel", str(job_dir))
     assert cancelled.returncode == 0, cancelled.stderr

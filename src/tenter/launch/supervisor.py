@@ -108,12 +108,25 @@ def create_job_dir(plan: Plan) -> None:
         layout.write_atomic(Path(plan.job_dir) / layout.PLAN_FILE, plan.to_json())
         membership.record_launch(plan.job_dir, [h.name for h in plan.hosts])
     except OSError as e:
-        shutil.rmtree(plan.job_dir, ignore_errors=True)
+        discard_job_dir(plan)
         raise TenterError(
             "output_dir",
             f"cannot create the job directory {plan.job_dir}: {e.strerror}",
             OUTPUT_DIR_FIX,
         ) from e
+
+
+def discard_job_dir(plan: Plan) -> None:
+    """Undo :func:`create_job_dir` for a job that never started: its directory, and its
+    checkpoint folder and the jobs' ``checkpoints`` folder above it when they are empty (an
+    earlier run of the job, or anything else, left something there: kept)."""
+    shutil.rmtree(plan.job_dir, ignore_errors=True)
+    ours = Path(plan.job_dir).parent / layout.CHECKPOINTS_DIR  # a folder the user named: kept
+    for folder in (Path(plan.checkpoint_dir), ours):
+        if folder != ours and folder.parent != ours:
+            break
+        with contextlib.suppress(OSError):  # not empty, or not there: kept
+            folder.rmdir()
 
 
 def start_process(

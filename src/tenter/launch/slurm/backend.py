@@ -34,7 +34,7 @@ from tenter.launch.api import JobStatus, python_executable, scheduler_preempts
 from tenter.launch.console import ConsoleTail, say
 from tenter.launch.slurm.script import SCRIPT, sbatch_script
 from tenter.launch.supervised import job_dir_logs, job_plan
-from tenter.launch.supervisor import create_job_dir
+from tenter.launch.supervisor import create_job_dir, discard_job_dir
 from tenter.spec import JobSpec, lookup
 
 POLL_S = 0.5
@@ -97,7 +97,7 @@ class SlurmBackend:
             (Path(plan.job_dir) / name).write_text(text)
         done = subprocess.run(plan.launcher, capture_output=True, text=True, cwd=plan.cwd)
         if done.returncode != 0:
-            shutil.rmtree(plan.job_dir)  # nothing was submitted: leave nothing behind
+            discard_job_dir(plan)  # nothing was submitted: leave nothing behind
             raise BackendRefusedError(
                 "backend",
                 f"slurm: sbatch rejected the job: {done.stderr.strip()}",
