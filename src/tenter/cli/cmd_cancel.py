@@ -9,6 +9,7 @@ rank stops at its next step boundary after a final checkpoint, within the spec's
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -33,9 +34,14 @@ def add_parser(sub: Any) -> None:
 
 def cancel(args: argparse.Namespace) -> int:
     from tenter.jobdir.lookup import open_handle
+    from tenter.jobdir.results import read_result
     from tenter.launch.api import get_backend
 
     handle = open_handle(args.job)
+    result = read_result(Path(handle.job_dir))
+    if result is not None:  # its summary says how it ended (its backend sees no process)
+        print(f"job {handle.job_id} is not running; it ended:\n{result.summary}")
+        return 0
     backend = get_backend(handle.backend)
     status = backend.status(handle)
     if not status.running:
