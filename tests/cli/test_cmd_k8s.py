@@ -71,7 +71,7 @@ def test_nccl_tests_with_tenter_perf_runs_the_perf_module(
             [*CLUSTER[:5], "west", *CLUSTER[6:]],
             "--region west: not an AWS region name; e.g. us-west-2",
         ),
-        ([*NCCL[:3], "p9.xlarge", *NCCL[4:]], "--instance-type p9.xlarge: not a catalog type"),
+        ([*NCCL[:3], "p9.xlarge", *NCCL[4:]], "--instance-type 'p9.xlarge' is not in the catalog"),
         ([*NCCL, "-e", "16Q"], "-e 16Q: '16Q' is not a size"),
         ([*NCCL[:5], "0", *NCCL[6:]], "--nodes 0: the benchmark needs at least 1 node"),
     ],

@@ -22,7 +22,7 @@ from rich.markup import escape
 from tenter.cli.options import stderr
 from tenter.errors import TenterError
 from tenter.spec import Problem, SpecError, load_file, lookup
-from tenter.spec.catalog import known_types
+from tenter.spec.catalog import unknown_type
 
 if TYPE_CHECKING:
     from tenter.doctor import Check, HostReport
@@ -73,15 +73,7 @@ def doctor(args: argparse.Namespace) -> int:
     if args.instance_type is not None:
         itype = lookup(args.instance_type)
         if itype is None:
-            raise SpecError(
-                [
-                    Problem(
-                        "--instance-type",
-                        f"'{args.instance_type}' is not in the catalog; choose one of: "
-                        f"{', '.join(known_types())}",
-                    )
-                ]
-            )
+            raise SpecError([Problem("--instance-type", unknown_type(args.instance_type))])
     if args.job is not None:
         if args.spec is not None or args.instance_type is not None:
             flag = "SPEC" if args.spec is not None else "--instance-type"

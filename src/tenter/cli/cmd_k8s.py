@@ -88,12 +88,15 @@ def add_parser(sub: Any) -> None:
 
 def _catalog_type(parser: argparse.ArgumentParser, name: str) -> Any:
     from tenter.spec import lookup
-    from tenter.spec.catalog import known_types
+    from tenter.spec.catalog import unknown_type
 
     itype = lookup(name)
-    if itype is None or itype.is_local:
-        types = ", ".join(t for t in known_types() if t.startswith("ml."))
-        parser.error(f"--instance-type {name}: not a catalog type; choose one of: {types}")
+    if itype is None:
+        parser.error(f"--instance-type {unknown_type(name)}")
+    if itype.is_local:
+        parser.error(
+            f"--instance-type {name}: this machine, not a catalog type (ml.p5.48xlarge...)"
+        )
     return itype
 
 

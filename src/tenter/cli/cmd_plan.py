@@ -16,7 +16,7 @@ from tenter.cli.options import add_job_arguments, load_job
 from tenter.contract.isolation import HOST_NIC, SWITCH_ADDR
 from tenter.contract.placeholders import RDZV_PORT
 from tenter.contract.plan import Plan
-from tenter.spec import JobSpec
+from tenter.spec import JobSpec, lookup
 from tenter.spec.errors import counted
 
 LONG_VALUE = 100
@@ -68,8 +68,29 @@ def _short(value: str) -> str:
     return value if len(value) <= LONG_VALUE else value[:LONG_VALUE] + "... (see --json)"
 
 
-def _env_lines(env: dict[str, str], indent: str) -> list[str]:
-    return [f"{indent}{k}={_short(v)}" for k, v in sorted(env.items())]
+def _env_lines(
+    env: dict[str, str], indent: str, figures: dict[str, tuple[str, int]] | None = None
+) -> list[str]:
+    """``K=V`` lines; where a variable's value differs from its catalog figure
+    (:func:`_type_figures`), the line says both."""
+    lines = []
+    for k, v in sorted(env.items()):
+        line = f"{indent}{k}={_short(v)}"
+        name, figure = (figures or {}).get(k, ("", v))
+        if str(figure) != v:
+            line += f"  ({name} has {figure}; this machine's share: {v})"
+        lines.append(line)
+    return lines
+
+
+def _type_figures(plan: Plan) -> dict[str, tuple[str, int]]:
+    """A catalog type's GPUs and cores, which a simulated host's ``SM_NUM_GPUS`` and
+    ``SM_NUM_CPUS`` replace with its share of this machine."""
+    itype = lookup(plan.instance_type)
+    if itype is None or itype.is_local:
+        return {}
+    name = itype.sagemaker_name
+    return {"SM_NUM_GPUS": (name, itype.gpus), "SM_NUM_CPUS": (name, itype.cpus)}
 
 
 def render_command(argv: list[str]) -> str:
@@ -84,6 +105,7 @@ def render_command(argv: list[str]) -> str:
 
 
 def render(plan: Plan) -> str:
+    figures = _type_figures(plan)
     envs = [plan.process_env(h, r) for h in plan.hosts for r in h.ranks]
     common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
     lines = [
@@ -117,12 +139,13 @@ def render(plan: Plan) -> str:
         lines += ["", "launcher:", render_command(plan.launcher)]
     for name, text in sorted(plan.files.items()):
         lines += ["", f"file {name}:", text.rstrip("\n")]
-    lines += ["", "environment of every process:", *_env_lines(common, "  ")]
+    lines += ["", "environment of every process:", *_env_lines(common, "  ", figures)]
     for host in plan.hosts:
         group = f"  replica group {host.replica_group}" if plan.replica_groups else ""
         gpus = "" if host.gpus is None else f"  GPUs {','.join(host.gpus) or 'none'}"
         lines += ["", f"host {host.name} ({host.addr})  {host.dir}{group}{gpus}"]
-        lines += _env_lines({k: v for k, v in plan.host_env(host).items() if k not in common}, "  ")
+        own = {k: v for k, v in plan.host_env(host).items() if k not in common}
+        lines += _env_lines(own, "  ", figures)
         for rank in host.ranks:
             own = {k: v for k, v in rank.env.items() if k not in common}
             lines.append(f"  rank {rank.rank} (local {rank.local_rank}):")

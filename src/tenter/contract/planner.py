@@ -113,9 +113,10 @@ def make_plan(
     names = sagemaker.host_names(spec.instance_count)
     simulated = addrs is None
     isolated = simulated and spec.isolation == "network"
-    if simulated and gpus is None:
+    machine = detect_local() if simulated else None
+    if machine is not None and gpus is None:
         gpus = place_gpus(
-            detect_local().gpu_ids,
+            machine.gpu_ids,
             planned_hosts(spec),
             procs,
             required=spec.instance_type == GPU_INSTANCE_TYPE,
@@ -135,9 +136,16 @@ def make_plan(
     lighthouse_addr = isolation.SWITCH_ADDR if isolated else "127.0.0.1" if simulated else addrs[0]
     lighthouse = f"http://{lighthouse_addr}:{LIGHTHOUSE_PORT}" if ft else ""
 
+    def share(index: int) -> worker.HostShare | None:
+        if machine is None:
+            return None
+        assert gpus is not None, "simulated hosts have their GPUs placed"
+        return worker.HostShare(len(gpus.hosts[index]), max(1, machine.cpus // len(names)))
+
     def placement(
-        host: str, index: str, addr: str, host_dir: PurePath, group: int
+        host: str, index: str, addr: str, host_dir: PurePath, group: int, of: int
     ) -> worker.Placement:
+        """Host ``host`` (placeholders or its own names) with the share of host ``of``."""
         return worker.Placement(
             job_id=job_id,
             job_dir=job_dir,
@@ -150,7 +158,7 @@ def make_plan(
             module_dir=spec.source_dir,
             checkpoint_dir=checkpoint_dir,
             channels={ch: str(host_dir / "input" / "data" / ch) for ch in spec.channels},
-            simulated=simulated,
+            share=share(of),
             pin_interface=isolated,
             cache_dir=tenter_home / "cache",
             replica_group=group if ft else None,
@@ -174,14 +182,16 @@ def make_plan(
     # MAX_SIMULATED_HOSTS), and all of them if the second shows a difference the
     # placeholders cannot carry (a job directory whose name JSON escapes).
     shared_env = worker.host_env(
-        spec, itype, procs, placement(HOST, HOST_INDEX, HOST_ADDR, PurePath(HOST_DIR), 0)
+        spec, itype, procs, placement(HOST, HOST_INDEX, HOST_ADDR, PurePath(HOST_DIR), 0, 0)
     )
     shared_files = config_files(HOST)
     spell_out = simulated or gpus is not None
 
     def whole_env(index: int) -> dict[str, str]:
         host_dir = job_dir / layout.HOSTS_DIR / names[index]
-        where = placement(names[index], str(index), addrs[index], host_dir, index // per_group)
+        where = placement(
+            names[index], str(index), addrs[index], host_dir, index // per_group, index
+        )
         env = worker.host_env(spec, _host_type(itype, gpus, index), procs, where)
         return _with_gpus(env, gpus, index)
 
@@ -315,8 +325,9 @@ def make_plan(
 
 
 def _host_type(itype: InstanceType, gpus: GpuPlacement | None, host: int) -> InstanceType:
-    """What a simulated host of a ``local`` type has: its share of the machine's GPUs (what
-    ``SM_NUM_GPUS`` says); a catalog type keeps the catalog's (a rehearsal of that type)."""
+    """What a simulated host of a ``local`` type has: its share of the machine's GPUs (its
+    NCCL variables follow them); a catalog type keeps the catalog's fabric (a rehearsal of that
+    type), while its ``SM_NUM_GPUS`` says the share too (:class:`worker.HostShare`)."""
     if gpus is None or not gpus.machine_gpus or not itype.is_local:
         return itype
     return dataclasses.replace(itype, gpus=len(gpus.hosts[host]), gpu_ids=gpus.hosts[host])

@@ -44,8 +44,10 @@ PLACEMENT = frozenset(
         "MASTER_PORT",
         "TORCHFT_LIGHTHOUSE",
         # which of the machine's GPUs a simulated host has (tenter.spec.gpus), and how many
+        # GPUs and cores it has: the machine's share on simulated hosts, the type's elsewhere
         "CUDA_VISIBLE_DEVICES",
         "SM_NUM_GPUS",
+        "SM_NUM_CPUS",
         # threads per rank: simulated hosts share one machine's cores
         "OMP_NUM_THREADS",
         # paths on the host
@@ -82,6 +84,18 @@ def is_placement(name: str) -> bool:
 
 
 @dataclass(frozen=True)
+class HostShare:
+    """What of this machine a simulated host has: the GPUs its ranks get (its slice,
+    :mod:`tenter.spec.gpus`: 0 on a machine without GPUs, or where they are too few for one per
+    rank) and its cores (the machine's divided by the simulated hosts, at least 1). Its
+    ``SM_NUM_GPUS`` and ``SM_NUM_CPUS`` say these, as SageMaker's toolkit counts what the host
+    has, whatever the instance type's catalog entry says."""
+
+    gpus: int
+    cpus: int
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where one host of a job is: everything :func:`host_env` takes that is not the spec."""
 
@@ -100,8 +114,9 @@ class Placement:
     checkpoint_dir: str
     channels: dict[str, str]
     """Channel name -> its path on the host."""
-    simulated: bool
-    """The hosts are simulated on one machine (they share its cores)."""
+    share: HostShare | None
+    """This host's share of the machine where the hosts are simulated on one; None: a host of
+    its own, with what its instance type has."""
     pin_interface: bool = False
     """Every socket library must use ``network_interface`` (isolated hosts, whose hostname
     resolves to no address: gloo would otherwise fall back to loopback)."""
@@ -119,7 +134,7 @@ def entry_name(spec: JobSpec) -> str:
 
 def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -> dict[str, str]:
     """Every variable a process on the host ``where`` gets, beyond the torchrun ones."""
-    world = procs * len(where.hosts)
+    gpus, cpus = (where.share.gpus, where.share.cpus) if where.share else (itype.gpus, itype.cpus)
     distribution = spec.distribution.model_dump()
     pg_backend = spec.resolved_process_group_backend()
     checkpoints = {
@@ -136,9 +151,8 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
     }
     env = {
         "PYTHONUNBUFFERED": "1",
-        # The host's cores shared by its ranks (torchrun's default is 1 thread per worker);
-        # simulated hosts also share one machine's cores.
-        "OMP_NUM_THREADS": str(max(1, itype.cpus // (world if where.simulated else procs))),
+        # The host's cores shared by its ranks (torchrun's default is 1 thread per worker).
+        "OMP_NUM_THREADS": str(max(1, cpus // procs)),
         "TORCHELASTIC_SIGNALS_TO_HANDLE": SIGNALS_TO_HANDLE,
         **fabric_env(itype, where.network_interface),
         **(socket_env(where.network_interface) if where.pin_interface else {}),
@@ -187,8 +201,8 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
             hosts=list(where.hosts),
             host_dir=where.host_dir,
             instance_type=itype.sagemaker_name,
-            num_gpus=itype.gpus,
-            num_cpus=itype.cpus,
+            num_gpus=gpus,
+            num_cpus=cpus,
             num_neurons=itype.neuron_cores,
             network_interface=where.network_interface,
             hyperparameters=spec.hyperparameters,

@@ -56,13 +56,17 @@ class JobContext:
     """All hosts are this machine (the local backend): loopback is the right network."""
     uses_mpi: bool = False
     """The job starts its processes with mpirun (distribution.mpi or smdistributed)."""
+    rehearsal: bool = False
+    """A catalog type's hosts simulated on this machine: as ``local``'s, its ranks get a GPU
+    each where the machine's fit, else run on the CPU, and ``SM_NUM_GPUS`` says which."""
 
     @property
     def gpu_job(self) -> bool:
-        """The job asks for a GPU per process: a GPU instance type or ``local_gpu``, not
-        ``local``, whose ranks run on the CPU where the GPUs are too few
-        (:mod:`tenter.spec.gpus`)."""
-        return self.instance_type.gpus > 0 and self.instance_type.name != "local"
+        """The job asks for a GPU per process: a GPU instance type's own hosts or
+        ``local_gpu``; not ``local`` nor a rehearsal, whose ranks run on the CPU where the
+        GPUs are too few (:mod:`tenter.spec.gpus`)."""
+        itype = self.instance_type
+        return itype.gpus > 0 and itype.name != "local" and not self.rehearsal
 
     @property
     def efa(self) -> bool:

@@ -45,6 +45,8 @@ def job_context(spec: JobSpec, plan: Plan) -> JobContext:
         hosts=() if plan.backend == "slurm" else tuple(h.addr for h in plan.hosts),
         # The local backend's hosts are all this machine.
         simulated=plan.backend == "local",
+        # tenter.contract.planner simulates the hosts of these on this machine.
+        rehearsal=not itype.is_local and (plan.backend == "local" or plan.isolation != "none"),
         # SageMaker starts smdistributed jobs with mpirun too.
         uses_mpi=plan.backend == "mpi"
         or dist.mpi.enabled

@@ -1,17 +1,34 @@
-"""The instance-type catalog: data in ``instance_types.yaml``, plus ``local`` (this machine)."""
+"""The instance-type catalog: tenter's (``instance_types.yaml``), a user's catalog file of the
+same schema for the types tenter lacks, and ``local`` (this machine).
+
+The user's file is ``$TENTER_INSTANCE_TYPES``, else ``$TENTER_HOME/instance_types.yaml`` where
+it exists; its entries add to tenter's, and replace tenter's entry of the same name. It is read
+strictly: an unknown field, a wrong type or a bad name is bad input naming the file and field.
+"""
 
 from __future__ import annotations
 
+import datetime
+import difflib
 import functools
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import psutil
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tenter.errors import TenterError
 
 LOCAL_TYPES = ("local", "local_gpu")
+USER_CATALOG_ENV = "TENTER_INSTANCE_TYPES"
+"""The path of the user's catalog file (default: ``$TENTER_HOME/instance_types.yaml``)."""
+USER_CATALOG_NAME = "instance_types.yaml"
+_TYPE_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*\.[a-z0-9]+$")
+"""``<family>.<size>`` as AWS spells it: ``g5.12xlarge``, ``p6-b200.48xlarge``."""
 
 
 @dataclass(frozen=True)
@@ -39,17 +56,115 @@ class InstanceType:
         """The name SageMaker shows in resourceconfig.json (``ml.`` prefixed)."""
         return self.name if self.is_local else f"ml.{self.name}"
 
+    @property
+    def family(self) -> str:
+        """``g5`` of ``g5.12xlarge``."""
+        return family(self.name)
+
+
+class _Entry(BaseModel):
+    """One type of a catalog file."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    gpus: int = Field(ge=0)
+    cpus: int = Field(ge=1)
+    memory_gib: float = Field(gt=0)
+    gpu_model: str | None = None
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
+    efa: int = Field(default=0, ge=0)
+    gpu_rdma: bool = False
+    neuron_cores: int = Field(default=0, ge=0)
+
+
+class _CatalogFile(BaseModel):
+    """A catalog file: where its figures come from, as of when, and its types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    source: str = ""
+    as_of: datetime.date | None = None
+    types: dict[str, _Entry]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    types: dict[str, InstanceType]
+    as_of: datetime.date | None
+
+
+def family(name: str) -> str:
+    """The family of a type name: ``g5`` of ``ml.g5.12xlarge``."""
+    return canonical_name(name).split(".", 1)[0]
+
+
+def _parse(text: str, where: str) -> Catalog:
+    """A catalog file's types; bad input names ``where`` and the field."""
+    fix = "see docs/spec.md, 'Instance types', for the schema"
+    try:
+        data = yaml.safe_load(text)
+        parsed = _CatalogFile.model_validate(data)
+    except yaml.YAMLError as e:
+        raise TenterError(where, f"is not valid YAML: {e}", fix) from None
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        field = ".".join(str(part) for part in err["loc"]) or "the file"
+        raise TenterError(where, f"{field}: {err['msg']} (got {err['input']!r})", fix) from None
+    types = {}
+    for name, entry in parsed.types.items():
+        key = canonical_name(name)
+        if not _TYPE_NAME.match(key):
+            raise TenterError(
+                where,
+                f"types.{name}: not an instance type name",
+                "name it <family>.<size> as AWS does (ml.g5.12xlarge or g5.12xlarge)",
+            )
+        types[key] = InstanceType(name=key, **entry.model_dump())
+    return Catalog(types, parsed.as_of)
+
 
 @functools.cache
+def _builtin() -> Catalog:
+    text = resources.files("tenter.spec").joinpath(USER_CATALOG_NAME).read_text()
+    return _parse(text, "tenter's instance_types.yaml")
+
+
+def user_catalog_path() -> Path | None:
+    """The user's catalog file: ``$TENTER_INSTANCE_TYPES`` (which must exist), else
+    ``$TENTER_HOME/instance_types.yaml`` where there is one."""
+    named = os.environ.get(USER_CATALOG_ENV)
+    if named:
+        return Path(named)
+    home = Path(os.environ.get("TENTER_HOME") or Path.home() / ".tenter")
+    default = home / USER_CATALOG_NAME
+    return default if default.is_file() else None
+
+
+@functools.cache
+def _user(path: Path, stamp: tuple[int, int]) -> dict[str, InstanceType]:
+    """The types of the user's file at ``path`` (read again when ``stamp``, its modification
+    time and size, changes)."""
+    return _parse(path.read_text(), str(path)).types
+
+
 def _catalog() -> dict[str, InstanceType]:
-    text = resources.files("tenter.spec").joinpath("instance_types.yaml").read_text()
-    return {
-        name: InstanceType(name=name, **fields) for name, fields in yaml.safe_load(text).items()
-    }
+    path = user_catalog_path()
+    if path is None:
+        return _builtin().types
+    try:
+        stat = path.stat()
+    except OSError as e:
+        raise TenterError(
+            USER_CATALOG_ENV,
+            f"names {path}, which cannot be read ({e.strerror})",
+            f"point it at your catalog file, or unset {USER_CATALOG_ENV}",
+        ) from None
+    return {**_builtin().types, **_user(path, (stat.st_mtime_ns, stat.st_size))}
 
 
-def known_types() -> list[str]:
-    return [*LOCAL_TYPES, *(f"ml.{n}" for n in _catalog())]
+def catalog_date() -> datetime.date | None:
+    """When tenter's catalog was read from AWS's pages."""
+    return _builtin().as_of
 
 
 def canonical_name(name: str) -> str:
@@ -62,6 +177,27 @@ def lookup(name: str) -> InstanceType | None:
     if name in LOCAL_TYPES:
         return detect_local(name)
     return _catalog().get(canonical_name(name))
+
+
+def unknown_type(name: str) -> str:
+    """Why ``name`` is no type, and what is: the closest type of its family first (a size that
+    does not exist), then the closest spelling; the family's sizes, or every family."""
+    types = _catalog()
+    wanted = canonical_name(name)
+    kin = [t for t in types if family(t) == family(wanted)]
+    close = difflib.get_close_matches(wanted, kin, n=1, cutoff=0) if kin else []
+    close = close or difflib.get_close_matches(wanted, types, n=1, cutoff=0.6)
+    guess = f" Did you mean 'ml.{close[0]}'?" if close else ""
+    if kin:
+        known = f"ml.{family(wanted)} sizes: {', '.join(f'ml.{t}' for t in kin)}"
+    else:
+        families = ", ".join(dict.fromkeys(family(t) for t in types))
+        known = f"Known families: {families}; or {' or '.join(LOCAL_TYPES)} (this machine)"
+    added = f"tenter's catalog is of {catalog_date()}; " if catalog_date() else ""
+    return (
+        f"'{name}' is not in the catalog.{guess} {known}. ({added}add a type in "
+        f"$TENTER_HOME/{USER_CATALOG_NAME} or ${USER_CATALOG_ENV}: docs/spec.md)"
+    )
 
 
 GPU_LISTING_ENV = "TENTER_NVIDIA_GPUS_DIR"

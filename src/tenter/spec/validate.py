@@ -444,14 +444,7 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
 
     itype = catalog.lookup(spec.instance_type)
     if itype is None:
-        known = catalog.known_types()
-        errors.append(
-            Problem(
-                "instance_type",
-                f"'{spec.instance_type}' is not in the catalog."
-                f"{did_you_mean(spec.instance_type, known)} Known types: {', '.join(known)}",
-            )
-        )
+        errors.append(Problem("instance_type", catalog.unknown_type(spec.instance_type)))
     else:
         mpi_pph = spec.distribution.mpi.processes_per_host
         if spec.processes_per_host and mpi_pph and spec.processes_per_host != mpi_pph:

@@ -20,8 +20,10 @@ def _gpus(ctx: Context) -> CheckResult:
     if job is None:
         return CheckResult.ok(found)
     itype = job.instance_type
-    if itype.name == "local":
-        return CheckResult.ok(f"{found}; local: a GPU per rank where they fit, else the CPU")
+    if itype.name == "local" or job.rehearsal:
+        return CheckResult.ok(
+            f"{found}; {itype.name} here: a GPU per rank where they fit, else the CPU"
+        )
     if not job.gpu_job:
         return CheckResult.ok(f"{found}; {itype.name} is a CPU instance type")
     if len(models) < job.procs_per_host:

@@ -166,7 +166,7 @@ def worker_env(
         # SageMaker's checkpoint_local_path default.
         checkpoint_dir=spec.checkpoint.dir or str(POD_SM_DIR / "checkpoints"),
         channels={},
-        simulated=False,
+        share=None,
     )
     env = host_env(spec, itype, procs, where)
     env = {k: v for k, v in env.items() if k not in FROM_DOWNWARD_API and k not in LEFT_OUT}
