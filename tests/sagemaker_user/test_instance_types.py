@@ -137,7 +137,7 @@ def test_a_user_catalog_adds_a_type_and_a_bad_one_is_refused(
     )
     plan = tenter("plan", "--instance-type", "ml.x9.2xlarge", "train.py", cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
-    assert "size        1 hosts x 2 processes = 2 ranks" in plan.stdout
+    assert "size        1 host x 2 processes = 2 ranks" in plan.stdout
 
     catalog.write_text("types:\n  ml.x9.2xlarge: {gpus: two, cpus: 16, memory_gib: 128}\n")
     run = tenter("run", "--instance-type", "ml.x9.2xlarge", "train.py", cwd=tmp_path)

@@ -149,3 +149,22 @@ class HostReport:
     @property
     def warned(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.result.status is Status.WARN]
+
+
+def rehearsed(check: Callable[[Context], CheckResult]) -> Callable[[Context], CheckResult]:
+    """``check`` as a rehearsal on this machine takes it: an EFA instance type's hosts
+    simulated here meet over TCP on loopback (their ranks run gloo, or NCCL on one machine),
+    so the fabric the real instances need is a warning, not a refusal. ``tenter run`` then
+    starts what ``Estimator.fit`` starts: one job, one answer."""
+
+    def taken(ctx: Context) -> CheckResult:
+        result = check(ctx)
+        if ctx.job is None or not ctx.job.rehearsal or result.status is not Status.FAIL:
+            return result
+        return CheckResult.warn(
+            f"{result.found} (a rehearsal on this machine: its hosts meet over TCP; on "
+            f"{ctx.job.instance_type.name} instances this would fail)",
+            result.remedy,
+        )
+
+    return taken

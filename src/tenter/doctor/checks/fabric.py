@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tenter.doctor.result import Check, CheckResult, Context
+from tenter.doctor.result import Check, CheckResult, Context, rehearsed
 from tenter.doctor.system import System
 
 _PROVIDER_LINE = re.compile(r"^provider:\s*(\S+)", re.MULTILINE)
@@ -163,12 +163,12 @@ def _fabric_env(ctx: Context) -> CheckResult:
 EFA_DEVICES = Check(
     "efa-devices",
     "EFA devices (/sys/class/infiniband with the efa driver, /dev/infiniband/uverbs*)",
-    _efa_devices,
+    rehearsed(_efa_devices),
 )
 LIBFABRIC = Check(
     "libfabric",
     "libfabric's fi_info and its providers (efa where the instance type has EFA)",
-    _libfabric,
+    rehearsed(_libfabric),
 )
 OFI_NCCL = Check(
     "ofi-nccl",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tenter.doctor.result import Check, CheckResult, Context, JobContext
+from tenter.doctor.result import Check, CheckResult, Context, JobContext, rehearsed
 
 MiB = 2**20
 GiB = 2**30
@@ -114,5 +114,7 @@ HUGEPAGES = Check(
     "hugepages", "2 MiB hugepages reserved for libfabric on EFA instances", _hugepages
 )
 SHM = Check("shm", "/dev/shm size against what the job's processes need", _shm)
-MEMLOCK = Check("memlock", "locked-memory limit (ulimit -l): unlimited for EFA", _memlock)
+MEMLOCK = Check(
+    "memlock", "locked-memory limit (ulimit -l): unlimited for EFA", rehearsed(_memlock)
+)
 OPEN_FILES = Check("open-files", "open-files limit (ulimit -n)", _open_files)
