@@ -10,8 +10,9 @@ over the ``tp`` ranks, torchtitan's Megatron-style layout with sequence parallel
 - attention and MLP gather the sequence on entry, split their first projections by output
   columns (``ColwiseParallel``: q, k, v by heads, the MLP's hidden units) and their last by
   input rows (``RowwiseParallel``), which reduce-scatters back to sequence shards;
-- the embedding tables split by rows, the head's projection by vocabulary columns, its
-  logits gathered whole for the loss.
+- the embedding tables split by rows, their lookups reduce-scattered into sequence shards;
+  the head's projection splits by vocabulary columns, its logits gathered whole for the
+  log-probabilities.
 
 Attention therefore works on ``heads / tp`` local heads: ``heads`` must be a multiple of tp.
 """
@@ -25,7 +26,6 @@ from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
     PrepareModuleInput,
-    PrepareModuleOutput,
     RowwiseParallel,
     SequenceParallel,
 )
@@ -98,7 +98,10 @@ class Head(nn.Module):
         self.out = nn.Linear(dim, vocab)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.ln(x))
+        # Log-probabilities, a tensor of their own: the logits of a Linear on (batch, seq, dim)
+        # are a view of its 2-D product, which FSDP2 warns of (an in-place op on a view
+        # would skip its gradient hook).
+        return F.log_softmax(self.out(self.ln(x)), dim=-1)
 
 
 def gpt(vocab: int, seq: int, dim: int, layers: int, heads: int) -> nn.Sequential:
@@ -106,8 +109,9 @@ def gpt(vocab: int, seq: int, dim: int, layers: int, heads: int) -> nn.Sequentia
     return nn.Sequential(Embedding(vocab, seq, dim), *blocks, Head(dim, vocab))
 
 
-def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+def loss_fn(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the head's log-probabilities."""
+    return F.nll_loss(log_probs.reshape(-1, log_probs.shape[-1]), targets.reshape(-1))
 
 
 def _gather_sequence() -> ParallelStyle:
@@ -116,12 +120,12 @@ def _gather_sequence() -> ParallelStyle:
 
 @parallel.tp_plan(Embedding)
 def embedding_plan(_: Embedding) -> dict[str, ParallelStyle]:
-    # Both tables split by rows (each rank looks up the ids it holds, the rest are summed
-    # in); the sum then leaves as sequence shards ("": the block itself).
+    # Both tables split by rows: each rank looks up the ids it holds, and the lookups are
+    # summed across the ranks straight into sequence shards (a reduce-scatter: the token
+    # lookup is (batch, seq, dim), the position lookup (seq, dim)).
     return {
-        "tokens": RowwiseParallel(input_layouts=Replicate()),
-        "positions": RowwiseParallel(input_layouts=Replicate()),
-        "": PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)),
+        "tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "positions": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
     }
 
 

@@ -140,6 +140,16 @@ def rank_stem(rank_file: str, suffix: str) -> str:
     return rank_file.removesuffix(suffix)
 
 
+def worker_rank(environ: Mapping[str, str]) -> int:
+    """The job-wide rank that names a worker's files, from its environment: torch's ``RANK``
+    (mpirun's ``OMPI_COMM_WORLD_RANK``), which in a replica group counts within the group,
+    after the ranks of the groups before it (:meth:`tenter.contract.plan.Plan.job_rank`), so
+    that groups never share a file."""
+    rank = int(environ.get("RANK") or environ.get("OMPI_COMM_WORLD_RANK") or 0)
+    group = int(environ.get("REPLICA_GROUP_ID") or 0)
+    return group * int(environ.get("WORLD_SIZE") or 1) + rank
+
+
 def rank_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
     """What rank ``rank`` reported (:mod:`tenter.monitor.reporter`)."""
     return Path(job_dir) / RANK_DIR / f"rank-{rank}.jsonl"

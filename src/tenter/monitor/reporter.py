@@ -26,17 +26,11 @@ import os
 import time
 from typing import SupportsFloat
 
-from tenter.jobdir.layout import rank_file
+from tenter.jobdir.layout import rank_file, worker_rank
 from tenter.jobdir.records import BufferedLines as Reporter
 
 _reporter: Reporter | None = None
 _checked = False
-
-
-def _rank() -> int:
-    # Read here rather than through tenter.runtime.api, which imports torch; mpirun names it
-    # OMPI_COMM_WORLD_RANK.
-    return int(os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
 
 
 def _this_rank() -> Reporter | None:
@@ -44,7 +38,7 @@ def _this_rank() -> Reporter | None:
     if not _checked:
         _checked = True
         job_dir = os.environ.get("TENTER_JOB_DIR")
-        _reporter = Reporter(rank_file(job_dir, _rank())) if job_dir else None
+        _reporter = Reporter(rank_file(job_dir, worker_rank(os.environ))) if job_dir else None
     return _reporter
 
 

@@ -57,6 +57,7 @@ from tenter.parallel.dims import ParallelDims, dims_of
 from tenter.parallel.mapping import DataParallelMode, MixedPrecision, PartitionMode, Schedule
 from tenter.parallel.partition import Partition, balance, blend, check_sizes, stages_of_rank
 from tenter.parallel.tensor_parallel import apply_tp
+from tenter.runtime import steps
 
 Blocks = (
     nn.Sequential | nn.ModuleList | nn.ModuleDict | Sequence[nn.Module] | Mapping[str, nn.Module]
@@ -74,7 +75,8 @@ class StageModule(nn.Sequential):
     """Contiguous blocks under their original names (so parameter names match the whole
     model's), passing tuples on as positional arguments. ``checkpoint``: recompute each
     block's activations in backward rather than keep them; ``offload``: keep what autograd
-    saves in host memory (torch's ``save_on_cpu``). Both are per block rather than module
+    saves in host memory (torch's ``save_on_cpu``). A block of integer inputs (the token
+    embedding) is not checkpointed (:func:`_is_activation`). Both are per block rather than module
     wrappers, so that parameter names stay the whole model's."""
 
     checkpoint: bool = False
@@ -93,9 +95,17 @@ class StageModule(nn.Sequential):
             else contextlib.nullcontext()
         )
         with saving:
-            if self.checkpoint:
+            if self.checkpoint and any(_is_activation(a) for a in args):
                 return checkpoint(block, *args, use_reentrant=False)
             return block(*args)
+
+
+def _is_activation(x: Any) -> bool:
+    """A floating-point tensor: a block taking none (an embedding of token ids) saves little
+    more than its integer inputs, which checkpointing keeps as well; and its recomputation,
+    which torch stops at the last tensor backward needs, would leave a tensor-parallel
+    collective issued before it never waited for (torch warns of them at exit)."""
+    return isinstance(x, torch.Tensor) and x.is_floating_point()
 
 
 class LocalStages(nn.Module):
@@ -304,6 +314,7 @@ class Pipeline:
             self.schedule.step(*args, target=target, losses=losses)
         else:
             self.schedule.step(*args)
+        steps.completed()  # the goodput ledger's step: no DDP module for tenter to count
         if not self.is_last:
             return None
         # Each microbatch's loss arrives divided by the number of microbatches already.

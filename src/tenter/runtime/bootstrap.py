@@ -43,6 +43,7 @@ from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
 from tenter.contract.torchrun import finished_marker
 from tenter.contract.worker import BOOTSTRAP
+from tenter.jobdir import layout
 from tenter.runtime import steps, warm
 from tenter.runtime.preemption import Preempted
 
@@ -117,7 +118,7 @@ def main(argv: list[str]) -> int:
         watchdog.install(watch_file)
     job_dir = os.environ.get("TENTER_JOB_DIR")
     if job_dir and os.environ.get("RANK", "").isdigit():
-        steps.install(job_dir, int(os.environ["RANK"]))
+        steps.install(job_dir, layout.worker_rank(os.environ))
     try:
         run(argv)
     except Preempted:  # stopped after the preemption's final checkpoint: done, as a return

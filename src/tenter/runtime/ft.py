@@ -29,6 +29,7 @@ from tenter.contract.worker import REPLICA_HEALED
 from tenter.jobdir import layout
 from tenter.jobdir.layout import EVENTS_FILE, PLAN_FILE
 from tenter.jobdir.records import append_line
+from tenter.runtime import steps
 
 MANAGER_LOGGER = "torchft.manager"
 # torchft 0.2's Manager logs where a healing replica group fetches its state from; its public
@@ -83,16 +84,20 @@ def _group_of_address(job_dir: Path, url: str) -> int | None:
 
 
 class _HealWatch(logging.Handler):
-    """Records the heal torchft's Manager logs, with its step and source group."""
+    """Records the heal torchft's Manager logs, with its step and source group. The first
+    sync of a process that has not trained yet is its start, no heal: torchft's init_sync at
+    step 0, or a group that started later than its peers taking their step. It is a heal
+    where the group trained before (this process restarts it)."""
 
-    def __init__(self, job_dir: Path) -> None:
+    def __init__(self, job_dir: Path, progress: Progress, restarted: bool) -> None:
         super().__init__(logging.INFO)
         self._job_dir = job_dir
+        self._progress = progress
+        self._restarted = restarted
 
     def emit(self, record: logging.LogRecord) -> None:
         match = _HEALING.search(record.getMessage())
-        # At step 0 it is torchft's first weight sync (init_sync), not a recovery.
-        if match is None or match.group(2) == "0":
+        if match is None or not (self._restarted or self._progress.trained):
             return
         append_line(
             self._job_dir / EVENTS_FILE,
@@ -107,10 +112,14 @@ class _HealWatch(logging.Handler):
 
 
 class Progress:
-    """Tells the launcher how the replica group is doing. Only the group's rank 0 writes."""
+    """Tells the launcher how the replica group is doing (only the group's rank 0 writes),
+    and the goodput ledger each step the group committed (every rank)."""
 
     def __init__(self, manager: Any) -> None:
         self._manager = manager
+        self._committed = manager.current_step()
+        self.trained = False
+        """Whether this process took part in a committed step."""
         job_dir = os.environ.get("TENTER_JOB_DIR")
         self._reports = os.environ.get("RANK") == "0" and job_dir is not None
         if not self._reports or job_dir is None:
@@ -121,11 +130,24 @@ class Progress:
         logger = logging.getLogger(MANAGER_LOGGER)
         if logger.getEffectiveLevel() > logging.INFO:
             logger.setLevel(logging.INFO)
-        logger.addHandler(_HealWatch(Path(job_dir)))
+        logger.addHandler(_HealWatch(Path(job_dir), self, _committed_step(self._file) > 0))
 
     def step(self) -> None:
-        """After each optimizer step: the group's committed step, replaced whole (a reader
-        never sees half a number)."""
+        """After each optimizer step: a step the quorum committed counts (under torchft's
+        number, which a heal advances); the group's committed step is replaced whole (a
+        reader never sees half a number)."""
+        step = self._manager.current_step()
+        if step > self._committed:
+            self._committed, self.trained = step, True
+            steps.completed(step)
         if self._reports:
-            self._tmp.write_text(str(self._manager.current_step()))
+            self._tmp.write_text(str(step))
             self._tmp.replace(self._file)
+
+
+def _committed_step(path: Path) -> int:
+    """The step a group's earlier process last committed, 0 where none did."""
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return 0

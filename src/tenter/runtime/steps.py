@@ -12,6 +12,13 @@ next forward (or when the script returns) the step's arrival is appended to
 buffer (about a microsecond per step). The straggler rule compares these arrivals across
 ranks; the ledger takes them as the rank's steps.
 
+Training that is no DDP module tells the counter itself where its steps end
+(:func:`completed`): tenter's own step helpers do, so that scripts using them need no
+``tenter.report`` either. :meth:`tenter.parallel.Pipeline.step` (pipelines, FSDP2, tensor
+parallelism) counts each step, :meth:`tenter.runtime.ft.Progress.step` each step torchft
+committed, under its number. The first such call ends the search for a DDP module, so that a
+step is never counted twice.
+
 A restarted rank counts on from the step its :class:`~tenter.checkpoint.Checkpointer`
 resumed (:func:`resumed_at`), so that the ledger tells steps computed again from new ones.
 """
@@ -43,6 +50,7 @@ class StepCounter:
         self._calls = 0
         self._ddp: DistributedDataParallel | None = None
         self._last_args: Any = None
+        self._told = False
         self._finder: RemovableHandle | None = nn.modules.module.register_module_forward_pre_hook(
             self._look
         )
@@ -52,7 +60,11 @@ class StepCounter:
         self._calls += 1
         if isinstance(module, DistributedDataParallel):
             self._watch(module, args)
-        if (self._ddp is not None or self._calls >= LOOK_FOR_DDP) and self._finder is not None:
+        if self._ddp is not None or self._calls >= LOOK_FOR_DDP:
+            self._stop_looking()
+
+    def _stop_looking(self) -> None:
+        if self._finder is not None:
             self._finder.remove()
             self._finder = None
 
@@ -65,11 +77,12 @@ class StepCounter:
         self._forward(ddp, args)
 
     def _grad_ready(self, param: torch.Tensor) -> None:
-        self._arrival = time.time()
+        if not self._told:
+            self._arrival = time.time()
 
     def _forward(self, module: nn.Module, args: Any) -> None:
         """A forward begins: the step before it is done."""
-        if not module.training or args is self._last_args:
+        if self._told or not module.training or args is self._last_args:
             return  # evaluation is no step; the finder and the module's hook saw one forward
         self._last_args = args
         self._write()
@@ -79,6 +92,14 @@ class StepCounter:
         if self._arrival is not None:
             self._lines.add({"time": self._arrival, "step": self.step})
             self._arrival = None
+
+    def completed(self, step: int | None) -> None:
+        """Step ``step`` (default: the next) ended now; from here on only these calls count."""
+        self._told = True
+        self._stop_looking()
+        self._arrival = None
+        self.step = self.step + 1 if step is None else step
+        self._lines.add({"time": time.time(), "step": self.step})
 
     def finish(self) -> None:
         """The script returned: its last step is done too."""
@@ -103,6 +124,13 @@ def finish() -> None:
     """The script succeeded (the bootstrap): record its last step."""
     if _counter is not None:
         _counter.finish()
+
+
+def completed(step: int | None = None) -> None:
+    """A step of this rank ended now: ``step`` (the number of steps done), or the one after
+    the last. For step helpers whose training the DDP counter cannot see."""
+    if _counter is not None:
+        _counter.completed(step)
 
 
 def resumed_at(step: int) -> None:
