@@ -333,8 +333,8 @@ def test_a_rank_mpirun_saw_killed_is_reported_as_its_agent_would(tenter_home: Pa
     from tenter.jobdir.agent_result import read_result
     from tenter.jobdir.records import record_worker_logs
     from tenter.launch.mpi.backend import MpiJob
+    from tenter.launch.output import create_job_dir
     from tenter.launch.report import collect_failures
-    from tenter.launch.supervisor import create_job_dir
 
     plan = _mpirun_plan("ml.p3.8xlarge")
     create_job_dir(plan)

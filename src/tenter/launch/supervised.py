@@ -24,6 +24,7 @@ from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult, read_result
 from tenter.launch.api import JobStatus, python_executable
 from tenter.launch.console import ConsoleTail
+from tenter.launch.output import create_job_dir
 from tenter.launch.processes import (
     CANCEL_TIMEOUT_S,
     alive,
@@ -33,7 +34,7 @@ from tenter.launch.processes import (
     stop_job,
 )
 from tenter.launch.signals import hold_stop_signals, is_preemption
-from tenter.launch.supervisor import Supervisor, create_job_dir
+from tenter.launch.supervisor import Supervisor
 from tenter.spec.errors import counted
 
 FOLLOW_POLL_S = 0.2

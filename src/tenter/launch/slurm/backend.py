@@ -32,9 +32,9 @@ from tenter.jobdir.results import JobResult
 from tenter.launch import preemption, report
 from tenter.launch.api import JobStatus, python_executable, scheduler_preempts
 from tenter.launch.console import ConsoleTail, say
+from tenter.launch.output import create_job_dir, discard_job_dir
 from tenter.launch.slurm.script import SCRIPT, sbatch_script
 from tenter.launch.supervised import job_dir_logs, job_plan
-from tenter.launch.supervisor import create_job_dir, discard_job_dir
 from tenter.spec import JobSpec, lookup
 
 POLL_S = 0.5
