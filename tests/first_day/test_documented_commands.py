@@ -60,6 +60,15 @@ EXCLUDED = {
     "tenter fault JOB partition algo-2": (ISOLATED_JOB, PARTITION),
     "tenter fault JOB heal algo-2": (ISOLATED_JOB, PARTITION),
     "tenter fault JOB kill algo-2": ("needs a running job", FAULTS + "test_kill_is_a_lost_host"),
+    "tenter fault JOB kill --rank 1": (
+        "needs a running job",
+        "tests/sagemaker_user/test_fault_drills.py::"
+        "test_fault_kill_rank_kills_one_worker_and_the_job_restarts",
+    ),
+    "tenter join JOB": (
+        "needs a running elastic job",
+        "tests/first_day/test_joins.py::test_the_documented_spec_and_example_grow_to_three_hosts",
+    ),
     "tenter k8s status|cancel JOB --namespace ml": (
         "needs a Kubernetes API server",
         "tests/launch/kubernetes/test_k8s_backend.py::"
