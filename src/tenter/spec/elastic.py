@@ -87,7 +87,8 @@ def _endpoint_problems(endpoint: str) -> list[Problem]:
 
 class Checkpoint(StrictModel):
     dir: str | None = None
-    """Where checkpoints go (default: the job directory's ``checkpoints/``, seen by all hosts)."""
+    """Where checkpoints go (default: ``<output dir>/checkpoints/<job identity>``, the job's
+    rather than the run's, seen by all hosts: running the same job again resumes)."""
     every: PositiveInt | None = None
     """Save every N steps (read by :class:`tenter.checkpoint.Checkpointer` as its default)."""
     keep: PositiveInt = 3
