@@ -48,7 +48,15 @@ class TenterError(Exception):
     def __init__(self, where: str, what: str, fix: str = "") -> None:
         self.where, self.what, self.fix = where, what, fix
         text = f"{where}: {what}" if where else what
-        super().__init__(f"{text}. Fix: {fix}" if fix else text)
+        super().__init__(with_fix(text, fix))
+
+
+def with_fix(what: str, fix: str) -> str:
+    """``<what>. Fix: <fix>``, the form of every error (a question ends ``what`` as it is), or
+    ``what`` alone without a fix."""
+    if not fix:
+        return what
+    return f"{what if what.endswith('?') else what.rstrip('.') + '.'} Fix: {fix}"
 
 
 class BackendRefusedError(TenterError):

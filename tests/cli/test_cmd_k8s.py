@@ -60,7 +60,8 @@ def test_nccl_tests_with_tenter_perf_runs_the_perf_module(
     [
         (
             [*CLUSTER[:-1], "us-west-2a"],
-            "--azs: lists 1; EKS needs at least 2 (the node groups may use one of them)",
+            "--azs: lists 1; EKS needs at least 2. Fix: list 2 or more (the node groups may use "
+            "one of them)",
         ),
         (
             [*CLUSTER[:-1], "eu-west-1a,eu-west-1b"],

@@ -131,21 +131,35 @@ def test_flags_without_effect_here_say_so_if_given(capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--nnodes", "2:1"], "--nnodes: '2:1' is not N or MIN:MAX with 0 < MIN <= MAX"),
+        (
+            ["--nnodes", "2:1"],
+            "--nnodes: '2:1' is not N or MIN:MAX. Fix: give N or MIN:MAX with 0 < MIN <= MAX",
+        ),
         (["--nnodes", "two"], "--nnodes: 'two' is not N or MIN:MAX"),
         (
             ["--nproc-per-node", "many"],
-            "--nproc-per-node: 'many' is not a number of at least 1, auto, cpu or gpu",
+            "--nproc-per-node: 'many' is not a number of processes. Fix: give a number of at "
+            "least 1, auto, cpu or gpu",
         ),
-        (["--nproc-per-node", "0"], "--nproc-per-node: '0' is not a number of at least 1"),
-        (["--max-restarts", "-1"], "--max-restarts: -1 is out of range: give a value at least 0"),
-        (["--master-port", "70000"], "--master-port: 70000 is out of range: give a value from 0"),
+        (["--nproc-per-node", "0"], "--nproc-per-node: '0' is not a number of processes"),
+        (
+            ["--max-restarts", "-1"],
+            "--max-restarts: -1 is out of range. Fix: give a value at least 0",
+        ),
+        (
+            ["--master-port", "70000"],
+            "--master-port: 70000 is out of range. Fix: give a value from 0",
+        ),
         (["--monitor-interval", "0"], "--monitor-interval: 0.0 is out of range"),
         (
             ["--instance-type", "ml.c5.18xlarge", "--nproc-per-node", "gpu"],
-            "--nproc-per-node: gpu: c5.18xlarge has no GPUs; give a number",
+            "--nproc-per-node: gpu: c5.18xlarge has no GPUs. Fix: give a number",
         ),
-        (["--rdzv-backend", "zookeeper"], "--rdzv-backend: 'zookeeper' is not one of c10d"),
+        (
+            ["--rdzv-backend", "zookeeper"],
+            "--rdzv-backend: 'zookeeper' is not a rendezvous backend tenter knows. Fix: give one "
+            "of c10d",
+        ),
         (
             ["--rdzv-conf", "join_timeout=soon"],
             "--rdzv-conf: join_timeout=soon is not whole seconds",
@@ -155,10 +169,18 @@ def test_flags_without_effect_here_say_so_if_given(capsys: pytest.CaptureFixture
         (["-t", "0:9"], "--tee: '0:9' is not 0-3 or LOCAL_RANK:0-3"),
         (
             ["--local-ranks-filter", "first"],
-            "--local-ranks-filter: 'first' is not a list like 0,1,2",
+            "--local-ranks-filter: 'first' is not a list of local ranks. Fix: give a list like "
+            "0,1,2",
         ),
-        (["--hosts", "2", "--nnodes", "3"], "--nnodes: 3 contradicts --hosts 2; give one of them"),
-        (["--ranks", "0", "--local-ranks-filter", "0"], "--ranks: give --ranks or torchrun's"),
+        (
+            ["--hosts", "2", "--nnodes", "3"],
+            "--nnodes: 3 contradicts --hosts 2. Fix: give one of them",
+        ),
+        (
+            ["--ranks", "0", "--local-ranks-filter", "0"],
+            "--ranks: is given with torchrun's -r/-t/--local-ranks-filter. Fix: give --ranks or "
+            "torchrun's",
+        ),
         (["--output-dir", "a", "--log-dir", "b"], "--log-dir: contradicts --output-dir a"),
     ],
 )
@@ -238,4 +260,4 @@ def test_nproc_per_node_gpu_exits_2_if_this_machine_has_none(
 ) -> None:
     fake_gpus(0)
     assert main(["plan", "--nproc-per-node", "gpu", SCRIPT]) == 2
-    assert "--nproc-per-node: gpu: local has no GPUs; give a number" in capsys.readouterr().err
+    assert "--nproc-per-node: gpu: local has no GPUs. Fix: give a number" in capsys.readouterr().err

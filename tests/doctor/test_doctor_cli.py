@@ -47,7 +47,7 @@ def test_doctor_exits_1_if_this_machine_is_judged_as_a_p4d(
     ("args", "message"),
     [
         (["--instance-type", "p9.huge"], "--instance-type: 'p9.huge' is not in the catalog"),
-        (["--check", "gpu"], "--check: unknown check(s) gpu; choose from:"),
+        (["--check", "gpu"], "--check: unknown check(s) gpu. Fix: choose from:"),
     ],
 )
 def test_doctor_exits_2_naming_the_flag_if_input_is_bad(

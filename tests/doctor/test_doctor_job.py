@@ -136,7 +136,7 @@ def test_doctor_job_refuses_bad_input(tmp_path: Path) -> None:
     assert "no job 'no-such-job'" in unknown.stderr
     both = tenter("doctor", "job.yaml", "--job", "some-job")
     assert both.returncode == ExitCode.BAD_INPUT
-    assert "--job: checks a running job's hosts as they are: drop SPEC" in both.stderr
+    assert "--job: checks a running job's hosts as they are. Fix: drop SPEC" in both.stderr
 
 
 def test_the_hosts_table_stays_readable_at_100_columns_whatever_the_hosts() -> None:

@@ -41,7 +41,7 @@ def test_compare_gives_ideal_time_speedup_and_efficiency_from_the_smallest_run()
     [
         (["--hosts", "1,x"], "--hosts: '1,x' is not a comma-separated list of positive counts"),
         (["--hosts", "1,2", "--procs-per-host", "1,2"], "--procs-per-host: both --hosts (1,2)"),
-        ([], "--hosts: give the sizes to compare, e.g. --hosts 1,2,3"),
+        ([], "--hosts: gives no sizes to compare. Fix: give them, e.g. --hosts 1,2,3"),
         (["--hosts", "1,2", "--epochs", "0"], "--epochs: 0 is not a positive number of epochs"),
     ],
 )

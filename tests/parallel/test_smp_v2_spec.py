@@ -71,7 +71,7 @@ def test_load_accepts_every_v2_parameter() -> None:
         ),
         (
             {"hybrid_shard_degree": 8},
-            f"{PATH}.hybrid_shard_degree: 8 exceeds the world size 4; use 0",
+            f"{PATH}.hybrid_shard_degree: 8 exceeds the world size 4. Fix: use 0",
         ),
         (
             {"hybrid_shard_degree": 4, "tensor_parallel_degree": 2},
@@ -85,7 +85,11 @@ def test_load_accepts_every_v2_parameter() -> None:
             {"expert_parallel_degree": 3},
             f"{PATH}.expert_parallel_degree: 3 does not divide the world size 4",
         ),
-        ({"hybrid_shard_degree": -1}, f"{PATH}.hybrid_shard_degree: -1 is invalid"),
+        (
+            {"hybrid_shard_degree": -1},
+            f"{PATH}.hybrid_shard_degree: -1 is not greater than or equal to 0. Fix: make it "
+            "greater than or equal to 0",
+        ),
         # Valid for SMP, not done by tenter.parallel: refused before launch all the same.
         (
             {"hybrid_shard_degree": 2, "context_parallel_degree": 2},
@@ -101,8 +105,11 @@ def test_load_accepts_every_v2_parameter() -> None:
             {"hybrid_shard_degree": 2, "activation_loading_horizon": 2},
             f"{PATH}.activation_loading_horizon: 2 is not supported yet by tenter.parallel",
         ),
-        ({"random_seed": -5}, f"{PATH}.random_seed: -5 is invalid"),
-        ({"activation_loading_horizon": 0}, f"{PATH}.activation_loading_horizon: 0 is invalid"),
+        ({"random_seed": -5}, f"{PATH}.random_seed: -5 is not greater than or equal to 0"),
+        (
+            {"activation_loading_horizon": 0},
+            f"{PATH}.activation_loading_horizon: 0 is not greater than 0",
+        ),
         (
             {"pipeline_parallel_degree": 2, "ddp": True, "hybrid_shard_degree": 2},
             f"{PATH}: mixes SMP v1 parameters (pipeline_parallel_degree, ddp) with SMP v2 "
@@ -118,7 +125,7 @@ def test_load_enforces_the_v2_rules(parameters: dict[str, Any], expected: str) -
 def test_load_requires_torch_distributed_for_v2() -> None:
     assert problems({"hybrid_shard_degree": 2}, torch_distributed=False) == [
         "distribution.torch_distributed.enabled: SMP v2 parameters (hybrid_shard_degree) need "
-        "the torch_distributed launcher, as SageMaker's SMP v2 does; set "
+        "the torch_distributed launcher, as SageMaker's SMP v2 does. Fix: set "
         "distribution.torch_distributed.enabled: true"
     ]
 

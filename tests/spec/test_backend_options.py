@@ -34,19 +34,19 @@ def warnings(fields: dict[str, Any]) -> list[str]:
         (
             {"partition": "gpu;rm -rf /"},
             "slurm.partition: 'gpu;rm -rf /' holds ' ', ';', which could break out of its "
-            "#SBATCH line; use letters, digits and _ . , : / @ % + = # -",
+            "#SBATCH line. Fix: use letters, digits and _ . , : / @ % + = # -",
         ),
         (
             {"account": "a\n#SBATCH --uid=0"},
             "slurm.account: 'a\\n#SBATCH --uid=0' holds '\\n', ' ', which could break out",
         ),
-        ({"qos": ""}, "slurm.qos: is empty; give a value or remove the field"),
+        ({"qos": ""}, "slurm.qos: is empty. Fix: give a value or remove the field"),
         ({"exclusive": "yes"}, "slurm.exclusive: 'yes' is not a valid"),
         ({"constraint": "h100 && $(id)"}, "slurm.constraint: 'h100 && $(id)' is invalid"),
         (
             {"extra_directives": ["--mail-type=END\n--uid=0"]},
-            "slurm.extra_directives.0: '--mail-type=END\\n--uid=0' holds a newline; give one "
-            "directive per item",
+            "slurm.extra_directives.0: '--mail-type=END\\n--uid=0' holds a newline. Fix: give "
+            "one directive per item",
         ),
         (
             {"extra_directives": ["mail-type=END"]},
@@ -58,7 +58,8 @@ def warnings(fields: dict[str, Any]) -> list[str]:
         ),
         (
             {"container_image": "img", "container_mounts": [{"source": "fsx", "target": "/f"}]},
-            "slurm.container_mounts.0.source: 'fsx' must be an absolute path, e.g. /fsx",
+            "slurm.container_mounts.0.source: 'fsx' is not an absolute path. Fix: give one, e.g. "
+            "/fsx",
         ),
     ],
 )
@@ -72,9 +73,15 @@ def test_slurm_value_is_refused_naming_its_field_if_unsafe_or_mistyped(
 @pytest.mark.parametrize(
     ("directive", "message"),
     [
-        ("--partition=gpu", "'--partition=gpu': set slurm.partition instead"),
+        (
+            "--partition=gpu",
+            "'--partition=gpu' is a field of the slurm block. Fix: set slurm.partition",
+        ),
         ("--nodes=4", "'--nodes=4': tenter sets --nodes from the spec"),
-        ("--container-image=x", "'--container-image=x': set slurm.container_image instead"),
+        (
+            "--container-image=x",
+            "'--container-image=x' is a field of the slurm block. Fix: set slurm.container_image",
+        ),
     ],
 )
 def test_extra_directive_is_refused_if_tenter_or_a_field_sets_it(
@@ -95,15 +102,16 @@ def test_repeated_directive_and_mounts_without_image_are_refused() -> None:
         }
     )
     assert found == [
-        "slurm.extra_directives.1: '--mail-type' is given twice; keep one",
-        "slurm.container_mounts: need slurm.container_image; set it",
+        "slurm.extra_directives.1: '--mail-type' is given twice. Fix: keep one",
+        "slurm.container_mounts: need slurm.container_image. Fix: set it",
     ]
 
 
 def test_a_block_for_another_backend_is_a_warning_that_it_is_ignored() -> None:
     assert warnings({"slurm": {"partition": "gpu"}, "mpirun": {"mca": {"pml": "ob1"}}}) == [
-        "slurm.partition: is for backend slurm, ignored on local",
-        "mpirun.mca: is for backend mpi, ignored on local",
+        "slurm.partition: is for backend slurm, ignored on local. Fix: remove it, or set "
+        "backend: slurm",
+        "mpirun.mca: is for backend mpi, ignored on local. Fix: remove it, or set backend: mpi",
     ]
 
 
@@ -118,22 +126,23 @@ def test_mpirun_rules_name_the_field(tmp_path: Path) -> None:
     assert problems(
         {**mpi, "mpirun": {"hostfile": _hostfile(tmp_path, "n1 slots=4\n# c\nn2 slots=4\n")}}
     ) == [
-        "mpirun.hostfile: lists 2 hosts and the job needs instance_count 3; add hosts or lower "
-        "instance_count"
+        "mpirun.hostfile: lists 2 hosts and the job needs instance_count 3. Fix: add hosts or "
+        "lower instance_count"
     ]
     assert problems({**mpi, "mpirun": {"hostfile": _hostfile(tmp_path, "n1 slots=4 ; id\n")}}) == [
-        f"mpirun.hostfile: '{tmp_path / 'hosts'}' line 1: 'n1 slots=4 ; id' is not 'HOST [slots=N]'"
+        f"mpirun.hostfile: '{tmp_path / 'hosts'}' line 1: 'n1 slots=4 ; id' is not 'HOST "
+        "[slots=N]'. Fix: write one host per line, with slots=N if it runs several ranks"
     ]
     assert problems({"backend": "mpi", "mpirun": {"hostfile": "/nonexistent"}})[0].startswith(
         "mpirun.hostfile: names real hosts, and instance_type local simulates them"
     )
     assert problems({**mpi, "mpirun": {"mca": {"BTL": "tcp"}}}) == [
-        "mpirun.mca: 'BTL' is not an MCA parameter name: lower-case letters, digits and '_' "
-        "(e.g. btl_tcp_if_include)"
+        "mpirun.mca: 'BTL' is not an MCA parameter name. Fix: use lower-case letters, digits "
+        "and '_' (e.g. btl_tcp_if_include)"
     ]
     custom = {"mpi": {"enabled": True, "custom_mpi_options": "--mca pml ob1"}}
     assert problems({**mpi, "distribution": custom, "mpirun": {"mca": {"pml": "ucx"}}}) == [
-        "mpirun.mca.pml: is also set in custom_mpi_options ('ob1'); keep one"
+        "mpirun.mca.pml: is also set in custom_mpi_options ('ob1'). Fix: keep one"
     ]
 
 
@@ -164,7 +173,7 @@ def test_bad_flag_value_exits_2_naming_the_field_and_writes_nothing(tmp_path: Pa
 
 
 def test_network_interface_is_a_name_and_only_for_real_hosts() -> None:
-    bad = "is not a network interface name: 1 to 15 letters, digits and _ . : -"
+    bad = "is not a network interface name. Fix: give 1 to 15 letters, digits and _ . : -"
     real = {"backend": "mpi", "instance_type": "ml.p4d.24xlarge"}
     assert problems({**real, "mpirun": {"network_interface": "eth0; id"}}) == [
         f"mpirun.network_interface: 'eth0; id' {bad} (e.g. eth0, ens5; `ip -br addr` on a "
@@ -174,8 +183,8 @@ def test_network_interface_is_a_name_and_only_for_real_hosts() -> None:
         f"slurm.network_interface: '{'x' * 16}' {bad}"
     )
     assert problems({"backend": "mpi", "mpirun": {"network_interface": "ens5"}}) == [
-        "mpirun.network_interface: 'ens5': hosts simulated on this machine use loopback; set a "
-        "catalog instance_type with isolation: none for real hosts, or remove it"
+        "mpirun.network_interface: 'ens5': hosts simulated on this machine use loopback. Fix: set "
+        "a catalog instance_type with isolation: none for real hosts, or remove it"
     ]
 
 

@@ -186,6 +186,7 @@ def test_bad_input_exits_2_naming_the_field_and_creates_nothing(
         message = " ".join(result.stderr.split())  # rich may wrap; the text is what counts
         for expected in (case.field, *case.extra):
             assert expected in message, (argv[0], message[:2000])
+        assert "Fix: " in message, message[:2000]  # every problem says how to fix it
         assert len(result.stderr) < MESSAGE_LIMIT
         assert result.stdout == ""
         assert not (Path(os.environ["TENTER_HOME"]) / "jobs").exists()

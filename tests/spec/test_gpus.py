@@ -49,7 +49,7 @@ def test_place_gpus_keeps_the_ids_cuda_visible_devices_named() -> None:
             1,
             2,
             1,
-            "2 hosts x 1 process = 2 ranks need a GPU each and this machine has 1 GPU; "
+            "2 hosts x 1 process = 2 ranks need a GPU each and this machine has 1 GPU. Fix: "
             "--hosts 1 --procs-per-host 1 gives each rank one, or instance_type: local "
             "(--instance-type local) runs them without GPUs",
         ),
@@ -57,7 +57,7 @@ def test_place_gpus_keeps_the_ids_cuda_visible_devices_named() -> None:
             8,
             2,
             8,
-            "2 hosts x 8 processes = 16 ranks need a GPU each and this machine has 8 GPUs; "
+            "2 hosts x 8 processes = 16 ranks need a GPU each and this machine has 8 GPUs. Fix: "
             "--procs-per-host 4 (processes_per_host: 4) gives each rank one, or instance_type: "
             "local (--instance-type local) runs them without GPUs",
         ),
@@ -65,7 +65,7 @@ def test_place_gpus_keeps_the_ids_cuda_visible_devices_named() -> None:
             0,
             1,
             1,
-            "1 host x 1 process = 1 rank needs a GPU each and this machine has 0 GPUs; "
+            "1 host x 1 process = 1 rank needs a GPU each and this machine has 0 GPUs. Fix: "
             "instance_type: local (--instance-type local) runs them without GPUs",
         ),
     ],

@@ -67,10 +67,11 @@ def test_load_counts_a_shared_value_each_time_it_is_used() -> None:
 
 def test_load_lists_every_nul_and_oversized_string() -> None:
     assert problems(spec(args=["a\0b", "x" * (limits.MAX_TEXT + 1)], name="ok")) == [
-        "args.0: contains a NUL character, which no argument, variable or path can hold: remove it",
+        "args.0: contains a NUL character, which no argument, variable or path can hold. Fix: "
+        "remove it",
         f"args.1: is {limits.MAX_TEXT + 1:,} characters long; a spec value may have at most "
-        f"{limits.MAX_TEXT:,} (Linux refuses longer arguments and variables): pass large data "
-        "as a file (a channel)",
+        f"{limits.MAX_TEXT:,} (Linux refuses longer arguments and variables). Fix: pass "
+        "large data as a file (a channel)",
     ]
 
 
@@ -101,18 +102,19 @@ def test_more_processes_than_a_host_s_memory_can_run_are_refused() -> None:
         spec(instance_type="ml.c5.18xlarge", backend="mpi", processes_per_host=1000)
     ) == [
         "processes_per_host: 1,000 processes (processes_per_host) on one c5.18xlarge host "
-        "exceed the 576 its 144 GiB of memory can run (a worker needs 256 MiB at the least); "
-        "use fewer"
+        "exceed the 576 its 144 GiB of memory can run (a worker needs 256 MiB at the least). "
+        "Fix: use fewer"
     ]
 
 
 @pytest.mark.parametrize(
     ("endpoint", "expected"),
     [
-        ("etcd:99999", "elastic.rendezvous.endpoint: 99999 is not a TCP port: use 1 to 65535"),
+        ("etcd:99999", "elastic.rendezvous.endpoint: 99999 is not a TCP port. Fix: use 1 to 65535"),
         (
             "etcd",
-            "elastic.rendezvous.endpoint: 'etcd' is not host:port, e.g. etcd.example.com:2379",
+            "elastic.rendezvous.endpoint: 'etcd' is not host:port. Fix: write e.g. "
+            "etcd.example.com:2379",
         ),
     ],
 )
@@ -124,7 +126,7 @@ def test_the_etcd_endpoint_must_be_host_and_port(endpoint: str, expected: str) -
 def test_the_local_backend_bounds_the_hosts_an_elastic_job_may_grow_to() -> None:
     assert problems(spec(elastic={"max_hosts": 200})) == [
         "elastic.max_hosts: 200 hosts exceed the 156 the local backend simulates on this "
-        "machine; use fewer, or a cluster backend (mpi, slurm, kubernetes)"
+        "machine. Fix: use fewer, or a cluster backend (mpi, slurm, kubernetes)"
     ]
 
 
@@ -132,7 +134,7 @@ def test_port_problem_accepts_zero_only_where_the_kernel_picks() -> None:
     assert limits.port_problem("--metrics-port", 0, zero_picks_one=True) is None
     assert limits.port_problem("--metrics-port", 65535) is None
     assert str(limits.port_problem("--metrics-port", 0)) == (
-        "--metrics-port: 0 is not a TCP port: use 1 to 65535"
+        "--metrics-port: 0 is not a TCP port. Fix: use 1 to 65535"
     )
 
 

@@ -40,7 +40,7 @@ def test_users_value_replaces_the_default_instead_of_repeating_it() -> None:
         ("--mca btl", "'--mca' needs a parameter name and a value"),
         ("-x", "'-x' needs a variable"),
         ("-x 1BAD=2", "'1BAD' is not a variable name"),
-        ("--mca a 1 --mca a 2", "MCA parameter 'a' is given twice ('1' and '2'); keep one"),
+        ("--mca a 1 --mca a 2", "MCA parameter 'a' is given twice ('1' and '2')"),
         ("-x 'unclosed", "cannot be split into arguments"),
     ],
 )

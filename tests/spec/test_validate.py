@@ -156,7 +156,7 @@ def test_load_raises_if_wrong_types_are_given() -> None:
                     }
                 }
             },
-            "default_partition: 2 is not a partition: it must be less than "
+            "default_partition: 2 is not a partition. Fix: make it less than "
             "pipeline_parallel_degree (2)",
         ),
         (
@@ -179,7 +179,8 @@ def test_load_raises_if_wrong_types_are_given() -> None:
                     }
                 }
             },
-            "placement_strategy: 'DPX' is not valid: use 'cluster', 'spread', or a permutation",
+            "placement_strategy: 'DPX' is not valid. Fix: use 'cluster', 'spread', or a "
+            "permutation",
         ),
         (
             {"mpi": {"enabled": True, "custom_mpi_options": "--mca btl_tcp_if_include"}},
@@ -188,7 +189,7 @@ def test_load_raises_if_wrong_types_are_given() -> None:
         ),
         (
             {"mpi": {"enabled": True}, "torch_distributed": {"enabled": True}},
-            "distribution: torch_distributed and mpi are all enabled; enable one way",
+            "distribution: torch_distributed and mpi are all enabled. Fix: enable one way",
         ),
     ],
 )
@@ -208,15 +209,15 @@ def test_load_warns_that_partitions_is_deprecated() -> None:
         }
     )
     assert (
-        "distribution.smdistributed.modelparallel.parameters.partitions: is deprecated; "
-        "use pipeline_parallel_degree" in found
+        "distribution.smdistributed.modelparallel.parameters.partitions: is deprecated. Fix: "
+        "rename it to pipeline_parallel_degree" in found
     )
 
 
 def test_load_rejects_more_processes_than_gpus_on_a_gpu_instance() -> None:
     assert problems({"instance_type": "ml.p3.8xlarge", "processes_per_host": 8}) == [
-        "processes_per_host: 8 processes per host exceed the 4 GPUs of p3.8xlarge; use at most "
-        "4 (one process per GPU)"
+        "processes_per_host: 8 processes per host exceed the 4 GPUs of p3.8xlarge. Fix: use at "
+        "most 4 (one process per GPU)"
     ]
 
 
@@ -234,20 +235,21 @@ def test_processes_per_host_must_agree_with_mpi() -> None:
             "distribution": {"mpi": {"enabled": True, "processes_per_host": 4}},
         }
     ) == [
-        "processes_per_host: 2 differs from distribution.mpi.processes_per_host (4); "
-        "set one of them"
+        "processes_per_host: 2 differs from distribution.mpi.processes_per_host (4). "
+        "Fix: set one of them"
     ]
 
 
 def test_environment_cannot_override_what_tenter_sets() -> None:
     assert problems({"environment": {"RANK": "3", "OMP_NUM_THREADS": 2}}) == [
-        "environment.RANK: is set by tenter for every process and cannot be overridden; remove it"
+        "environment.RANK: is set by tenter for every process and cannot be overridden. Fix: "
+        "remove it"
     ]
 
 
 def test_unknown_backend_is_named_with_the_choices() -> None:
     (found,) = problems({"backend": "locla"})
-    assert found.startswith("backend: 'locla' is not a launch backend; choose one of: local")
+    assert found.startswith("backend: 'locla' is not a launch backend. Fix: choose one of: local")
     assert found.endswith("Did you mean 'local'?")
 
 
@@ -260,7 +262,8 @@ def test_unknown_backend_is_named_with_the_choices() -> None:
         ),
         (
             {"rendezvous": {"backend": "etcd"}},
-            "elastic.rendezvous.endpoint: is required with backend etcd: host:port",
+            "elastic.rendezvous.endpoint: is required with backend etcd. Fix: give the etcd "
+            "server's host:port",
         ),
         (
             {"rendezvous": {"endpoint": "h:1"}},
@@ -280,8 +283,8 @@ def test_load_enforces_the_elastic_rules(elastic: dict[str, Any], expected: str)
 
 def test_process_group_backend_is_checked_against_the_instance_type() -> None:
     assert problems({"instance_type": "ml.c5.18xlarge", "process_group_backend": "nccl"}) == [
-        "process_group_backend: nccl needs GPUs and c5.18xlarge has none; use tenter or gloo "
-        "for CPU tensors (or auto)"
+        "process_group_backend: nccl needs GPUs and c5.18xlarge has none. Fix: use tenter "
+        "or gloo for CPU tensors (or auto)"
     ]
     (found,) = problems({"process_group_backend": "ncl"})
     assert found == (

@@ -23,6 +23,7 @@ from tenter.cli.options import stderr
 from tenter.errors import TenterError
 from tenter.spec import Problem, SpecError, load_file, lookup
 from tenter.spec.catalog import unknown_type
+from tenter.spec.errors import FieldError
 
 if TYPE_CHECKING:
     from tenter.doctor import Check, HostReport
@@ -67,18 +68,18 @@ def doctor(args: argparse.Namespace) -> int:
 
     try:
         checks = by_name(args.check) if args.check else CHECKS
-    except ValueError as e:
-        raise SpecError([Problem("--check", str(e))]) from None
+    except FieldError as e:
+        raise SpecError([Problem("--check", e.what, e.fix)]) from None
     itype = None
     if args.instance_type is not None:
         itype = lookup(args.instance_type)
         if itype is None:
-            raise SpecError([Problem("--instance-type", unknown_type(args.instance_type))])
+            raise SpecError([Problem("--instance-type", *unknown_type(args.instance_type))])
     if args.job is not None:
         if args.spec is not None or args.instance_type is not None:
             flag = "SPEC" if args.spec is not None else "--instance-type"
             raise SpecError(
-                [Problem("--job", f"checks a running job's hosts as they are: drop {flag}")]
+                [Problem("--job", "checks a running job's hosts as they are", f"drop {flag}")]
             )
         return _doctor_running_job(args.job, checks, args.json)
     if args.spec is None:
@@ -98,7 +99,8 @@ def doctor(args: argparse.Namespace) -> int:
                     Problem(
                         "backend",
                         f"the doctor checks hosts that tenter starts its agents on; a "
-                        f"{spec.backend} job's pods are not: run `tenter doctor` in its image",
+                        f"{spec.backend} job's pods are not",
+                        "run `tenter doctor` in its image",
                     )
                 ]
             )

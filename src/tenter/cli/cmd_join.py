@@ -33,14 +33,24 @@ def join(args: argparse.Namespace) -> int:
         raise SpecError(
             [
                 Problem(
-                    "JOB", f"job {job_dir.name} runs on the {backend} backend; only local jobs grow"
+                    "JOB",
+                    f"job {job_dir.name} runs on the {backend} backend; only local jobs grow",
+                    "start the job with more hosts, or on backend local with elastic.max_hosts",
                 )
             ]
         )
     if not is_running(job_dir):
-        raise SpecError([Problem("JOB", f"job {job_dir.name} has finished; nothing can join it")])
+        raise SpecError(
+            [
+                Problem(
+                    "JOB",
+                    f"job {job_dir.name} has finished; nothing can join it",
+                    "give a running job (`tenter status` lists them)",
+                )
+            ]
+        )
     if args.hosts < 1:
-        raise SpecError([Problem("--hosts", f"{args.hosts} must be at least 1")])
+        raise SpecError([Problem("--hosts", f"{args.hosts} is fewer than 1", "give 1 or more")])
     for _ in range(args.hosts):
         request_join(job_dir)
     print(f"asked job {job_dir.name} for {args.hosts} more host(s)")

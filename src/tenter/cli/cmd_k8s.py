@@ -87,12 +87,13 @@ def add_parser(sub: Any) -> None:
 
 
 def _catalog_type(parser: argparse.ArgumentParser, name: str) -> Any:
+    from tenter.errors import with_fix
     from tenter.spec import lookup
     from tenter.spec.catalog import unknown_type
 
     itype = lookup(name)
     if itype is None:
-        parser.error(f"--instance-type {unknown_type(name)}")
+        parser.error(f"--instance-type {with_fix(*unknown_type(name))}")
     if itype.is_local:
         parser.error(
             f"--instance-type {name}: this machine, not a catalog type (ml.p5.48xlarge...)"
@@ -109,6 +110,7 @@ def _emit(text: str, out: str | None) -> None:
 
 def cluster_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from tenter.cli.options import stderr
+    from tenter.errors import with_fix
     from tenter.launch.kubernetes import eksctl
     from tenter.launch.kubernetes import rules as k8s_rules
     from tenter.launch.kubernetes.request import to_yaml
@@ -137,7 +139,7 @@ def cluster_config(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     )
     problems = k8s_rules.problems(config)
     if problems:
-        parser.error("--azs: " + "; ".join(p.message for p in problems))
+        parser.error("--azs: " + "; ".join(with_fix(p.message, p.fix) for p in problems))
     _emit(to_yaml([config]), args.out)
     if not itype.efa:
         stderr.print(f"[yellow]note:[/] {itype.name} has no EFA: NCCL will use TCP sockets")

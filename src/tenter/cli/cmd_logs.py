@@ -40,7 +40,11 @@ def _ranks(text: str | None) -> list[int] | None:
         return [int(r) for r in text.split(",")]
     except ValueError:
         raise SpecError(
-            [Problem("--ranks", f"'{text}' is not a comma-separated list of ranks, e.g. 0,3")]
+            [
+                Problem(
+                    "--ranks", f"'{text}' is not a comma-separated list of ranks", "write e.g. 0,3"
+                )
+            ]
         ) from None
 
 

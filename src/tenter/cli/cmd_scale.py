@@ -60,7 +60,9 @@ def _counts(text: str | None, flag: str) -> list[int] | None:
         raise SpecError(
             [
                 Problem(
-                    flag, f"'{text}' is not a comma-separated list of positive counts, e.g. 1,2,4"
+                    flag,
+                    f"'{text}' is not a comma-separated list of positive counts",
+                    "write e.g. 1,2,4",
                 )
             ]
         )
@@ -76,12 +78,21 @@ def _sizes(args: argparse.Namespace) -> list[tuple[int | None, int | None]]:
                 Problem(
                     "--procs-per-host",
                     f"both --hosts ({args.hosts}) and --procs-per-host ({args.procs_per_host}) "
-                    "are lists; scale one of them and give the other a single value",
+                    "are lists",
+                    "scale one of them and give the other a single value",
                 )
             ]
         )
     if not hosts and not (procs and len(procs) > 1):
-        raise SpecError([Problem("--hosts", "give the sizes to compare, e.g. --hosts 1,2,3")])
+        raise SpecError(
+            [
+                Problem(
+                    "--hosts",
+                    "gives no sizes to compare",
+                    "give them, e.g. --hosts 1,2,3 (or --procs-per-host 1,2,4)",
+                )
+            ]
+        )
     if hosts and len(hosts) > 1:
         return [(h, procs[0] if procs else None) for h in hosts]
     return [(hosts[0] if hosts else None, p) for p in procs or []]
@@ -98,10 +109,18 @@ def run_scale(args: argparse.Namespace) -> int:
     require("matplotlib", "plot", "tenter scale")
     sizes = _sizes(args)
     if args.epochs is not None and args.epochs < 1:
-        raise SpecError([Problem("--epochs", f"{args.epochs} is not a positive number of epochs")])
+        raise SpecError(
+            [
+                Problem(
+                    "--epochs",
+                    f"{args.epochs} is not a positive number of epochs",
+                    "give 1 or more",
+                )
+            ]
+        )
     spec_path = Path(args.spec)
     if not spec_path.is_file():
-        raise SpecError([Problem("SPEC", f"no spec file '{args.spec}'; give a job spec (.yaml)")])
+        raise SpecError([Problem("SPEC", f"no spec file '{args.spec}'", "give a job spec (.yaml)")])
     specs = []
     for hosts, procs in sizes:  # every size is checked before the first runs
         overrides: dict[str, Any] = {}

@@ -165,10 +165,10 @@ def _pairs(values: list[str], flag: str) -> dict[str, str]:
     for value in values:
         key, sep, val = value.partition("=")
         if not sep or not key:
-            raise SpecError([Problem(flag, f"'{value}' is not KEY=VALUE")])
+            raise SpecError([Problem(flag, f"'{value}' is not KEY=VALUE", "write KEY=VALUE")])
         if key in out:  # as duplicate keys in a spec file: the last must not silently win
             raise SpecError(
-                [Problem(flag, f"{key} is given twice ({key}={out[key]}, {value}); give it once")]
+                [Problem(flag, f"{key} is given twice ({key}={out[key]}, {value})", "give it once")]
             )
         out[key] = val
     return out
@@ -178,7 +178,7 @@ def _absolute(path: str, flag: str) -> str:
     try:
         return str(Path(path).expanduser().resolve())
     except RuntimeError as e:  # expanduser: "~nobody-such" names no user
-        raise SpecError([Problem(flag, f"'{path}': {e}; give an existing path")]) from None
+        raise SpecError([Problem(flag, f"'{path}': {e}", "give an existing path")]) from None
 
 
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -219,7 +219,13 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
             logs["ranks"] = [int(r) for r in args.ranks.split(",")]
         except ValueError:
             raise SpecError(
-                [Problem("--ranks", f"'{args.ranks}' is not a comma-separated list of ranks")]
+                [
+                    Problem(
+                        "--ranks",
+                        f"'{args.ranks}' is not a comma-separated list of ranks",
+                        "write e.g. 0,3",
+                    )
+                ]
             ) from None
     if args.no_tag:
         logs["tag"] = False
@@ -239,7 +245,15 @@ def _entry_from(args: argparse.Namespace, script_args: list[str]) -> dict[str, A
             script_args = [args.target, *script_args]
         return {"module": args.module, "args": script_args}
     if args.target is None:
-        raise SpecError([Problem("SPEC|SCRIPT", "give a job spec (.yaml), a script, or -m MODULE")])
+        raise SpecError(
+            [
+                Problem(
+                    "SPEC|SCRIPT",
+                    "is missing",
+                    "give a job spec (.yaml), a script, or -m MODULE",
+                )
+            ]
+        )
     if args.no_python:
         return {"command": [args.target], "args": script_args}
     if args.source_dir:
@@ -267,7 +281,9 @@ def _flags_after_spec(args: argparse.Namespace) -> list[str]:
         raise SpecError(
             [
                 Problem(
-                    "SPEC", f"'{later.target}' follows the spec file: put script arguments after --"
+                    "SPEC",
+                    f"'{later.target}' follows the spec file",
+                    "put script arguments after --",
                 )
             ]
         )

@@ -87,8 +87,8 @@ def add_torchrun_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--role", metavar="NAME", help="accepted; the role stays `default`")
 
 
-def _problem(flag: str, what: str) -> SpecError:
-    return SpecError([Problem(flag, what)])
+def _problem(flag: str, what: str, fix: str) -> SpecError:
+    return SpecError([Problem(flag, what, fix)])
 
 
 def _nnodes(value: str) -> tuple[int, int]:
@@ -98,7 +98,9 @@ def _nnodes(value: str) -> tuple[int, int]:
     except ValueError:
         lo, hi = 0, -1
     if not 0 < lo <= hi:
-        raise _problem("--nnodes", f"'{value}' is not N or MIN:MAX with 0 < MIN <= MAX")
+        raise _problem(
+            "--nnodes", f"'{value}' is not N or MIN:MAX", "give N or MIN:MAX with 0 < MIN <= MAX"
+        )
     return lo, hi
 
 
@@ -107,7 +109,7 @@ def _rdzv_conf(value: str, notes: list[str]) -> dict[str, int]:
     for item in value.split(","):
         key, sep, val = item.partition("=")
         if not sep or not key:
-            raise _problem("--rdzv-conf", f"'{item}' is not KEY=VALUE")
+            raise _problem("--rdzv-conf", f"'{item}' is not KEY=VALUE", "write KEY=VALUE,KEY=VALUE")
         if key not in _RDZV_CONF_FIELDS:
             notes.append(
                 f"--rdzv-conf {key} is ignored: tenter takes {', '.join(_RDZV_CONF_FIELDS)}"
@@ -116,7 +118,9 @@ def _rdzv_conf(value: str, notes: list[str]) -> dict[str, int]:
         try:
             out[key] = int(val)
         except ValueError:
-            raise _problem("--rdzv-conf", f"{key}={val} is not whole seconds") from None
+            raise _problem(
+                "--rdzv-conf", f"{key}={val} is not whole seconds", f"write {key}=SECONDS"
+            ) from None
     return out
 
 
@@ -129,7 +133,7 @@ def _either(args: argparse.Namespace, ours: str, theirs: str, value: Any) -> Any
     """The value of two flags meaning one field: they must agree when both are given."""
     mine = getattr(args, ours.removeprefix("--").replace("-", "_"))
     if mine is not None and value is not None and mine != value:
-        raise _problem(theirs, f"{value!r} contradicts {ours} {mine!r}; give one of them")
+        raise _problem(theirs, f"{value!r} contradicts {ours} {mine!r}", "give one of them")
     return value
 
 
@@ -147,7 +151,7 @@ def _check_bounds(args: argparse.Namespace) -> None:
         value = getattr(args, dest)
         if value is not None and (value < least or (most is not None and value > most)):
             allowed = f"from {least} to {most}" if most is not None else f"at least {least}"
-            raise _problem(flag, f"{value} is out of range: give a value {allowed}")
+            raise _problem(flag, f"{value} is out of range", f"give a value {allowed}")
 
 
 def spec_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
@@ -166,7 +170,8 @@ def spec_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
         if procs < 1:
             raise _problem(
                 "--nproc-per-node",
-                f"'{args.nproc_per_node}' is not a number of at least 1, auto, cpu or gpu",
+                f"'{args.nproc_per_node}' is not a number of processes",
+                "give a number of at least 1, auto, cpu or gpu",
             )
         out["processes_per_host"] = _either(args, "--procs-per-host", "--nproc-per-node", procs)
     if args.max_restarts is not None:
@@ -181,7 +186,7 @@ def spec_overrides(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     if args.log_dir:
         log_dir = os.path.abspath(args.log_dir)
         if args.output_dir and os.path.abspath(args.output_dir) != log_dir:
-            raise _problem("--log-dir", f"contradicts --output-dir {args.output_dir}; give one")
+            raise _problem("--log-dir", f"contradicts --output-dir {args.output_dir}", "give one")
         out["output_dir"] = log_dir
     notes += _accepted_notes(args)
     return out, notes
@@ -197,7 +202,8 @@ def _rendezvous(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
         if args.rdzv_backend not in _RDZV_BACKENDS:
             raise _problem(
                 "--rdzv-backend",
-                f"'{args.rdzv_backend}' is not one of {', '.join(_RDZV_BACKENDS)}",
+                f"'{args.rdzv_backend}' is not a rendezvous backend tenter knows",
+                f"give one of {', '.join(_RDZV_BACKENDS)}",
             )
         out["backend"] = _RDZV_BACKENDS[args.rdzv_backend]
     if args.rdzv_endpoint:
@@ -249,7 +255,11 @@ def _std(value: str, flag: str, procs: int) -> dict[int, int]:
     if _STD_MAPPING.match(value):
         pairs = (item.split(":") for item in value.split(","))
         return {int(rank): int(streams) for rank, streams in pairs}
-    raise _problem(flag, f"'{value}' is not 0-3 or LOCAL_RANK:0-3,... (1 stdout, 2 stderr, 3 both)")
+    raise _problem(
+        flag,
+        f"'{value}' is not 0-3 or LOCAL_RANK:0-3,...",
+        "give 0-3 or LOCAL_RANK:0-3,... (1 stdout, 2 stderr, 3 both)",
+    )
 
 
 def resolved_procs(nproc: str, itype: InstanceType, hosts: int) -> int:
@@ -258,7 +268,7 @@ def resolved_procs(nproc: str, itype: InstanceType, hosts: int) -> int:
     # torchrun counts the CPUs this process may use (its affinity), not the machine's.
     cpus = len(os.sched_getaffinity(0)) if itype.is_local else itype.cpus
     if nproc == "gpu" and not itype.gpus:
-        raise _problem("--nproc-per-node", f"gpu: {itype.name} has no GPUs; give a number")
+        raise _problem("--nproc-per-node", f"gpu: {itype.name} has no GPUs", "give a number")
     if nproc == "cpu" or not itype.gpus:
         return cpus
     # Fewer GPUs than hosts: one each, which `gpu` then refuses, saying what fits.
@@ -282,7 +292,11 @@ def console_overrides(args: argparse.Namespace, spec: JobSpec) -> tuple[dict[str
     if not (args.redirects or args.tee or args.local_ranks_filter):
         return out, notes
     if args.ranks:
-        raise _problem("--ranks", "give --ranks or torchrun's -r/-t/--local-ranks-filter, not both")
+        raise _problem(
+            "--ranks",
+            "is given with torchrun's -r/-t/--local-ranks-filter",
+            "give --ranks or torchrun's -r/-t/--local-ranks-filter, not both",
+        )
     redirects = _std(args.redirects or "0", "--redirects", procs)
     tee = _std(args.tee or "0", "--tee", procs)
     shown = set(range(procs))
@@ -291,7 +305,9 @@ def console_overrides(args: argparse.Namespace, spec: JobSpec) -> tuple[dict[str
             shown = {int(r) for r in args.local_ranks_filter.split(",")}
         except ValueError:
             raise _problem(
-                "--local-ranks-filter", f"'{args.local_ranks_filter}' is not a list like 0,1,2"
+                "--local-ranks-filter",
+                f"'{args.local_ranks_filter}' is not a list of local ranks",
+                "give a list like 0,1,2",
             ) from None
     for local in range(procs):
         # A stream redirected to a file and not tee'd is off the console (torch's rule).

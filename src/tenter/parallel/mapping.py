@@ -124,7 +124,8 @@ def from_smp(params: ModelParallelParameters) -> ParallelConfig:
             Problem(
                 f"{SMP_PATH}.default_partition",
                 f"{params.default_partition} has no effect with auto_partition: true "
-                "(every block is placed by the partitioner); remove it",
+                "(every block is placed by the partitioner)",
+                "remove it",
             )
         )
     if problems:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tenter.spec.catalog import InstanceType
-from tenter.spec.errors import Problem
+from tenter.spec.errors import FieldError, Problem
 from tenter.spec.job import JobSpec
 from tenter.spec.limits import key_path
 from tenter.spec.mpirun import hostfile_hosts
@@ -38,20 +38,27 @@ def _slurm_problems(spec: JobSpec) -> list[Problem]:
         path = key_path("slurm.extra_directives", i)
         option = directive.removeprefix("--").partition("=")[0]
         if option in SBATCH_FIELDS:
-            out.append(Problem(path, f"'{directive}': set slurm.{SBATCH_FIELDS[option]} instead"))
+            out.append(
+                Problem(
+                    path,
+                    f"'{directive}' is a field of the slurm block",
+                    f"set slurm.{SBATCH_FIELDS[option]} instead",
+                )
+            )
         elif option in SBATCH_SET_BY_TENTER:
             out.append(
                 Problem(
                     path,
                     f"'{directive}': tenter sets --{option} from the spec (`tenter plan "
-                    "--backend slurm` shows it); change the spec's field instead",
+                    "--backend slurm` shows it)",
+                    "change the spec's field instead",
                 )
             )
         elif option in seen:
-            out.append(Problem(path, f"'--{option}' is given twice; keep one"))
+            out.append(Problem(path, f"'--{option}' is given twice", "keep one"))
         seen.add(option)
     if spec.slurm.container_mounts and not spec.slurm.container_image:
-        out.append(Problem("slurm.container_mounts", "need slurm.container_image; set it"))
+        out.append(Problem("slurm.container_mounts", "need slurm.container_image", "set it"))
     return out
 
 
@@ -66,7 +73,8 @@ def _mpirun_problems(spec: JobSpec, itype: InstanceType) -> list[Problem]:
             out.append(
                 Problem(
                     f"mpirun.mca.{name}",
-                    f"is also set in custom_mpi_options ('{custom[name]}'); keep one",
+                    f"is also set in custom_mpi_options ('{custom[name]}')",
+                    "keep one",
                 )
             )
     simulated = itype.is_local or spec.isolation != "none"
@@ -75,8 +83,8 @@ def _mpirun_problems(spec: JobSpec, itype: InstanceType) -> list[Problem]:
             Problem(
                 "mpirun.network_interface",
                 f"'{spec.mpirun.network_interface}': hosts simulated on this machine use "
-                f"{'loopback' if itype.is_local else 'eth0 of their own namespaces'}; set a "
-                "catalog instance_type with isolation: none for real hosts, or remove it",
+                f"{'loopback' if itype.is_local else 'eth0 of their own namespaces'}",
+                "set a catalog instance_type with isolation: none for real hosts, or remove it",
             )
         )
     if spec.mpirun.hostfile:
@@ -85,22 +93,23 @@ def _mpirun_problems(spec: JobSpec, itype: InstanceType) -> list[Problem]:
             out.append(
                 Problem(
                     path,
-                    "names real hosts, and instance_type local simulates them on this machine; "
+                    "names real hosts, and instance_type local simulates them on this machine",
                     "set a catalog instance_type (e.g. ml.p4d.24xlarge) with isolation: none",
                 )
             )
         else:
             try:
                 hosts = hostfile_hosts(Path(spec.mpirun.hostfile))
-            except ValueError as e:
-                out.append(Problem(path, str(e)))
+            except FieldError as e:
+                out.append(Problem(path, e.what, e.fix))
             else:
                 if len(hosts) < spec.instance_count:
                     out.append(
                         Problem(
                             path,
                             f"lists {len(hosts)} hosts and the job needs instance_count "
-                            f"{spec.instance_count}; add hosts or lower instance_count",
+                            f"{spec.instance_count}",
+                            "add hosts or lower instance_count",
                         )
                     )
     # mpirun starts one fixed MPI world and ends it when a rank fails: no agent restarts a
@@ -110,8 +119,9 @@ def _mpirun_problems(spec: JobSpec, itype: InstanceType) -> list[Problem]:
             Problem(
                 "elastic.max_restarts",
                 f"{spec.elastic.max_restarts}: the mpi backend cannot restart ranks (mpirun ends "
-                "the whole job when one fails); use backend local or slurm, or set it to 0 and "
-                "resume from the last checkpoint with a new run",
+                "the whole job when one fails)",
+                "use backend local or slurm, or set it to 0 and resume from the last checkpoint "
+                "with a new run",
             )
         )
     if spec.elastic.hang_timeout and not (itype.is_local or spec.isolation != "none"):
@@ -119,8 +129,8 @@ def _mpirun_problems(spec: JobSpec, itype: InstanceType) -> list[Problem]:
             Problem(
                 "elastic.hang_timeout",
                 f"on {itype.name} hosts mpirun's ranks run where the launcher cannot read their "
-                "stacks for a hang report; use backend slurm (one tenter agent per host), or "
-                "remove it",
+                "stacks for a hang report",
+                "use backend slurm (one tenter agent per host), or remove it",
             )
         )
     return out
@@ -132,7 +142,11 @@ def _ignored(spec: JobSpec, block: str, backend: str) -> list[Problem]:
         return []
     options = getattr(spec, block)
     return [
-        Problem(f"{block}.{name}", f"is for backend {backend}, ignored on {spec.backend}")
+        Problem(
+            f"{block}.{name}",
+            f"is for backend {backend}, ignored on {spec.backend}",
+            f"remove it, or set backend: {backend}",
+        )
         for name in sorted(options.model_fields_set)
     ]
 

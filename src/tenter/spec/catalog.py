@@ -179,9 +179,10 @@ def lookup(name: str) -> InstanceType | None:
     return _catalog().get(canonical_name(name))
 
 
-def unknown_type(name: str) -> str:
-    """Why ``name`` is no type, and what is: the closest type of its family first (a size that
-    does not exist), then the closest spelling; the family's sizes, or every family."""
+def unknown_type(name: str) -> tuple[str, str]:
+    """Why ``name`` is no type, and what is (a problem's what and fix): the closest type of its
+    family first (a size that does not exist), then the closest spelling; the family's sizes,
+    or every family."""
     types = _catalog()
     wanted = canonical_name(name)
     kin = [t for t in types if family(t) == family(wanted)]
@@ -192,11 +193,12 @@ def unknown_type(name: str) -> str:
         known = f"ml.{family(wanted)} sizes: {', '.join(f'ml.{t}' for t in kin)}"
     else:
         families = ", ".join(dict.fromkeys(family(t) for t in types))
-        known = f"Known families: {families}; or {' or '.join(LOCAL_TYPES)} (this machine)"
-    added = f"tenter's catalog is of {catalog_date()}; " if catalog_date() else ""
+        known = f"families: {families}; or {' or '.join(LOCAL_TYPES)} (this machine)"
+    added = f"; tenter's catalog is of {catalog_date()}" if catalog_date() else ""
     return (
-        f"'{name}' is not in the catalog.{guess} {known}. ({added}add a type in "
-        f"$TENTER_HOME/{USER_CATALOG_NAME} or ${USER_CATALOG_ENV}: docs/spec.md)"
+        f"'{name}' is not in the catalog.{guess}",
+        f"use a type of the catalog ({known}), or add one in $TENTER_HOME/{USER_CATALOG_NAME} "
+        f"or ${USER_CATALOG_ENV} (docs/spec.md{added})",
     )
 
 

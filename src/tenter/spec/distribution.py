@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import PositiveInt
 
 from tenter.spec.base import StrictModel
-from tenter.spec.errors import Problem
+from tenter.spec.errors import FieldError, Problem
 from tenter.spec.modelparallel import ModelParallelParameters
 from tenter.spec.mpi_options import MpiOptions, parse_mpi_options
 
@@ -82,8 +82,9 @@ class Distribution(StrictModel):
                 Problem(
                     "distribution.smdistributed",
                     "dataparallel and modelparallel are both enabled; SageMaker's libraries "
-                    "cannot be combined: use modelparallel with its 'ddp: true' parameter for "
-                    "data parallelism across pipeline replicas",
+                    "cannot be combined",
+                    "use modelparallel with its 'ddp: true' parameter for data parallelism "
+                    "across pipeline replicas",
                 )
             )
         if self.pytorchddp.enabled and (sm.dataparallel.enabled or sm.modelparallel.enabled):
@@ -91,7 +92,8 @@ class Distribution(StrictModel):
                 Problem(
                     "distribution.pytorchddp",
                     "cannot be combined with smdistributed (pytorchddp is another name for "
-                    "smdistributed.dataparallel); enable only one of them",
+                    "smdistributed.dataparallel)",
+                    "enable only one of them",
                 )
             )
         launchers = [
@@ -108,8 +110,8 @@ class Distribution(StrictModel):
             out.append(
                 Problem(
                     "distribution",
-                    f"{' and '.join(launchers)} are all enabled; enable one way of launching "
-                    "the processes",
+                    f"{' and '.join(launchers)} are all enabled",
+                    "enable one way of launching the processes",
                 )
             )
         for path, text in (
@@ -121,8 +123,8 @@ class Distribution(StrictModel):
         ):
             try:
                 parse_mpi_options(text)
-            except ValueError as e:
-                out.append(Problem(path, f"{text!r} {e}"))
+            except FieldError as e:
+                out.append(Problem(path, f"{text!r} {e.what}", e.fix))
         if sm.modelparallel.enabled:
             params = sm.modelparallel.parameters
             path = "distribution.smdistributed.modelparallel.parameters"
@@ -135,7 +137,7 @@ class Distribution(StrictModel):
                         "distribution.torch_distributed.enabled",
                         "SMP v2 parameters ("
                         + ", ".join(params.v2_parameters or ["tensor_parallel_degree"])
-                        + ") need the torch_distributed launcher, as SageMaker's SMP v2 does; "
+                        + ") need the torch_distributed launcher, as SageMaker's SMP v2 does",
                         "set distribution.torch_distributed.enabled: true",
                     )
                 )

@@ -52,13 +52,18 @@ class Elastic(StrictModel):
                 Problem(
                     "elastic",
                     f"instance_count {instance_count} must lie between min_hosts ({lo}) and "
-                    f"max_hosts ({hi}); change one of them",
+                    f"max_hosts ({hi})",
+                    "change one of them",
                 )
             )
         rdzv = self.rendezvous
         if rdzv.backend == "etcd" and not rdzv.endpoint:
             out.append(
-                Problem("elastic.rendezvous.endpoint", "is required with backend etcd: host:port")
+                Problem(
+                    "elastic.rendezvous.endpoint",
+                    "is required with backend etcd",
+                    "give the etcd server's host:port",
+                )
             )
         elif rdzv.backend == "etcd" and rdzv.endpoint:
             out += _endpoint_problems(rdzv.endpoint)
@@ -66,12 +71,17 @@ class Elastic(StrictModel):
             out.append(
                 Problem(
                     "elastic.rendezvous.endpoint",
-                    "is only for etcd; the c10d store is served by the job itself: remove it",
+                    "is only for etcd; the c10d store is served by the job itself",
+                    "remove it",
                 )
             )
         if self.on_hang == "restart" and not self.max_restarts:
             out.append(
-                Problem("elastic.on_hang", "restart needs max_restarts >= 1 to restart anything")
+                Problem(
+                    "elastic.on_hang",
+                    "restart needs max_restarts >= 1 to restart anything",
+                    "set elastic.max_restarts, or on_hang: stop",
+                )
             )
         return out
 
@@ -80,7 +90,9 @@ def _endpoint_problems(endpoint: str) -> list[Problem]:
     path = "elastic.rendezvous.endpoint"
     host, _, port = endpoint.rpartition(":")
     if not host or not re.fullmatch(r"[0-9]{1,5}", port):
-        return [Problem(path, f"{show(endpoint)} is not host:port, e.g. etcd.example.com:2379")]
+        return [
+            Problem(path, f"{show(endpoint)} is not host:port", "write e.g. etcd.example.com:2379")
+        ]
     problem = port_problem(path, int(port))
     return [problem] if problem else []
 

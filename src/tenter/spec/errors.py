@@ -13,6 +13,8 @@ import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tenter.errors import with_fix
+
 MAX_SHOWN = 10
 """Problems listed in a report; the rest are counted ("and 299,990 more")."""
 MAX_LINE = 500
@@ -53,8 +55,18 @@ class Problem:
     """How to fix it: shown as ``<path>: <message>. Fix: <fix>``, the form of every error."""
 
     def __str__(self) -> str:
-        text = f"{self.path}: {self.message}" if self.path else self.message
-        return clip(f"{text.rstrip('.')}. Fix: {self.fix}" if self.fix else text)
+        return clip(
+            with_fix(f"{self.path}: {self.message}" if self.path else self.message, self.fix)
+        )
+
+
+class FieldError(ValueError):
+    """A field's validator's refusal, its fix apart (``str()``: what is wrong), so that the
+    problem pydantic reports keeps the two fields of a :class:`Problem`."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(what)
+        self.what, self.fix = what, fix
 
 
 class SpecError(ValueError):

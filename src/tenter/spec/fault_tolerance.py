@@ -55,7 +55,8 @@ class FaultTolerance(StrictModel):
                 Problem(
                     f"{path}.min_replicas",
                     f"{self.min_replicas} is more than the {self.replica_groups} replica_groups: "
-                    "no step could ever train; lower min_replicas or raise replica_groups",
+                    "no step could ever train",
+                    "lower min_replicas or raise replica_groups",
                 )
             )
         if instance_count % self.replica_groups:
@@ -63,7 +64,8 @@ class FaultTolerance(StrictModel):
                 Problem(
                     f"{path}.replica_groups",
                     f"{self.replica_groups} groups cannot split instance_count {instance_count} "
-                    "hosts equally; use an instance_count that is a multiple of replica_groups",
+                    "hosts equally",
+                    "use an instance_count that is a multiple of replica_groups",
                 )
             )
         if model_parallel:
@@ -71,7 +73,8 @@ class FaultTolerance(StrictModel):
                 Problem(
                     path,
                     "cannot be combined with distribution.smdistributed.modelparallel: a replica "
-                    "group heals by copying a whole model from a peer; remove one of them",
+                    "group heals by copying a whole model from a peer",
+                    "remove one of them",
                 )
             )
         if elastic_hosts:
@@ -79,7 +82,8 @@ class FaultTolerance(StrictModel):
                 Problem(
                     path,
                     "replaces elastic.min_hosts/max_hosts (a job goes on with fewer replica "
-                    "groups, not fewer hosts): remove them",
+                    "groups, not fewer hosts)",
+                    "remove them",
                 )
             )
         if backend == "mpi":
@@ -87,10 +91,11 @@ class FaultTolerance(StrictModel):
                 Problem(
                     path,
                     "needs a backend that restarts each replica group on its own (local, slurm, "
-                    "kubernetes); mpirun runs one world: change backend",
+                    "kubernetes); mpirun runs one world",
+                    "change backend",
                 )
             )
         missing = torchft_problem()
         if missing:
-            out.append(Problem(path, f"{missing}: {INSTALL_FIX}"))
+            out.append(Problem(path, missing, INSTALL_FIX))
         return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tenter.errors import with_fix
 from tenter.spec.errors import counted
 
 GPU_INSTANCE_TYPE = "local_gpu"
@@ -58,7 +59,7 @@ def place_gpus(visible: tuple[str, ...], hosts: int, procs: int, *, required: bo
     gpus = len(visible)
     why = refusal(gpus, hosts, procs, required=required)
     if why is not None:
-        raise TooFewGpus(why)
+        raise TooFewGpus(with_fix(*why))
     if hosts * procs <= gpus:
         return GpuPlacement(
             tuple(tuple(visible[h * procs : (h + 1) * procs]) for h in range(hosts)), gpus
@@ -66,10 +67,18 @@ def place_gpus(visible: tuple[str, ...], hosts: int, procs: int, *, required: bo
     return GpuPlacement(tuple(() for _ in range(hosts)), gpus)
 
 
-def refusal(gpus: int, hosts: int, procs: int, *, required: bool) -> str | None:
-    """Why ``hosts x procs`` ranks cannot have ``gpus`` GPUs, or None: :func:`place_gpus`'s
-    rule alone, in constant time (the spec check runs it on any input, however large)."""
-    return fitting_message(gpus, hosts, procs) if required and hosts * procs > gpus else None
+def refusal(gpus: int, hosts: int, procs: int, *, required: bool) -> tuple[str, str] | None:
+    """Why ``hosts x procs`` ranks cannot have ``gpus`` GPUs and what fits, or None:
+    :func:`place_gpus`'s rule alone, in constant time (the spec check runs it on any input,
+    however large)."""
+    if not required or hosts * procs <= gpus:
+        return None
+    what = (
+        f"{_ranks(hosts, procs)} = {counted(hosts * procs, 'rank needs', 'ranks need')} a GPU "
+        f"each and this machine has {counted(gpus, 'GPU')}"
+    )
+    cpu = "instance_type: local (--instance-type local) runs them without GPUs"
+    return what, cpu if gpus == 0 else f"{_fitting(gpus, hosts)} gives each rank one, or {cpu}"
 
 
 def _ranks(hosts: int, procs: int) -> str:
@@ -81,19 +90,6 @@ def _fitting(gpus: int, hosts: int) -> str:
     if gpus >= hosts:
         return f"--procs-per-host {gpus // hosts} (processes_per_host: {gpus // hosts})"
     return f"--hosts {gpus} --procs-per-host 1"
-
-
-def fitting_message(gpus: int, hosts: int, procs: int) -> str:
-    """Why ``hosts x procs`` ranks with a GPU each do not fit on ``gpus`` GPUs, and what does."""
-    problem = (
-        f"{_ranks(hosts, procs)} = {counted(hosts * procs, 'rank needs', 'ranks need')} a GPU "
-        "each and this machine has "
-        f"{counted(gpus, 'GPU')}"
-    )
-    cpu = "instance_type: local (--instance-type local) runs them without GPUs"
-    if gpus == 0:
-        return f"{problem}; {cpu}"
-    return f"{problem}; {_fitting(gpus, hosts)} gives each rank one, or {cpu}"
 
 
 def cpu_note(gpus: int, hosts: int, procs: int) -> str:

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, BeforeValidator, Field, JsonValue, NonNegativ
 from tenter.spec.base import Seconds, StrictModel
 from tenter.spec.distribution import Distribution
 from tenter.spec.elastic import Checkpoint, Elastic
+from tenter.spec.errors import FieldError
 from tenter.spec.fault_tolerance import FaultTolerance
 from tenter.spec.kubernetes import KubernetesOptions
 from tenter.spec.mpi_options import MpiOptions
@@ -28,9 +29,10 @@ def _variable_text(value: object) -> object:
     True, and no spelling is right for every program (NCCL wants 1, others true or yes);
     SageMaker and Kubernetes refuse a non-text value too."""
     if isinstance(value, bool):
-        raise ValueError(
+        raise FieldError(
             f"{value} is a YAML boolean (yes, no, on, off, true and false all read as one), "
-            "but a variable holds text: quote the value the program expects, e.g. '1' or '0'"
+            "but a variable holds text",
+            "quote the value the program expects, e.g. '1' or '0'",
         )
     return str(value) if isinstance(value, int | float) else value
 

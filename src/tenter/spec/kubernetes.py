@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from tenter.spec.base import StrictModel
+from tenter.spec.errors import FieldError
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -41,7 +42,9 @@ class ClaimVolume(StrictModel):
     @classmethod
     def _absolute(cls, value: str) -> str:
         if not value.startswith("/"):
-            raise ValueError(f"'{value}' must be an absolute path in the container, e.g. /fsx")
+            raise FieldError(
+                f"'{value}' is not an absolute path in the container", "give one, e.g. /fsx"
+            )
         return value
 
 

@@ -72,7 +72,7 @@ def _too_deep(path: str) -> SpecError:
         [
             Problem(
                 clip(path, 200),
-                f"is nested more than {MAX_DEPTH} levels deep; a job spec needs a few: "
+                f"is nested more than {MAX_DEPTH} levels deep; a job spec needs a few",
                 "flatten it, or pass the structure as a file (a channel)",
             )
         ]
@@ -85,8 +85,8 @@ def _too_many(path: str) -> SpecError:
             Problem(
                 clip(path, 200) or "(the whole spec)",
                 f"makes the spec hold more than {MAX_VALUES:,} values (a YAML alias counts "
-                "each time it is used); a job spec holds a few dozen: pass large data as a "
-                "file (a channel), not in the spec",
+                "each time it is used); a job spec holds a few dozen",
+                "pass large data as a file (a channel), not in the spec",
             )
         ]
     )
@@ -175,14 +175,15 @@ def _text_problem(path: str, text: str) -> Problem | None:
     if "\0" in text:
         return Problem(
             path,
-            "contains a NUL character, which no argument, variable or path can hold: remove it",
+            "contains a NUL character, which no argument, variable or path can hold",
+            "remove it",
         )
     if len(text) > MAX_TEXT:
         return Problem(
             path,
             f"is {len(text):,} characters long; a spec value may have at most {MAX_TEXT:,} "
-            "(Linux refuses longer arguments and variables): pass large data as a file "
-            "(a channel)",
+            "(Linux refuses longer arguments and variables)",
+            "pass large data as a file (a channel)",
         )
     return None
 
@@ -222,4 +223,4 @@ def port_problem(field: str, port: int, *, zero_picks_one: bool = False) -> Prob
     if lowest <= port <= 65535:
         return None
     zero = " (0: any free port)" if zero_picks_one else ""
-    return Problem(field, f"{port} is not a TCP port: use {lowest} to 65535{zero}")
+    return Problem(field, f"{port} is not a TCP port", f"use {lowest} to 65535{zero}")

@@ -40,7 +40,8 @@ class _SpecLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
                         Problem(
                             clip(str(key), 100),
                             f"is given twice (lines {first_line[key]} and {line}), and YAML "
-                            "would silently keep the second: keep one",
+                            "would silently keep the second",
+                            "keep one",
                         )
                     ]
                 )
@@ -55,14 +56,23 @@ def read_yaml(path: Path) -> dict[str, Any]:
         with path.open("rb") as file:
             raw = file.read(MAX_SPEC_BYTES + 1)
     except OSError as e:
-        raise SpecError([Problem("", f"cannot read the spec file '{path}': {e.strerror}")]) from e
+        raise SpecError(
+            [
+                Problem(
+                    "",
+                    f"cannot read the spec file '{path}': {e.strerror}",
+                    "give the path of a readable YAML file",
+                )
+            ]
+        ) from e
     if len(raw) > MAX_SPEC_BYTES:
         raise SpecError(
             [
                 Problem(
                     "",
                     f"'{path}' is larger than {MAX_SPEC_BYTES // 2**20} MiB; a job spec is a few "
-                    "KB: pass large data as a file (a channel), not in the spec",
+                    "KB",
+                    "pass large data as a file (a channel), not in the spec",
                 )
             ]
         )
@@ -74,7 +84,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
                 Problem(
                     "",
                     f"'{path}' is not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start}): "
-                    "a spec is YAML, which tenter reads as UTF-8; save it in that encoding",
+                    "a spec is YAML, which tenter reads as UTF-8",
+                    "save it in that encoding",
                 )
             ]
         ) from None
@@ -82,18 +93,34 @@ def read_yaml(path: Path) -> dict[str, Any]:
         check_yaml_nesting(text, path.name)
         data = yaml.load(named_stream(text, path.name), Loader=_SpecLoader)  # a safe loader
     except yaml.YAMLError as e:
-        raise SpecError([Problem("", f"'{path}' is not valid YAML: {e}")]) from None
+        raise SpecError(
+            [Problem("", f"'{path}' is not valid YAML: {e}", "correct the YAML at that line")]
+        ) from None
     except SpecError:
         raise
     except (ValueError, OverflowError) as e:
         # A scalar YAML accepts but Python cannot build: an integer of over 4,300 digits
         # (Python's limit), a date such as 2024-13-45.
-        raise SpecError([Problem("", f"'{path}' holds a value tenter cannot read: {e}")]) from None
+        raise SpecError(
+            [
+                Problem(
+                    "",
+                    f"'{path}' holds a value tenter cannot read: {e}",
+                    "write the value as text (quote it)",
+                )
+            ]
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise SpecError(
-            [Problem("", f"'{path}' must hold a mapping of spec fields, not {type(data).__name__}")]
+            [
+                Problem(
+                    "",
+                    f"'{path}' must hold a mapping of spec fields, not {type(data).__name__}",
+                    "write the spec as 'field: value' lines (e.g. entry_point: train.py)",
+                )
+            ]
         )
     return data
 
@@ -116,7 +143,7 @@ def _absolute(path: str, base_dir: Path, field: str) -> str:
     except (RuntimeError, OSError) as e:
         # expanduser: `~user` of no such user; resolve: a symlink loop.
         raise SpecError(
-            [Problem(field, f"{show(path)} cannot be made an absolute path ({e}); fix the path")]
+            [Problem(field, f"{show(path)} cannot be made an absolute path ({e})", "fix the path")]
         ) from None
 
 

@@ -146,7 +146,8 @@ class ModelParallelParameters(StrictModel):
                 out.append(
                     Problem(
                         f"{path}.{name}",
-                        f"{value!r} is not supported yet by tenter.parallel ({why}); {fix}",
+                        f"{value!r} is not supported yet by tenter.parallel ({why})",
+                        fix,
                     )
                 )
         return out
@@ -159,8 +160,8 @@ class ModelParallelParameters(StrictModel):
                 Problem(
                     path,
                     f"mixes SMP v1 parameters ({', '.join(v1)}) with SMP v2 parameters "
-                    f"({', '.join(v2)}); SMP v2 (torch.sagemaker) replaced v1's settings: keep "
-                    "one set, v2 (hybrid_shard_degree, tensor_parallel_degree, ...) or v1 "
+                    f"({', '.join(v2)}); SMP v2 (torch.sagemaker) replaced v1's settings",
+                    "keep one set, v2 (hybrid_shard_degree, tensor_parallel_degree, ...) or v1 "
                     "(pipeline_parallel_degree, ddp, ...)",
                 )
             ]
@@ -177,7 +178,8 @@ class ModelParallelParameters(StrictModel):
                     Problem(
                         f"{path}.{name}",
                         f"{degree} does not divide the world size {world_size} (hosts x "
-                        "processes_per_host); choose a divisor or change the number of processes",
+                        "processes_per_host)",
+                        "choose a divisor or change the number of processes",
                     )
                 )
         tp, hsd, cp = (
@@ -189,8 +191,8 @@ class ModelParallelParameters(StrictModel):
             out.append(
                 Problem(
                     f"{path}.hybrid_shard_degree",
-                    f"{hsd} exceeds the world size {world_size}; use 0 (shard over every "
-                    f"data-parallel rank) up to {world_size}",
+                    f"{hsd} exceeds the world size {world_size}",
+                    f"use 0 (shard over every data-parallel rank) up to {world_size}",
                 )
             )
         elif hsd and world_size % tp == 0 and (world_size // tp) % hsd:
@@ -198,7 +200,8 @@ class ModelParallelParameters(StrictModel):
                 Problem(
                     f"{path}.hybrid_shard_degree",
                     f"{hsd} does not divide the {world_size // tp} data-parallel ranks (world "
-                    f"size {world_size} / tensor_parallel_degree {tp}); choose a divisor",
+                    f"size {world_size} / tensor_parallel_degree {tp})",
+                    "choose a divisor",
                 )
             )
         if hsd and cp > hsd:
@@ -206,7 +209,8 @@ class ModelParallelParameters(StrictModel):
                 Problem(
                     f"{path}.context_parallel_degree",
                     f"{cp} exceeds hybrid_shard_degree ({hsd}): SMP v2 shards context-parallel "
-                    "ranks' states within one shard group; lower it or raise hybrid_shard_degree",
+                    "ranks' states within one shard group",
+                    "lower it or raise hybrid_shard_degree",
                 )
             )
         return out
@@ -218,9 +222,9 @@ class ModelParallelParameters(StrictModel):
             out.append(
                 Problem(
                     f"{path}.pipeline_parallel_degree",
-                    "is required when modelparallel is enabled; set pipeline_parallel_degree: 1 "
-                    "for no pipelining, or the number of pipeline stages (SMP v1), or write SMP "
-                    "v2 parameters such as hybrid_shard_degree",
+                    "is required when modelparallel is enabled",
+                    "set pipeline_parallel_degree: 1 for no pipelining, or the number of pipeline "
+                    "stages (SMP v1), or write SMP v2 parameters such as hybrid_shard_degree",
                 )
             )
             pp = 1
@@ -230,7 +234,7 @@ class ModelParallelParameters(StrictModel):
                 Problem(
                     path,
                     f"the world size {world_size} (hosts x processes_per_host) is not divisible by "
-                    f"pipeline_parallel_degree x tensor_parallel_degree = {pp} x {tp} = {pp * tp}; "
+                    f"pipeline_parallel_degree x tensor_parallel_degree = {pp} x {tp} = {pp * tp}",
                     "change the degrees or the number of processes",
                 )
             )
@@ -238,38 +242,40 @@ class ModelParallelParameters(StrictModel):
             out.append(
                 Problem(
                     f"{path}.default_partition",
-                    "is required when auto_partition is false: set the partition index "
-                    f"(0..{pp - 1}) that modules without an explicit partition go to",
+                    "is required when auto_partition is false",
+                    f"set the partition index (0..{pp - 1}) that modules without an explicit "
+                    "partition go to",
                 )
             )
         if self.default_partition is not None and self.default_partition >= pp:
             out.append(
                 Problem(
                     f"{path}.default_partition",
-                    f"{self.default_partition} is not a partition: it must be less than "
-                    f"pipeline_parallel_degree ({pp})",
+                    f"{self.default_partition} is not a partition",
+                    f"make it less than pipeline_parallel_degree ({pp})",
                 )
             )
         if self.placement_strategy not in _PLACEMENTS:
             out.append(
                 Problem(
                     f"{path}.placement_strategy",
-                    f"'{self.placement_strategy}' is not valid: use 'cluster', 'spread', or a "
-                    "permutation of the letters D, P and T such as 'DPT' or 'PDT'",
+                    f"'{self.placement_strategy}' is not valid",
+                    "use 'cluster', 'spread', or a permutation of the letters D, P and T such as "
+                    "'DPT' or 'PDT'",
                 )
             )
         if self.active_microbatches is not None and self.active_microbatches > self.microbatches:
             out.append(
                 Problem(
                     f"{path}.active_microbatches",
-                    f"{self.active_microbatches} exceeds microbatches ({self.microbatches}); "
+                    f"{self.active_microbatches} exceeds microbatches ({self.microbatches})",
                     "lower it or raise microbatches",
                 )
             )
         if self.ddp and self.horovod:
-            out.append(Problem(path, "ddp and horovod are both true; choose one"))
+            out.append(Problem(path, "ddp and horovod are both true", "choose one"))
         if self.fp16 and self.bf16:
-            out.append(Problem(path, "fp16 and bf16 are both true; choose one precision"))
+            out.append(Problem(path, "fp16 and bf16 are both true", "choose one precision"))
         sdp = self.sharded_data_parallel_degree
         if sdp > 1:
             if world_size % sdp:
@@ -277,6 +283,7 @@ class ModelParallelParameters(StrictModel):
                     Problem(
                         f"{path}.sharded_data_parallel_degree",
                         f"{sdp} does not divide the world size {world_size}",
+                        "choose a divisor or change the number of processes",
                     )
                 )
             if pp > 1:
@@ -284,8 +291,8 @@ class ModelParallelParameters(StrictModel):
                     Problem(
                         f"{path}.sharded_data_parallel_degree",
                         "sharded data parallelism does not compose with pipeline parallelism "
-                        "in SMP; set pipeline_parallel_degree: 1 or "
-                        "sharded_data_parallel_degree: 1",
+                        "in SMP",
+                        "set pipeline_parallel_degree: 1 or sharded_data_parallel_degree: 1",
                     )
                 )
             if self.shard_optimizer_state:
@@ -293,7 +300,8 @@ class ModelParallelParameters(StrictModel):
                     Problem(
                         f"{path}.shard_optimizer_state",
                         "is redundant with sharded_data_parallel_degree > 1 (which shards the "
-                        "optimizer state already); remove it",
+                        "optimizer state already)",
+                        "remove it",
                     )
                 )
         return out

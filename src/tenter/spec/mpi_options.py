@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from tenter.spec.errors import FieldError
+
 _MCA_FLAGS = ("--mca", "-mca")
 _ENV_FLAG = "-x"
 
@@ -43,11 +45,11 @@ class MpiOptions:
 
 
 def parse_mpi_options(text: str) -> MpiOptions:
-    """Parse a ``custom_mpi_options`` string. Raises ValueError saying what is malformed."""
+    """Parse a ``custom_mpi_options`` string. Raises FieldError saying what is malformed."""
     try:
         tokens = shlex.split(text)
     except ValueError as e:
-        raise ValueError(f"cannot be split into arguments ({e}); check the quotes") from e
+        raise FieldError(f"cannot be split into arguments ({e})", "check the quotes") from e
     mca: dict[str, str] = {}
     env: dict[str, str | None] = {}
     other: list[str] = []
@@ -56,22 +58,26 @@ def parse_mpi_options(text: str) -> MpiOptions:
         token = tokens[i]
         if token in _MCA_FLAGS:
             if len(tokens) - i < 3:
-                raise ValueError(
-                    f"'{token}' needs a parameter name and a value: '{token} NAME VALUE'"
+                raise FieldError(
+                    f"'{token}' needs a parameter name and a value", f"write '{token} NAME VALUE'"
                 )
             name, value = tokens[i + 1], tokens[i + 2]
             if name in mca and mca[name] != value:
-                raise ValueError(
-                    f"MCA parameter '{name}' is given twice ('{mca[name]}' and '{value}'); keep one"
+                raise FieldError(
+                    f"MCA parameter '{name}' is given twice ('{mca[name]}' and '{value}')",
+                    "keep one",
                 )
             mca[name] = value
             i += 3
         elif token == _ENV_FLAG:
             if i + 1 >= len(tokens):
-                raise ValueError("'-x' needs a variable: '-x NAME' or '-x NAME=VALUE'")
+                raise FieldError("'-x' needs a variable", "write '-x NAME' or '-x NAME=VALUE'")
             name, sep, env_value = tokens[i + 1].partition("=")
             if not name.isidentifier():
-                raise ValueError(f"'-x {tokens[i + 1]}': '{name}' is not a variable name")
+                raise FieldError(
+                    f"'-x {tokens[i + 1]}': '{name}' is not a variable name",
+                    "use letters, digits and '_', not starting with a digit",
+                )
             env[name] = env_value if sep else None
             i += 2
         else:

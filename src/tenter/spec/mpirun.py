@@ -22,6 +22,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, field_validator
 
 from tenter.spec.base import StrictModel
+from tenter.spec.errors import FieldError
 
 _MCA_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _NIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}$")
@@ -29,9 +30,10 @@ _NIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}$")
 
 def _nic(value: str) -> str:
     if not _NIC_NAME.match(value):
-        raise ValueError(
-            f"{value[:40]!r} is not a network interface name: 1 to 15 letters, digits and "
-            "_ . : - (e.g. eth0, ens5; `ip -br addr` on a host lists them)"
+        raise FieldError(
+            f"{value[:40]!r} is not a network interface name",
+            "give 1 to 15 letters, digits and _ . : - (e.g. eth0, ens5; `ip -br addr` on a host "
+            "lists them)",
         )
     return value
 
@@ -59,12 +61,15 @@ class MpirunOptions(StrictModel):
     def _mca(cls, value: dict[str, str]) -> dict[str, str]:
         for name, setting in value.items():
             if not _MCA_NAME.match(name):
-                raise ValueError(
-                    f"'{name}' is not an MCA parameter name: lower-case letters, digits and '_' "
-                    "(e.g. btl_tcp_if_include)"
+                raise FieldError(
+                    f"'{name}' is not an MCA parameter name",
+                    "use lower-case letters, digits and '_' (e.g. btl_tcp_if_include)",
                 )
             if not setting or any(not c.isprintable() for c in setting):
-                raise ValueError(f"{name}: {setting!r} must be non-empty printable text")
+                raise FieldError(
+                    f"{name}: {setting!r} is empty or not printable",
+                    "give non-empty printable text",
+                )
         return value
 
 
@@ -75,9 +80,14 @@ def hostfile_hosts(path: Path) -> list[str]:
         with path.open("rb") as f:
             data = f.read(MAX_HOSTFILE_BYTES + 1)
     except OSError as e:
-        raise ValueError(f"'{path}' cannot be read: {e.strerror}") from None
+        raise FieldError(
+            f"'{path}' cannot be read: {e.strerror}", "give a readable hostfile"
+        ) from None
     if len(data) > MAX_HOSTFILE_BYTES:
-        raise ValueError(f"'{path}' is over {MAX_HOSTFILE_BYTES >> 20} MiB: not a hostfile")
+        raise FieldError(
+            f"'{path}' is over {MAX_HOSTFILE_BYTES >> 20} MiB: not a hostfile",
+            "give Open MPI's hostfile ('HOST slots=N' per line)",
+        )
     hosts = []
     for number, raw in enumerate(data.decode(errors="replace").splitlines(), 1):
         line = raw.partition("#")[0].split()
@@ -87,8 +97,9 @@ def hostfile_hosts(path: Path) -> list[str]:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]*", name) or any(
             not re.fullmatch(r"(slots|max_slots|max-slots)=[0-9]+", word) for word in line[1:]
         ):
-            raise ValueError(
-                f"'{path}' line {number}: {raw.strip()[:80]!r} is not 'HOST [slots=N]'"
+            raise FieldError(
+                f"'{path}' line {number}: {raw.strip()[:80]!r} is not 'HOST [slots=N]'",
+                "write one host per line, with slots=N if it runs several ranks",
             )
         if name not in hosts:
             hosts.append(name)

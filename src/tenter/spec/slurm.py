@@ -29,6 +29,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, field_validator
 
 from tenter.spec.base import StrictModel
+from tenter.spec.errors import FieldError
 from tenter.spec.mpirun import NicName
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/@%+=#\-]+$")
@@ -40,13 +41,13 @@ _UNSAFE_SHOWN = 40
 
 def _safe(value: str) -> str:
     if not value:
-        raise ValueError("is empty; give a value or remove the field")
+        raise FieldError("is empty", "give a value or remove the field")
     if not _SAFE_VALUE.match(value):
         bad = sorted({c for c in value if not _SAFE_VALUE.match(c)})
         shown = ", ".join(repr(c) for c in bad)
-        raise ValueError(
-            f"{value[:_UNSAFE_SHOWN]!r} holds {shown}, which could break out of its #SBATCH "
-            "line; use letters, digits and _ . , : / @ % + = # -"
+        raise FieldError(
+            f"{value[:_UNSAFE_SHOWN]!r} holds {shown}, which could break out of its #SBATCH line",
+            "use letters, digits and _ . , : / @ % + = # -",
         )
     return value
 
@@ -61,11 +62,11 @@ _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,:&|*\[\]\-]+$")
 
 def _directive(value: str) -> str:
     if "\n" in value or "\r" in value:
-        raise ValueError(f"{value!r} holds a newline; give one directive per item")
+        raise FieldError(f"{value!r} holds a newline", "give one directive per item")
     if not _DIRECTIVE.match(value):
-        raise ValueError(
-            f"{value[:_UNSAFE_SHOWN]!r} is not a long sbatch option: write --name or "
-            "--name=value (e.g. --mail-type=END)"
+        raise FieldError(
+            f"{value[:_UNSAFE_SHOWN]!r} is not a long sbatch option",
+            "write --name or --name=value (e.g. --mail-type=END)",
         )
     _, _, option_value = value.partition("=")
     if option_value:
@@ -89,9 +90,12 @@ class ContainerMount(StrictModel):
     @classmethod
     def _absolute(cls, value: str) -> str:
         if not value.startswith("/"):
-            raise ValueError(f"'{value}' must be an absolute path, e.g. /fsx")
+            raise FieldError(f"'{value}' is not an absolute path", "give one, e.g. /fsx")
         if ":" in value or "," in value:
-            raise ValueError(f"'{value}' holds ':' or ',', which separate pyxis' mount list")
+            raise FieldError(
+                f"'{value}' holds ':' or ',', which separate pyxis' mount list",
+                "use a folder whose path has neither",
+            )
         return value
 
     def pyxis(self) -> str:

@@ -20,7 +20,15 @@ from pydantic import BaseModel, ValidationError
 
 from tenter.spec import catalog, gpus, limits
 from tenter.spec.backend_rules import backend_problems
-from tenter.spec.errors import MAX_SHOWN, Problem, SpecError, closest, did_you_mean, show
+from tenter.spec.errors import (
+    MAX_SHOWN,
+    FieldError,
+    Problem,
+    SpecError,
+    closest,
+    did_you_mean,
+    show,
+)
 from tenter.spec.job import JobSpec
 from tenter.spec.limits import key_path
 
@@ -95,7 +103,8 @@ def _same_field_twice(data: dict[str, Any]) -> tuple[dict[str, Any], list[Proble
                 Problem(
                     other,
                     f"is another name for {given[0]}, and both are set ({other}: "
-                    f"{show(data[other])}, {given[0]}: {show(data[given[0]])}): keep one",
+                    f"{show(data[other])}, {given[0]}: {show(data[given[0]])})",
+                    "keep one",
                 )
             )
             data = {k: v for k, v in data.items() if k != other}
@@ -139,13 +148,20 @@ def _problem_from_pydantic(err: Any, *, suggest: bool = True) -> Problem:
     if err["type"] == "missing":
         return Problem(path, "is required", f"set {path}")
     message = err["msg"]
-    # Errors raised by our own validators already carry the fix.
-    if err["type"] == "value_error":
-        return Problem(path, message.removeprefix("Value error, "))
+    if err["type"] == "value_error":  # our validators' FieldError: its what and fix
+        error = err.get("ctx", {}).get("error")
+        fix = error.fix if isinstance(error, FieldError) else ""
+        return Problem(path, message.removeprefix("Value error, "), fix)
     expected = message.removeprefix("Input should be ")
     if expected != message:  # pydantic's "Input should be a valid integer" and the like
         return Problem(path, f"{show(err['input'])} is not {expected}", f"make it {expected}")
-    return Problem(path, f"{show(err['input'])} is invalid: {message[0].lower()}{message[1:]}")
+    # The rest say "<String|List|...> should <have at most 64 characters>, <not 70>".
+    should = message.partition(" should ")[2].partition(", not ")[0]
+    return Problem(
+        path,
+        f"{show(err['input'])} is invalid: {message[0].lower()}{message[1:]}",
+        f"make it {should}" if should else "",
+    )
 
 
 _SMP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")
@@ -164,7 +180,7 @@ def _rename_partitions(data: dict[str, Any]) -> tuple[dict[str, Any], list[Probl
             [
                 Problem(
                     f"{path}.partitions",
-                    "is the old name of pipeline_parallel_degree, and both are set: "
+                    "is the old name of pipeline_parallel_degree, and both are set",
                     "keep only pipeline_parallel_degree",
                 )
             ]
@@ -174,7 +190,9 @@ def _rename_partitions(data: dict[str, Any]) -> tuple[dict[str, Any], list[Probl
     for key in _SMP_PATH:
         target = target[key]
     target["pipeline_parallel_degree"] = target.pop("partitions")
-    return data, [Problem(f"{path}.partitions", "is deprecated; use pipeline_parallel_degree")]
+    return data, [
+        Problem(f"{path}.partitions", "is deprecated", "rename it to pipeline_parallel_degree")
+    ]
 
 
 def _without(data: dict[str, Any], locs: list[tuple[int | str, ...]]) -> dict[str, Any]:
@@ -200,7 +218,7 @@ def parse(data: dict[str, Any]) -> tuple[JobSpec, list[Problem], list[Problem]]:
     try:
         return JobSpec.model_validate(data), errors, warnings
     except ValidationError as e:
-        found = e.errors(include_url=False, include_context=False)
+        found = e.errors(include_url=False)  # the context: a FieldError, its fix
         errors += [
             _problem_from_pydantic(err, suggest=i < MAX_SHOWN) for i, err in enumerate(found)
         ]
@@ -235,13 +253,13 @@ def _gpu_problems(spec: JobSpec, itype: catalog.InstanceType, procs: int) -> lis
             procs,
             required=itype.name == gpus.GPU_INSTANCE_TYPE,
         )
-        return [] if why is None else [Problem("processes_per_host", why)]
+        return [] if why is None else [Problem("processes_per_host", *why)]
     if itype.gpus > 0 and procs > itype.gpus:
         return [
             Problem(
                 "processes_per_host",
-                f"{procs} processes per host exceed the {itype.gpus} GPUs of "
-                f"{itype.name}; use at most {itype.gpus} (one process per GPU)",
+                f"{procs} processes per host exceed the {itype.gpus} GPUs of {itype.name}",
+                f"use at most {itype.gpus} (one process per GPU)",
             )
         ]
     return []
@@ -255,22 +273,23 @@ def _environment_problems(environment: dict[str, str]) -> list[Problem]:
             out.append(
                 Problem(
                     path,
-                    "is not a variable name: use letters, digits and '_', not starting with a "
-                    "digit (SageMaker's rule; '=' would split it, and job scripts export it)",
+                    "is not a variable name (SageMaker's rule; '=' would split it, and job "
+                    "scripts export it)",
+                    "use letters, digits and '_', not starting with a digit",
                 )
             )
         elif TENTER_OWNED_ENV.get(key):
             out.append(
                 Problem(
                     path,
-                    "is set by tenter for every process from the spec; set "
-                    f"{TENTER_OWNED_ENV[key]} instead",
+                    "is set by tenter for every process from the spec",
+                    f"set {TENTER_OWNED_ENV[key]} instead",
                 )
             )
         elif _RESERVED_ENV.match(key) or key in TENTER_OWNED_ENV:
             out.append(
                 Problem(
-                    path, "is set by tenter for every process and cannot be overridden; remove it"
+                    path, "is set by tenter for every process and cannot be overridden", "remove it"
                 )
             )
     return out
@@ -300,7 +319,8 @@ def _size_problems(spec: JobSpec) -> list[Problem]:
         Problem(
             path,
             f"holds {size:,} bytes; at most {limit:,} fit in a process's arguments and "
-            "environment beside tenter's: pass large data as a file (a channel)",
+            "environment beside tenter's",
+            "pass large data as a file (a channel)",
         )
         for path, size, limit in sizes
         if size > limit
@@ -314,7 +334,8 @@ def _size_problems(spec: JobSpec) -> list[Problem]:
                 Problem(
                     path,
                     f"{hosts:,} hosts exceed the {limits.MAX_ISOLATED_HOSTS} isolated hosts "
-                    "that fit the address range (198.18.100.1 to 198.18.255.1); use fewer",
+                    "that fit the address range (198.18.100.1 to 198.18.255.1)",
+                    "use fewer",
                 )
             )
         elif hosts > limits.MAX_HOSTS:
@@ -323,7 +344,8 @@ def _size_problems(spec: JobSpec) -> list[Problem]:
                     path,
                     f"{hosts:,} hosts exceed the {limits.MAX_HOSTS:,} a job may have (the "
                     "SageMaker contract lists every host in SM_TRAINING_ENV, one variable that "
-                    "Linux caps at 128 KiB); use fewer",
+                    "Linux caps at 128 KiB)",
+                    "use fewer",
                 )
             )
         elif spec.backend == "local" and hosts > limits.MAX_SIMULATED_HOSTS:
@@ -331,8 +353,8 @@ def _size_problems(spec: JobSpec) -> list[Problem]:
                 Problem(
                     path,
                     f"{hosts:,} hosts exceed the {limits.MAX_SIMULATED_HOSTS} the local backend "
-                    "simulates on this machine; use fewer, or a cluster backend (mpi, slurm, "
-                    "kubernetes)",
+                    "simulates on this machine",
+                    "use fewer, or a cluster backend (mpi, slurm, kubernetes)",
                 )
             )
     return out
@@ -360,7 +382,8 @@ def _capacity_problems(spec: JobSpec, itype: catalog.InstanceType, procs: int) -
             "processes_per_host",
             f"{count:,} processes ({counted}) on {what} exceed the {most:,} its "
             f"{host.memory_gib:g} GiB of memory can run (a worker needs "
-            f"{limits.WORKER_MEMORY_GIB * 1024:g} MiB at the least); use fewer",
+            f"{limits.WORKER_MEMORY_GIB * 1024:g} MiB at the least)",
+            "use fewer",
         )
     ]
 
@@ -406,7 +429,11 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
     for name, path in spec.channels.items():
         if not _CHANNEL_NAME.match(name):
             errors.append(
-                Problem(f"channels.{name}", "channel names may use letters, digits, '.', '_', '-'")
+                Problem(
+                    f"channels.{name}",
+                    "is not a channel name",
+                    "use letters, digits, '.', '_', '-'",
+                )
             )
         if not Path(path).exists():
             errors.append(
@@ -417,7 +444,9 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
         if not key or re.search(r"[\s=]", key):
             errors.append(
                 Problem(
-                    f"hyperparameters.{key!r}", "names must be non-empty, without spaces or '='"
+                    f"hyperparameters.{key!r}",
+                    "is empty or holds a space or '='",
+                    "name it without spaces or '='",
                 )
             )
     errors += _environment_problems(spec.environment)
@@ -427,8 +456,9 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
         errors.append(
             Problem(
                 "backend",
-                f"'{spec.backend}' is not a launch backend; choose one of: "
-                f"{', '.join(KNOWN_BACKENDS)}.{did_you_mean(spec.backend, KNOWN_BACKENDS)}",
+                f"'{spec.backend}' is not a launch backend",
+                f"choose one of: {', '.join(KNOWN_BACKENDS)}."
+                f"{did_you_mean(spec.backend, KNOWN_BACKENDS)}",
             )
         )
 
@@ -437,14 +467,14 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
             Problem(
                 "isolation",
                 f"{spec.isolation} needs hosts simulated on this machine, and the "
-                f"{spec.backend} backend runs on its own hosts; use backend: "
-                f"{' or '.join(ISOLATING_BACKENDS)}, or isolation: none",
+                f"{spec.backend} backend runs on its own hosts",
+                f"use backend: {' or '.join(ISOLATING_BACKENDS)}, or isolation: none",
             )
         )
 
     itype = catalog.lookup(spec.instance_type)
     if itype is None:
-        errors.append(Problem("instance_type", catalog.unknown_type(spec.instance_type)))
+        errors.append(Problem("instance_type", *catalog.unknown_type(spec.instance_type)))
     else:
         mpi_pph = spec.distribution.mpi.processes_per_host
         if spec.processes_per_host and mpi_pph and spec.processes_per_host != mpi_pph:
@@ -452,7 +482,8 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                 Problem(
                     "processes_per_host",
                     f"{spec.processes_per_host} differs from distribution.mpi.processes_per_host "
-                    f"({mpi_pph}); set one of them",
+                    f"({mpi_pph})",
+                    "set one of them",
                 )
             )
         procs = processes_per_host(spec, itype)
@@ -462,8 +493,8 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
             errors.append(
                 Problem(
                     "process_group_backend",
-                    f"nccl needs GPUs and {itype.name} has none; use tenter or gloo for CPU "
-                    "tensors (or auto)",
+                    f"nccl needs GPUs and {itype.name} has none",
+                    "use tenter or gloo for CPU tensors (or auto)",
                 )
             )
         errors += _capacity_problems(spec, itype, procs)
@@ -474,6 +505,7 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                     f"{procs} per host x {spec.instance_count} hosts = {world} processes on "
                     f"{itype.cpus} CPU cores: they will share cores, "
                     "and run slower than on separate hosts",
+                    "use fewer processes or hosts to give each its own core",
                 )
             )
         errors += spec.distribution.problems(world)
@@ -492,7 +524,11 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
         for rank in spec.logs.ranks or []:
             if rank >= world:
                 errors.append(
-                    Problem("logs.ranks", f"rank {rank} does not exist in a world of {world}")
+                    Problem(
+                        "logs.ranks",
+                        f"rank {rank} does not exist in a world of {world}",
+                        f"list ranks 0 to {world - 1}",
+                    )
                 )
     # A value removed for a structural error was checked again with its default: a rule
     # that fails on that default repeats the same field, so only the first report stays.

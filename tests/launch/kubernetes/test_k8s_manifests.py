@@ -123,7 +123,7 @@ def test_auto_kind_follows_the_distribution() -> None:
         ({"name": "LLM"}, "PyTorchJob metadata.name: the name 'LLM-20261122"),
         (
             {"name": "x" * 40},
-            "has 70 characters, more than Kubernetes' 63; shorten the job's name by 7",
+            "has 70 characters, more than Kubernetes' 63. Fix: shorten the job's name by 7",
         ),
     ],
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tenter.doctor.checks import accelerators, fabric, memory, mpi, network, versions
 from tenter.doctor.result import Check
+from tenter.spec.errors import FieldError
 
 CHECKS: tuple[Check, ...] = (
     versions.VERSIONS,
@@ -30,9 +31,11 @@ CHECKS: tuple[Check, ...] = (
 
 
 def by_name(names: list[str]) -> tuple[Check, ...]:
-    """The checks called ``names``; ValueError naming the unknown ones and the known."""
+    """The checks called ``names``; FieldError naming the unknown ones and the known."""
     known = {c.name: c for c in CHECKS}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown check(s) {', '.join(unknown)}; choose from: {', '.join(known)}")
+        raise FieldError(
+            f"unknown check(s) {', '.join(unknown)}", f"choose from: {', '.join(known)}"
+        )
     return tuple(known[n] for n in names)

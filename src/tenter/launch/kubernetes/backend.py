@@ -388,7 +388,10 @@ class KubernetesBackend:
                 self.name, name, "", f"{namespace}/{kind.kind}/{name}", {"context": context or ""}
             )
         raise JobNotFoundError(
-            "JOB", f"no {', '.join(KINDS)} named '{name}' in namespace '{namespace}'"
+            "JOB",
+            f"no {', '.join(KINDS)} named '{name}' in namespace '{namespace}'",
+            "give the job's name as `kubectl get pytorchjobs,mpijobs,trainjobs -A` lists it, "
+            "and its --namespace",
         )
 
 

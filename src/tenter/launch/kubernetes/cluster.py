@@ -95,8 +95,8 @@ def connect(context: str | None) -> Clients:
             [
                 Problem(
                     "kubernetes.context",
-                    f"the kubeconfig has no usable {where} ({e}); choose one with "
-                    "`kubectl config use-context NAME` or set kubernetes.context",
+                    f"the kubeconfig has no usable {where} ({e})",
+                    "choose one with `kubectl config use-context NAME` or set kubernetes.context",
                 )
             ]
         ) from e
@@ -118,7 +118,11 @@ def refusal(kind: JobKind, namespace: str, error: Exception) -> BackendRefusedEr
             "backend", f"the cluster does not serve {kind.kind} ({kind.api_version})", kind.install
         )
     reason = _server_message(body) or str(error) or type(error).__name__
-    return BackendRefusedError("backend", f"the API server refused the {kind.kind}: {reason}")
+    return BackendRefusedError(
+        "backend",
+        f"the API server refused the {kind.kind}: {reason}",
+        "correct what it names (`tenter plan --backend kubernetes` shows the manifest)",
+    )
 
 
 def _server_message(body: str) -> str:

@@ -84,7 +84,8 @@ def spec_problems(spec: JobSpec, kind: str) -> list[Problem]:
         out.append(
             Problem(
                 "kubernetes.image",
-                "is required on backend kubernetes: an image with your code at "
+                "is required on backend kubernetes",
+                "give an image with your code at "
                 f"kubernetes.working_dir ({spec.kubernetes.working_dir}), torch and tenter "
                 "(`tenter container` writes such a Dockerfile)",
             )
@@ -94,32 +95,34 @@ def spec_problems(spec: JobSpec, kind: str) -> list[Problem]:
         out.append(
             Problem(
                 "instance_type",
-                f"'{spec.instance_type}' means this machine; on Kubernetes give a catalog type "
-                "(e.g. ml.p5.48xlarge) so that pods get its GPUs, EFA and node selector",
+                f"'{spec.instance_type}' means this machine",
+                "on Kubernetes give a catalog type (e.g. ml.p5.48xlarge) so that pods get its "
+                "GPUs, EFA and node selector",
             )
         )
     if spec.channels:
         out.append(
             Problem(
                 "channels",
-                "local input channels cannot reach pods; put the data on a volume "
-                "(kubernetes.volumes) and pass its path as a hyperparameter",
+                "local input channels cannot reach pods",
+                "put the data on a volume (kubernetes.volumes) and pass its path as a "
+                "hyperparameter",
             )
         )
     if kind != "PyTorchJob" and is_elastic(spec):
         out.append(
             Problem(
                 "elastic",
-                f"a {kind} cannot change size or use an etcd rendezvous; use kubernetes.kind "
-                "PyTorchJob (torch_distributed), or remove min_hosts/max_hosts",
+                f"a {kind} cannot change size or use an etcd rendezvous",
+                "use kubernetes.kind PyTorchJob (torch_distributed), or remove min_hosts/max_hosts",
             )
         )
     if kind == "TrainJob" and spec.max_run:
         out.append(
             Problem(
                 "max_run",
-                "a TrainJob (v1alpha1) has no deadline; remove max_run or use kubernetes.kind "
-                "PyTorchJob or MPIJob",
+                "a TrainJob (v1alpha1) has no deadline",
+                "remove max_run or use kubernetes.kind PyTorchJob or MPIJob",
             )
         )
     return out

@@ -27,17 +27,20 @@ MIN_CLUSTER_AZS = 2
 """EKS places its control plane in subnets of at least two availability zones."""
 
 
-def _label_problem(value: str, pattern: re.Pattern[str], what: str) -> str | None:
+def _label_problem(path: str, value: str, pattern: re.Pattern[str], what: str) -> Problem | None:
     if len(value) > MAX_LABEL:
-        return (
-            f"{what} '{value}' has {len(value)} characters, more than Kubernetes' "
-            f"{MAX_LABEL}; shorten the job's name by {len(value) - MAX_LABEL}"
+        return Problem(
+            path,
+            f"{what} '{value}' has {len(value)} characters, more than Kubernetes' {MAX_LABEL}",
+            f"shorten the job's name by {len(value) - MAX_LABEL}",
         )
     if not pattern.match(value):
         start = "a letter" if pattern is _DNS1035 else "a letter or digit"
-        return (
-            f"{what} '{value}' is not a DNS label: use lowercase letters, digits and '-', "
-            f"starting with {start} and ending with a letter or digit; rename the job"
+        return Problem(
+            path,
+            f"{what} '{value}' is not a DNS label",
+            f"rename the job: use lowercase letters, digits and '-', starting with {start} and "
+            "ending with a letter or digit",
         )
     return None
 
@@ -46,17 +49,16 @@ def _name_problems(obj: dict[str, Any], pods: list[str]) -> list[Problem]:
     """The object's name is a DNS-1035 label, and so is every name made from it."""
     kind = obj.get("kind", "?")
     name = str(obj.get("metadata", {}).get("name", ""))
-    out = []
-    message = _label_problem(name, _DNS1035, "the name")
-    if message:
-        out.append(Problem(f"{kind} metadata.name", message))
+    path = f"{kind} metadata.name"
+    problem = _label_problem(path, name, _DNS1035, "the name")
+    if problem:
+        return [problem]
     # The longest derived name first: its excess is what the job's name must lose.
-    for pod in sorted(pods, key=len, reverse=True) if message is None else []:
-        message = _label_problem(pod, _DNS1035, "the pod and service name")
-        if message:
-            out.append(Problem(f"{kind} metadata.name", message))
-            break
-    return out
+    for pod in sorted(pods, key=len, reverse=True):
+        problem = _label_problem(path, pod, _DNS1035, "the pod and service name")
+        if problem:
+            return [problem]
+    return []
 
 
 def _replicas(spec: dict[str, Any], key: str) -> dict[str, dict[str, Any]]:
@@ -76,16 +78,16 @@ def _pytorchjob(obj: dict[str, Any]) -> list[Problem]:
     replicas = _replicas(spec, "pytorchReplicaSpecs")
     out = []
     if not replicas:
-        out.append(Problem(path, "is required: a Master, or Workers for an elastic job"))
+        out.append(Problem(path, "is required", "give a Master, or Workers for an elastic job"))
     pods = []
     for rtype, replica in replicas.items():
         count = replica.get("replicas")
         if rtype not in ("Master", "Worker"):
-            out.append(Problem(f"{path}.{rtype}", "is not a replica type: use Master or Worker"))
+            out.append(Problem(f"{path}.{rtype}", "is not a replica type", "use Master or Worker"))
         elif rtype == "Master" and count != 1:
-            out.append(Problem(f"{path}.Master.replicas", f"is {count}; there must be exactly 1"))
+            out.append(Problem(f"{path}.Master.replicas", f"is {count}", "make it exactly 1"))
         elif isinstance(count, int) and count < 1:
-            out.append(Problem(f"{path}.Worker.replicas", f"is {count}; it must be at least 1"))
+            out.append(Problem(f"{path}.Worker.replicas", f"is {count}", "make it at least 1"))
         containers = _containers(replica)
         if not any(c.get("name") == "pytorch" for c in containers):
             out.append(
@@ -93,24 +95,32 @@ def _pytorchjob(obj: dict[str, Any]) -> list[Problem]:
                     f"{path}.{rtype}.template.spec.containers",
                     "needs a container named 'pytorch' (the operator injects the torchrun "
                     "variables there)",
+                    "name the training container 'pytorch'",
                 )
             )
         for i, c in enumerate(containers):
             if not c.get("image"):
                 out.append(
-                    Problem(f"{path}.{rtype}.template.spec.containers[{i}].image", "is required")
+                    Problem(
+                        f"{path}.{rtype}.template.spec.containers[{i}].image",
+                        "is required",
+                        "set kubernetes.image",
+                    )
                 )
         if isinstance(count, int) and count >= 1:
             pods.append(f"{name}-{rtype.lower()}-{count - 1}")
     policy = spec.get("elasticPolicy")
     if policy is not None:
         if "Worker" not in replicas:
-            out.append(Problem(f"{path}.Worker", "is required with an elasticPolicy"))
+            out.append(
+                Problem(f"{path}.Worker", "is required with an elasticPolicy", "add Workers")
+            )
         if "nProcPerNode" in policy and "nprocPerNode" in spec:
             out.append(
                 Problem(
                     "PyTorchJob spec.elasticPolicy.nProcPerNode",
-                    "must not be used with spec.nprocPerNode; keep spec.nprocPerNode",
+                    "must not be used with spec.nprocPerNode",
+                    "keep spec.nprocPerNode",
                 )
             )
     return _name_problems(obj, pods) + out
@@ -124,44 +134,50 @@ def _mpijob(obj: dict[str, Any]) -> list[Problem]:
     out = []
     launcher = replicas.get("Launcher")
     if launcher is None:
-        out.append(Problem(f"{path}.Launcher", "is required: the pod that runs mpirun"))
+        out.append(Problem(f"{path}.Launcher", "is required", "add the pod that runs mpirun"))
     elif launcher.get("replicas") != 1:
         out.append(
             Problem(
                 f"{path}.Launcher.replicas",
-                f"is {launcher.get('replicas')}; there must be exactly 1",
+                f"is {launcher.get('replicas')}",
+                "make it exactly 1",
             )
         )
     workers = replicas.get("Worker", {}).get("replicas", 1)
     if "Worker" in replicas and not (isinstance(workers, int) and workers >= 1):
-        out.append(Problem(f"{path}.Worker.replicas", f"is {workers}; it must be at least 1"))
+        out.append(Problem(f"{path}.Worker.replicas", f"is {workers}", "make it at least 1"))
     for rtype, replica in replicas.items():
         if replica.get("restartPolicy") not in _RESTART_POLICIES:
             out.append(
                 Problem(
                     f"{path}.{rtype}.restartPolicy",
-                    f"is {replica.get('restartPolicy')!r}; use one of "
-                    f"{', '.join(_RESTART_POLICIES)}",
+                    f"is {replica.get('restartPolicy')!r}",
+                    f"use one of {', '.join(_RESTART_POLICIES)}",
                 )
             )
         if not _containers(replica):
-            out.append(Problem(f"{path}.{rtype}.template.spec.containers", "needs a container"))
+            out.append(
+                Problem(f"{path}.{rtype}.template.spec.containers", "needs a container", "add one")
+            )
     slots = spec.get("slotsPerWorker")
     if not (isinstance(slots, int) and slots >= 0):
         out.append(
-            Problem("MPIJob spec.slotsPerWorker", f"is {slots!r}; give the ranks per worker")
+            Problem("MPIJob spec.slotsPerWorker", f"is {slots!r}", "give the ranks per worker")
         )
     policy = spec.get("runPolicy", {})
     if policy.get("cleanPodPolicy") not in _CLEAN_POD_POLICIES:
         out.append(
             Problem(
                 "MPIJob spec.runPolicy.cleanPodPolicy",
-                f"is {policy.get('cleanPodPolicy')!r}; use one of {', '.join(_CLEAN_POD_POLICIES)}",
+                f"is {policy.get('cleanPodPolicy')!r}",
+                f"use one of {', '.join(_CLEAN_POD_POLICIES)}",
             )
         )
     for key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
         if isinstance(policy.get(key), int) and policy[key] < 0:
-            out.append(Problem(f"MPIJob spec.runPolicy.{key}", "must not be negative"))
+            out.append(
+                Problem(f"MPIJob spec.runPolicy.{key}", "must not be negative", "make it 0 or more")
+            )
     # The MPI Operator checks its worker pods' names as DNS-1123 labels; the job's own name
     # must also be a DNS-1035 label, as for every Kubeflow job.
     pods = [f"{name}-worker-{workers - 1}"] if isinstance(workers, int) and workers >= 1 else []
@@ -174,10 +190,16 @@ def _trainjob(obj: dict[str, Any]) -> list[Problem]:
     name = str(obj.get("metadata", {}).get("name", ""))
     out = []
     if not spec.get("runtimeRef", {}).get("name"):
-        out.append(Problem("TrainJob spec.runtimeRef.name", "is required"))
+        out.append(
+            Problem(
+                "TrainJob spec.runtimeRef.name",
+                "is required",
+                "name the ClusterTrainingRuntime (kubernetes.runtime)",
+            )
+        )
     nodes = spec.get("trainer", {}).get("numNodes", 1)
     if not (isinstance(nodes, int) and nodes >= 1):
-        out.append(Problem("TrainJob spec.trainer.numNodes", f"is {nodes!r}; it must be >= 1"))
+        out.append(Problem("TrainJob spec.trainer.numNodes", f"is {nodes!r}", "make it 1 or more"))
         nodes = 1
     targets = [
         t.get("name", "") for o in spec.get("podSpecOverrides", []) for t in o.get("targetJobs", [])
@@ -194,8 +216,8 @@ def _cluster_config(obj: dict[str, Any]) -> list[Problem]:
         out.append(
             Problem(
                 "ClusterConfig availabilityZones",
-                f"lists {len(cluster_azs)}; EKS needs at least {MIN_CLUSTER_AZS} (the node "
-                "groups may use one of them)",
+                f"lists {len(cluster_azs)}; EKS needs at least {MIN_CLUSTER_AZS}",
+                f"list {MIN_CLUSTER_AZS} or more (the node groups may use one of them)",
             )
         )
     for i, ng in enumerate(obj.get("managedNodeGroups") or []):
@@ -207,6 +229,7 @@ def _cluster_config(obj: dict[str, Any]) -> list[Problem]:
                     f"{path}.availabilityZones",
                     f"lists {len(azs)}; an efaEnabled node group must lie in one availability "
                     "zone (EFA traffic does not cross zones)",
+                    "list one",
                 )
             )
         unknown = [az for az in azs if cluster_azs and az not in cluster_azs]
@@ -215,6 +238,7 @@ def _cluster_config(obj: dict[str, Any]) -> list[Problem]:
                 Problem(
                     f"{path}.availabilityZones",
                     f"{', '.join(unknown)} not among the cluster's availabilityZones",
+                    "use the cluster's zones, or add them to its availabilityZones",
                 )
             )
     return out
@@ -242,7 +266,8 @@ def _privileges(obj: dict[str, Any]) -> list[Problem]:
                     Problem(
                         f"{path}.{key}",
                         "is true; pods need no privileges (the EFA and NVIDIA device plugins "
-                        "provide the devices): remove it",
+                        "provide the devices)",
+                        "remove it",
                     )
                 )
     return out
@@ -260,5 +285,11 @@ def problems(obj: dict[str, Any]) -> list[Problem]:
     """Every rule ``obj`` breaks; the path of each names the kind and the field."""
     rule = _RULES.get(str(obj.get("kind")))
     if rule is None:
-        return [Problem("kind", f"{obj.get('kind')!r} is not a kind tenter renders")]
+        return [
+            Problem(
+                "kind",
+                f"{obj.get('kind')!r} is not a kind tenter renders",
+                f"use one of {', '.join(_RULES)}",
+            )
+        ]
     return rule(obj) + _privileges(obj)

@@ -164,7 +164,9 @@ class SlurmBackend:
         done = subprocess.run(["scancel", handle.scheduler_id], capture_output=True, text=True)
         if done.returncode != 0:
             raise BackendRefusedError(
-                "JOB", f"scancel {handle.scheduler_id} failed: {done.stderr.strip()}"
+                "JOB",
+                f"scancel {handle.scheduler_id} failed: {done.stderr.strip()}",
+                f"check the job with `squeue -j {handle.scheduler_id}`; scancel it as its owner",
             )
         return f"cancelled Slurm job {handle.scheduler_id}"
 
