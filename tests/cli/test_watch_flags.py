@@ -67,7 +67,7 @@ def test_detach_refuses_the_live_view(tenter_home: Path) -> None:
 def test_a_key_given_twice_and_a_path_of_no_user_are_refused(tenter_home: Path) -> None:
     twice = tenter("plan", "--env", "A=1", "--env", "A=2", SCRIPT)
     assert twice.returncode == 2
-    assert "--env: A is given twice (A=1, A=2); give it once" in twice.stderr
+    assert "--env: A is given twice (A=1, A=2). Fix: give it once" in twice.stderr
     nouser = tenter("plan", "--output-dir", "~no-such-user-here/out", SCRIPT)
     assert nouser.returncode == 2
     assert "--output-dir: '~no-such-user-here/out'" in nouser.stderr

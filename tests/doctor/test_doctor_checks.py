@@ -9,6 +9,7 @@ import pytest
 from tenter.doctor import CHECKS, Check, CheckResult, JobContext, Status, System, run_checks
 from tenter.doctor.checks import by_name
 from tenter.spec import lookup
+from tenter.spec.errors import FieldError
 
 Host = Callable[..., System]
 
@@ -236,8 +237,9 @@ def test_run_checks_turns_a_crashing_check_into_a_warning(host: Host) -> None:
 
 
 def test_by_name_raises_listing_known_checks_if_a_name_is_unknown() -> None:
-    with pytest.raises(ValueError, match=r"^unknown check\(s\) gpu; choose from: versions, nccl"):
+    with pytest.raises(FieldError, match=r"^unknown check\(s\) gpu$") as raised:
         by_name(["gpu"])
+    assert raised.value.fix.startswith("choose from: versions, nccl")
 
 
 def test_checks_have_unique_names_and_descriptions() -> None:

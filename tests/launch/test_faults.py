@@ -114,15 +114,15 @@ def test_elastic_summary_after_a_lost_host_names_the_survivors(tmp_path: Path) -
     agent_of(job.job_dir.name, "algo-1").kill()  # the first host: the model line moves
     out = job.finish()
     assert job.proc.returncode == 0, out
-    assert "host algo-1 lost (its agent was killed by SIGKILL); going on with 1 hosts" in out
-    assert "rendezvous: 1 hosts (algo-2), world size 1" in out
+    assert "host algo-1 lost (its agent was killed by SIGKILL); going on with 1 host" in out
+    assert "rendezvous: 1 host (algo-2), world size 1" in out
     assert "done world 1 rank 0" in out
     assert "succeeded in" in out
-    assert "(1 hosts x 1 processes = 1 ranks; lost: algo-1)" in out
+    assert "(1 host x 1 process = 1 rank; lost: algo-1)" in out
     # algo-2 went on at once, within the round: no round of torch's rendezvous, which would
     # wait for algo-1's heartbeats to expire, then for its last call.
     agent_log = (job.job_dir / "logs/agent-algo-2.log").read_text()
-    assert "restart 1 within the round: 1 hosts, without algo-1" in agent_log
+    assert "restart 1 within the round: 1 host, without algo-1" in agent_log
     assert "joined round 1" not in agent_log
     assert f"model:   {job.job_dir / 'hosts/algo-2/model'}" in out
     hosts = job.job_dir / "hosts"

@@ -73,10 +73,10 @@ def test_an_elastic_job_goes_on_without_a_partitioned_host_and_takes_it_back(
     out = job.finish()
     assert job.proc.returncode == 0, out
     assert "tenter: fault: host algo-2 partitioned" in out
-    assert "going on with 1 hosts" in out
-    assert "rendezvous: 1 hosts (algo-1), world size 1" in out
+    assert "going on with 1 host" in out
+    assert "rendezvous: 1 host (algo-1), world size 1" in out
     assert "host algo-2 reachable again; it rejoins at the next rendezvous" in out
-    assert out.index("rendezvous: 1 hosts") < out.rindex("rendezvous: 2 hosts (algo-1, algo-2)")
+    assert out.index("rendezvous: 1 host") < out.rindex("rendezvous: 2 hosts (algo-1, algo-2)")
     assert "(2 hosts x 1 process = 2 ranks)" in out  # nobody lost in the end
     seen = events(job.job_dir)
     assert [e for e in seen if e[0] != "restart"] == [

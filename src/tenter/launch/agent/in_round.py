@@ -44,6 +44,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from tenter.launch.agent import rendezvous
 from tenter.launch.processes import STOP_GRACE_S
+from tenter.spec.errors import counted
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +94,9 @@ def restart(
     master_addr, master_port = rendezvous.workers_store_at(store, key)
     gone = [h for h in _round_names(round_) if h not in members]
     logger.info(
-        "restart %d within the round: %d hosts%s",
+        "restart %d within the round: %s%s",
         n,
-        len(members),
+        counted(len(members), "host"),
         f", without {', '.join(str(h) for h in gone)}" if gone else "",
     )
     round_.close()  # the previous workers' store
