@@ -98,7 +98,7 @@ def test_from_smp_says_not_supported_yet_if_an_unsupported_parameter_is_set(
     assert problem.message.startswith(f"{value!r} is not supported yet by tenter.parallel (")
     default = getattr(ModelParallelParameters(), name)
     fix = "remove it" if default is None else f"remove it or set it to {default!r}"
-    assert problem.message.endswith(fix)
+    assert problem.fix == fix and problem.message.endswith(")")
 
 
 def test_from_smp_lists_every_problem_at_once() -> None:
