@@ -121,6 +121,20 @@ def job_dirs(jobs_root: Path) -> list[Path]:
     return sorted(p.parent for p in jobs_root.glob(f"*/{layout.PLAN_FILE}"))
 
 
+def warning_lines(job_dir: Path, *console: str) -> list[str]:
+    """The lines of a job's console output and of its logs (every rank's, the agents', the
+    lighthouse's) that a warning wrote: Python's (``...: UserWarning: ...`` and the
+    ``warnings.warn(`` source line under it) and c10's (``[W...] Warning: ...``). The logs
+    hold what the console leaves out (``logs.ranks``) and what a rank wrote before it ended."""
+    logs = (p.read_text(errors="replace") for p in sorted((job_dir / "logs").iterdir()))
+    return [
+        line
+        for text in (*console, *logs)
+        for line in text.splitlines()
+        if "Warning" in line or "warn(" in line
+    ]
+
+
 def job_checkpoints(job_dir: Path) -> Path:
     """Where the job's ranks kept their checkpoints (its plan's ``checkpoint_dir``)."""
     return Path(json.loads((job_dir / layout.PLAN_FILE).read_text())["checkpoint_dir"])

@@ -14,7 +14,7 @@ The lines that change from examples/elastic/train.py (see docs/fault_tolerance.m
 1. torchft's Manager instead of torch's DDP, and no ``tenter.init()``: the Manager's own
    process group spans the replica groups and is reconfigured at every step.
 2. ``store = ft.group_store()``, then ``manager = Manager(pg=ProcessGroupGloo(), ...,
-   **ft.manager_options())`` with the model's state_dict functions, for healing.
+   **ft.manager_options(timeout=...))`` with the model's state_dict functions, for healing.
 3. After ``backward()``, each gradient is averaged with ``manager.allreduce`` (all sent,
    then all waited for), and ``Optimizer(manager, optimizer)`` steps only if the quorum
    committed. Not torchft's ``DistributedDataParallel``: in torchft 0.2 its gradient hook
@@ -91,12 +91,12 @@ def main() -> None:
         optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
 
     store = ft.group_store()  # noqa: F841 (kept for the run: the Manager connects to it)
+    timeout = timedelta(seconds=args.timeout)
     manager = Manager(
-        pg=ProcessGroupGloo(timeout=timedelta(seconds=args.timeout)),
+        pg=ProcessGroupGloo(timeout=timeout),
         load_state_dict=load_state_dict,
         state_dict=state_dict,
-        timeout=timedelta(seconds=args.timeout),
-        **ft.manager_options(),
+        **ft.manager_options(timeout=timeout),
     )
     progress = ft.Progress(manager)
     ft_optimizer = Optimizer(manager, optimizer)

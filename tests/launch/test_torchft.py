@@ -20,7 +20,14 @@ from tenter.cli.main import main
 from tenter.errors import ExitCode
 from tenter.launch import compat
 from tenter.launch.isolation import faults
-from tests.conftest import REPO, Background, assert_nothing_left, port_is_free, tenter
+from tests.conftest import (
+    REPO,
+    Background,
+    assert_nothing_left,
+    port_is_free,
+    tenter,
+    warning_lines,
+)
 from tests.launch.slurm_cluster import queue, slurm_cluster
 from tests.launch.specs import write_spec
 
@@ -90,6 +97,9 @@ def test_a_killed_group_restarts_alone_and_heals_from_its_peer_at_the_current_st
     assert [(e["group"], e["source"]) for e in seen if e["event"] == "replica_healed"] == [(1, 0)]
     assert "done after 30 steps" in (run.job_dir / "logs/rank-0.stdout").read_text()
     assert_same_model(run.job_dir)
+    # The heal fetched the peer's state over torchft's HTTP transport without torch's
+    # warning of a non-writable buffer (tenter.runtime.compat.http_checkpoint_transport).
+    assert warning_lines(run.job_dir, out) == []
     assert (run.job_dir / "logs/lighthouse.log").exists()
     assert_lighthouse_gone(out)
     assert_nothing_left(run.job_dir)

@@ -1,10 +1,16 @@
 """What differs between the torch versions ``tenter.runtime`` runs on: torch's flight
-recorder (the last collectives of every process group, as the process group recorded them).
+recorder (the last collectives of every process group, as the process group recorded them),
+and the private names torchft's checkpoint transport is mended through.
 
 Kept in one place so that dropping an old version means deleting lines here.
 """
 
 from __future__ import annotations
+
+import io
+import urllib.request
+from datetime import timedelta
+from typing import Any
 
 import torch
 import torch._C._distributed_c10d as c10d
@@ -39,3 +45,47 @@ def dump_flight_recorder() -> bytes | None:
         return None
     data: bytes = dump()
     return data
+
+
+class _WritableReads(io.BufferedIOBase):
+    """An HTTP response whose ``read`` returns a ``bytearray``. torch's ``_streaming_load``
+    wraps each storage it reads in ``torch.frombuffer``, which warns once per process of a
+    read-only buffer (the ``bytes`` a plain response returns); a writable one is read into
+    once, no copy."""
+
+    def __init__(self, response: io.BufferedIOBase) -> None:
+        super().__init__()
+        self._response = response
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytearray:  # type: ignore[override]
+        if size is None or size < 0:
+            return bytearray(self._response.read())
+        buffer = bytearray(size)
+        filled = 0
+        with memoryview(buffer) as view:
+            while filled < size and (got := self._response.readinto(view[filled:])):
+                filled += got
+        del buffer[filled:]  # the response ended early: _streaming_load then fails as before
+        return buffer
+
+    def readline(self, size: int | None = -1) -> bytes:
+        return self._response.readline(-1 if size is None else size)
+
+
+def http_checkpoint_transport(timeout: timedelta) -> Any:
+    """torchft's ``HTTPTransport`` as its ``Manager`` builds by default (one request per
+    checkpoint), whose loads hand torch writable buffers (see :class:`_WritableReads`)."""
+    from torch.distributed._serialization import _streaming_load  # [torch 2.7+]
+    from torchft.checkpointing import HTTPTransport  # type: ignore[import-untyped]
+
+    class WritableHTTPTransport(HTTPTransport):  # type: ignore[misc]
+        @classmethod
+        def _load_from_address(cls, address: str, timeout: timedelta) -> object:  # [torchft 0.2]
+            with urllib.request.urlopen(address, timeout=timeout.total_seconds()) as response:
+                # weights_only=False as torchft's own: the state holds non-tensor values.
+                return _streaming_load(_WritableReads(response), weights_only=False)
+
+    return WritableHTTPTransport(timeout=timeout, num_chunks=0)

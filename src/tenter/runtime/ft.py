@@ -3,7 +3,7 @@
     from tenter.runtime import ft
 
     store = ft.group_store()                         # the store torchft's Manager expects
-    manager = Manager(pg=ProcessGroupGloo(), ..., **ft.manager_options())
+    manager = Manager(pg=ProcessGroupGloo(), ..., **ft.manager_options(timeout=...))
     progress = ft.Progress(manager)
     while manager.current_step() < steps:
         ...; optimizer.step()                        # torchft's Optimizer wrapper
@@ -22,6 +22,7 @@ import os
 import re
 import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,20 @@ def replica_group() -> int:
     return int(os.environ.get("REPLICA_GROUP_ID", "0"))
 
 
-def manager_options() -> dict[str, Any]:
+def manager_options(timeout: timedelta = timedelta(seconds=60)) -> dict[str, Any]:
     """``Manager`` arguments from the job: the group's replica id (torchft wants it to end in
-    the group's number), the spec's ``min_replicas``, and this host's address to advertise
-    (the machine's hostname can name any interface, or all simulated hosts at once)."""
+    the group's number), the spec's ``min_replicas``, this host's address to advertise (the
+    machine's hostname can name any interface, or all simulated hosts at once), ``timeout``
+    (torchft's default), and the checkpoint transport a healing group fetches its peer's state
+    through (torchft's, without torch's warning of a non-writable buffer: see compat)."""
+    from tenter.runtime.compat import http_checkpoint_transport
+
     return {
         "replica_id": f"tenter_group_{replica_group()}",
         "min_replica_size": int(os.environ.get("TENTER_MIN_REPLICAS", "1")),
         "hostname": os.environ.get("TENTER_HOST_ADDR") or socket.gethostname(),
+        "timeout": timeout,
+        "checkpoint_transport": http_checkpoint_transport(timeout),
     }
 
 
