@@ -48,7 +48,8 @@ def test_training_killed_after_and_between_checkpoints_resumes_to_the_uninterrup
     train = str(REPO / "examples" / "elastic" / "train.py")
     job: dict[str, object] = {
         # 4 ranks: with 2, an all-reduce sums the same pairs whatever DDP's bucket layout,
-        # which a resume changes for one step (the example keeps it: find_unused_parameters).
+        # which a resume changes for one step (the example's hook all-reduces each gradient
+        # on its own: without it, the final models differ in the last bits).
         "instance_count": 2,
         "processes_per_host": 2,
         "checkpoint": {"every": 4},  # the example takes it from the spec: 16 steps, 4 saves

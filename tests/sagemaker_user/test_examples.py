@@ -11,28 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Finished, assert_nothing_left, tenter
+from tests.conftest import REPO, Finished, assert_nothing_left, tenter, warning_lines
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = REPO / "examples"
 
 
-def torch_warnings(done: Finished) -> list[str]:
-    """Lines of the job's output a warning of torch's (Python's ``UserWarning``, c10's ``[W...]
-    Warning:``) or its ``warnings.warn(`` source line wrote."""
-    return [
-        line
-        for line in (done.stdout + done.stderr).splitlines()
-        if "Warning" in line or "warn(" in line
-    ]
-
-
-def assert_clean_run_with_steps(done: Finished, *, warnings: bool = False) -> None:
-    """``warnings``: the example's torch warnings are not mended yet (see its test)."""
+def assert_clean_run_with_steps(done: Finished) -> None:
     assert done.returncode == 0, done.stderr
-    if not warnings:
-        assert torch_warnings(done) == []
+    assert warning_lines(done.job_dir, done.stdout, done.stderr) == []
     goodput = json.loads((done.job_dir / "summary.json").read_text())["goodput"]
     assert goodput["goodput"] > 0, goodput
     assert goodput["productive_steps"] > 0, goodput
@@ -48,9 +36,7 @@ def test_the_gpt_examples_count_their_pipeline_and_fsdp2_steps_without_warnings(
 
 def test_the_torchft_example_counts_committed_steps_and_reports_no_heal_without_a_fault() -> None:
     done = tenter("run", str(EXAMPLES / "torchft" / "job.yaml"), "--hp", "steps=30")
-    # Not mended: a group that starts after its peers' first step copies their state, and
-    # torch's _streaming_load (torchft's HTTP transport) warns of the non-writable buffer.
-    assert_clean_run_with_steps(done, warnings=True)
+    assert_clean_run_with_steps(done)
     events = (done.job_dir / "events.jsonl").read_text()
     assert "replica_healed" not in events
     assert "healed" not in done.stdout
@@ -68,13 +54,17 @@ def test_the_digits_example_counts_its_ddp_steps_without_warnings() -> None:
 def test_the_elastic_example_counts_its_ddp_steps_without_warnings() -> None:
     train = str(EXAMPLES / "elastic" / "train.py")
     done = tenter("run", "--hosts", "2", "--procs-per-host", "1", train, "--", "--epochs", "1")
-    # Not mended: DDP's find_unused_parameters=True (kept for exact resume) warns once.
-    assert_clean_run_with_steps(done, warnings=True)
+    assert_clean_run_with_steps(done)
 
 
 @pytest.mark.skipif(
     importlib.util.find_spec("torchvision") is None,
-    reason="examples/imagenet needs torchvision (pip install 'tenter[vision]')",
+    # Not on this project's machines: the only torchvision for torch 2.13 is PyPI's 0.28.0, a
+    # CUDA build, which fails to import beside the CPU torch ('operator torchvision::nms does
+    # not exist'); the lock files therefore leave the 'vision' extra out.
+    reason="examples/imagenet needs torchvision built for this torch (pip install 'tenter[vision]' "
+    "where one is: PyPI's 0.28.0 for torch 2.13 is a CUDA build, which does not import beside "
+    "torch 2.13.0+cpu)",
 )
 def test_the_imagenet_example_on_synthetic_images_reports_its_steps_without_warnings(
     tmp_path: Path,
