@@ -152,26 +152,30 @@ def _split_gap(start: float, end: float, faults: Sequence[Fault]) -> list[Segmen
     return [Segment(start, end, "fault")]
 
 
+TIME, STEP = operator.itemgetter(0), operator.itemgetter(1)
+
+
 def _reports_within(
     reports: Sequence[tuple[float, int]], launch: float, until: float
-) -> tuple[list[float], list[int]]:
-    """The (times, step numbers) of the reports in ``[launch, until]``, in time order (those
-    of one time in the order reported)."""
-    time_of, step_of = operator.itemgetter(0), operator.itemgetter(1)
-    times = list(map(time_of, reports))
-    if not all(map(operator.le, times, islice(times, 1, None))):
-        reports = sorted(reports, key=time_of)
-        times = list(map(time_of, reports))
-    lo, hi = bisect.bisect_left(times, launch), bisect.bisect_right(times, until)
-    return times[lo:hi], list(map(step_of, islice(reports, lo, hi)))
+) -> Sequence[tuple[float, int]]:
+    """The reports in ``[launch, until]``, in time order (those of one time in the order
+    reported). Each pass over them here and in :func:`_breaks` is one of C, without lists of
+    their times or steps: a long job's reports do not fit a core's cache, so every pass and
+    every copy counts."""
+    if not all(map(operator.le, map(TIME, reports), map(TIME, islice(reports, 1, None)))):
+        reports = sorted(reports, key=TIME)
+    lo = bisect.bisect_left(reports, launch, key=TIME)
+    hi = bisect.bisect_right(reports, until, key=TIME)
+    return reports if (lo, hi) == (0, len(reports)) else reports[lo:hi]
 
 
-def _breaks(times: list[float], steps: list[int], fault_times: list[float]) -> list[int]:
+def _breaks(reports: Sequence[tuple[float, int]], fault_times: list[float]) -> list[int]:
     """The reports after the first that start a new attempt: their step number did not rise,
     or a fault fell in the gap before them. Between two, every report advances by one piece."""
-    fell = (bisect.bisect_left(times, t) for t in fault_times)
-    rose = compress(count(1), map(operator.le, islice(steps, 1, None), steps))
-    return sorted({i for i in fell if 0 < i < len(times)}.union(rose))
+    fell = (bisect.bisect_left(reports, t, key=TIME) for t in fault_times)
+    steps = map(STEP, reports)
+    rose = compress(count(1), map(operator.le, map(STEP, islice(reports, 1, None)), steps))
+    return sorted({i for i in fell if 0 < i < len(reports)}.union(rose))
 
 
 class _Walk:
@@ -215,21 +219,21 @@ class _Walk:
             self.lay(piece.end, piece.part)
         self.count(step - 1, step)  # the step it resumed from is unknown: one
 
-    def advance(self, times: list[float], steps: list[int], a: int, b: int) -> None:
+    def advance(self, reports: Sequence[tuple[float, int]], a: int, b: int) -> None:
         """Reports ``a`` to ``b - 1``, each a step above the one before and no fault between:
         those up to the redo limit computed again, the rest productive."""
-        again = a if self.redo_limit is None else bisect.bisect_right(steps, self.redo_limit, a, b)
+        limit = self.redo_limit
+        again = a if limit is None else bisect.bisect_right(reports, limit, a, b, key=STEP)
         if again > a:
-            self.lay(times[again - 1], "lost")
+            self.lay(reports[again - 1][0], "lost")
         if b > again:
-            self.lay(times[b - 1], "productive")
+            self.lay(reports[b - 1][0], "productive")
         assert self.previous is not None
-        self.count(self.previous, steps[b - 1])
+        self.count(self.previous, reports[b - 1][1])
 
 
 def _walk_reports(
-    times: list[float],
-    steps: list[int],
+    reports: Sequence[tuple[float, int]],
     faults: list[Fault],
     launch: float,
     done_before: int | None,
@@ -237,17 +241,18 @@ def _walk_reports(
     """The walk along one rank's reports: a resume at each break, and between two breaks
     the reports in one stride."""
     walk = _Walk(launch, done_before)
-    if not times:
+    if not reports:
         return walk
     fault_times = [f.time for f in faults]
-    walk.first(times[0], steps[0], done_before)
+    walk.first(*reports[0], done_before)
     after = 1
-    for i in [*_breaks(times, steps, fault_times), len(times)]:
+    for i in [*_breaks(reports, fault_times), len(reports)]:
         if i > after:
-            walk.advance(times, steps, after, i)
-        if i < len(times):
-            lo, hi = (bisect.bisect_right(fault_times, t) for t in (walk.cursor, times[i]))
-            walk.resume(times[i], steps[i], faults[lo:hi])
+            walk.advance(reports, after, i)
+        if i < len(reports):
+            time, step = reports[i]
+            lo, hi = (bisect.bisect_right(fault_times, t) for t in (walk.cursor, time))
+            walk.resume(time, step, faults[lo:hi])
         after = i + 1
     return walk
 
@@ -259,14 +264,14 @@ def rank_timeline(
     previous run reached (a step not above it is computed again). Linear in the rank's
     reports and saves."""
     faults = sorted((f for f in run.faults if f.hits(rank)), key=lambda f: f.time)
-    times, steps = _reports_within(run.steps.get(rank, ()), run.launch, until)
-    walk = _walk_reports(times, steps, faults, run.launch, done_before)
-    segments = walk.segments + _tail(run, rank, walk.cursor, until, bool(times), faults)
+    reports = _reports_within(run.steps.get(rank, ()), run.launch, until)
+    walk = _walk_reports(reports, faults, run.launch, done_before)
+    segments = walk.segments + _tail(run, rank, walk.cursor, until, bool(reports), faults)
     productive, lost = walk.productive, walk.lost
     saves = run.checkpoints.get(rank, ())
     if run.unsaved:
         saved = max((end for _, end in saves), default=run.launch)
-        unsaved_steps = len(times) - bisect.bisect_right(times, saved)
+        unsaved_steps = len(reports) - bisect.bisect_right(reports, saved, key=TIME)
         segments = _lost_after(segments, saved)
         moved = min(unsaved_steps, productive)
         productive, lost = productive - moved, lost + moved
