@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
-
 import pytest
 
-from tests.conftest import REPO
+from tests.benchmarks.scripts import load
 
-
-def _counting() -> ModuleType:
-    # benchmarks/ is a folder of scripts, not a package.
-    path = REPO / "benchmarks" / "recovery_counting.py"
-    spec = importlib.util.spec_from_file_location("recovery_counting", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-counting = _counting()
+counting = load("recovery_counting")
 
 
 def _steps(*pairs: tuple[float, int]) -> list[tuple[float, int]]:

@@ -3,19 +3,23 @@ record lands in its part."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tenter.goodput import ledger as ledger_module
 from tenter.goodput.ledger import (
     HANG,
     RESTART,
     Fault,
     Ledger,
     RunRecords,
+    Segment,
     build_ledger,
+    rank_timeline,
     summary_line,
 )
 
@@ -201,3 +205,74 @@ def test_build_ledger_counts_a_run_stopped_for_a_hang_as_hang_to_its_end():
     ledger = build_ledger([run(steps, end=9.0, state="hang", faults=[Fault(6.0, HANG)])], 9.0)
     assert ledger.parts["hang"] == pytest.approx(7.0)
     assert ledger.parts["fault"] == 0.0
+
+
+# -- the sweep agrees with the ledger's first algorithm: report by report, save by save --------
+
+
+def reference_timeline(run, rank, until, done_before):
+    """(seconds per part, productive steps, lost steps, highest step), as the ledger's first,
+    quadratic algorithm reckoned them."""
+    faults = sorted((f for f in run.faults if f.hits(rank)), key=lambda f: f.time)
+    reports = sorted(
+        ((t, s) for t, s in run.steps.get(rank, ()) if run.launch <= t <= until),
+        key=lambda r: r[0],
+    )
+    segments, cursor, previous, highest, redo = [], run.launch, None, done_before, done_before
+    productive = lost = 0
+    for time, step in reports:
+        in_gap = [f for f in faults if cursor < f.time <= time]
+        resumed = previous is not None and (step <= previous or bool(in_gap))
+        if previous is None:
+            segments.append(Segment(cursor, time, "startup"))
+        elif resumed:
+            redo = highest
+            segments += ledger_module._split_gap(cursor, time, in_gap)
+        else:
+            again = redo is not None and step <= redo
+            segments.append(Segment(cursor, time, "lost" if again else "productive"))
+        first = 0 if previous is None and done_before is None else step - 1
+        since = step - (previous if previous is not None and not resumed else first)
+        again_steps = 0 if redo is None else min(max(redo - (step - since), 0), since)
+        lost, productive = lost + again_steps, productive + since - again_steps
+        previous, cursor = step, time
+        highest = step if highest is None else max(highest, step)
+    segments += ledger_module._tail(run, rank, cursor, until, previous is not None, faults)
+    saves = run.checkpoints.get(rank, ())
+    if run.unsaved:
+        saved = max((end for _, end in saves), default=run.launch)
+        moved = min(sum(1 for t, _ in reports if t > saved), productive)
+        segments = ledger_module._lost_after(segments, saved)
+        productive, lost = productive - moved, lost + moved
+    for start, end in sorted(saves):
+        carved = []
+        for s in segments:
+            lo, hi = max(s.start, start), min(s.end, end)
+            if lo >= hi or s.part == "checkpoint":
+                carved.append(s)
+                continue
+            carved += [Segment(s.start, lo, s.part), Segment(lo, hi, "checkpoint")]
+            carved.append(Segment(hi, s.end, s.part))
+        segments = carved
+    return _seconds(segments), productive, lost, highest
+
+
+def _seconds(segments):
+    parts = dict.fromkeys(ledger_module.PARTS, 0.0)
+    for s in segments:
+        parts[s.part] += s.end - s.start
+    return parts
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs(), st.floats(0, 5000), st.none() | st.integers(0, 30), st.booleans())
+def test_the_sweep_reckons_as_the_first_algorithm(records, now, done_before, unsaved):
+    record = dataclasses.replace(records[-1], unsaved=unsaved)
+    until = ledger_module.run_end(record, now)
+    for rank in record.steps:
+        line = rank_timeline(record, rank, until, done_before)
+        seconds, productive, lost, highest = reference_timeline(record, rank, until, done_before)
+        counts = (line.productive_steps, line.lost_steps, line.max_step)
+        assert counts == (productive, lost, highest)
+        for part, expected in _seconds(line.segments).items():
+            assert math.isclose(seconds[part], expected, abs_tol=1e-6), part

@@ -11,6 +11,7 @@ import pytest
 
 from tenter.errors import ExitCode
 from tenter.goodput.records import LedgerKeeper, record_checkpoint
+from tenter.goodput.stragglers import StragglerRule, find_stragglers
 from tenter.jobdir.layout import rank_file
 from tenter.jobdir.results import JobResult, write_result
 from tenter.launch import api
@@ -81,3 +82,22 @@ def test_checkpoint_records_become_the_checkpoint_part(tmp_path: Path) -> None:
     record_checkpoint(str(job_dir), 0, "algo-1", 5, start=T0 + 5.2)  # ends now: clipped
     ledger = LedgerKeeper(job_dir).ledger()
     assert ledger.parts["checkpoint"] == pytest.approx(12 - 5.2)
+
+
+def test_keeper_names_stragglers_from_the_lines_each_pass_adds(tmp_path: Path) -> None:
+    job_dir = job(tmp_path, "train-20260101-000000-aaaa", tmp_path / "ckpt")
+    launched_at(job_dir, T0)
+    rule = StragglerRule(window=5, windows=3)
+    keeper, named = LedgerKeeper(job_dir), []
+    for first in range(1, 41, 10):  # four passes, each after ten more steps of every rank
+        for rank in range(4):  # rank 2 computes 30 ms longer at every step
+            path = rank_file(job_dir, rank)
+            path.parent.mkdir(exist_ok=True)
+            with path.open("a") as out:
+                for step in range(first, first + 10):
+                    t = T0 + 1 + 0.2 * step + (0.13 if rank == 2 else 0.1)
+                    out.write(json.dumps({"time": t, "step": step}) + "\n")
+        keeper.ledger(now=T0 + 20)
+        named = keeper.stragglers(rule)
+        assert named == find_stragglers(keeper.reader.arrivals, {}, rule)
+    assert [(s.rank, s.step) for s in named] == [(2, 16)]

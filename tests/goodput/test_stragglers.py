@@ -7,6 +7,7 @@ import statistics
 
 from tenter.goodput.stragglers import (
     StragglerRule,
+    StragglerWatch,
     _median_without,
     busy_times,
     find_stragglers,
@@ -95,3 +96,18 @@ def test_median_without_is_the_median_of_the_others():
             others = list(values)
             others.remove(v)
             assert _median_without(values, v) == statistics.median(others)
+
+
+def test_a_watch_fed_as_the_steps_grow_names_what_one_reading_of_them_names():
+    slow = lockstep(40, {0: 0.1, 1: 0.1, 2: 0.13, 3: 0.1}, jitter=0.05, seed=3)
+    again = lockstep(30, {0: 0.1, 1: 0.16, 2: 0.1, 3: 0.1}, jitter=0.05, seed=4)
+    # Rank 2 slow, then every rank restarted (from step 1 again) and rank 1 slow.
+    steps = {r: slow[r] + [(100 + t, s) for t, s in again[r]] for r in slow}
+    watch, grown = StragglerWatch(RULE), {r: [] for r in steps}
+    rng = random.Random(5)
+    for _ in range(200):
+        for r in steps:  # each rank's lines come in batches of its own size, as read
+            grown[r] += steps[r][len(grown[r]) : len(grown[r]) + rng.randint(0, 3)]
+        assert watch.update(grown, HOSTS) == find_stragglers(grown, HOSTS, RULE)
+    assert grown == steps
+    assert [s.rank for s in find_stragglers(steps, HOSTS, RULE)] == [1]

@@ -25,8 +25,11 @@ gathers the inputs from the job directory.
 
 from __future__ import annotations
 
+import bisect
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, count, islice
 from typing import Any
 
 from tenter.spec.errors import counted
@@ -149,51 +152,130 @@ def _split_gap(start: float, end: float, faults: Sequence[Fault]) -> list[Segmen
     return [Segment(start, end, "fault")]
 
 
+TIME, STEP = operator.itemgetter(0), operator.itemgetter(1)
+
+
+def _reports_within(
+    reports: Sequence[tuple[float, int]], launch: float, until: float
+) -> Sequence[tuple[float, int]]:
+    """The reports in ``[launch, until]``, in time order (those of one time in the order
+    reported). Each pass over them here and in :func:`_breaks` is one of C, without lists of
+    their times or steps: a long job's reports do not fit a core's cache, so every pass and
+    every copy counts."""
+    if not all(map(operator.le, map(TIME, reports), map(TIME, islice(reports, 1, None)))):
+        reports = sorted(reports, key=TIME)
+    lo = bisect.bisect_left(reports, launch, key=TIME)
+    hi = bisect.bisect_right(reports, until, key=TIME)
+    return reports if (lo, hi) == (0, len(reports)) else reports[lo:hi]
+
+
+def _breaks(reports: Sequence[tuple[float, int]], fault_times: list[float]) -> list[int]:
+    """The reports after the first that start a new attempt: their step number did not rise,
+    or a fault fell in the gap before them. Between two, every report advances by one piece."""
+    fell = (bisect.bisect_left(reports, t, key=TIME) for t in fault_times)
+    steps = map(STEP, reports)
+    rose = compress(count(1), map(operator.le, map(STEP, islice(reports, 1, None)), steps))
+    return sorted({i for i in fell if 0 < i < len(reports)}.union(rose))
+
+
+class _Walk:
+    """The state of the walk along one rank's reports, and the pieces laid so far (a piece
+    that continues the previous one of its part extends it)."""
+
+    def __init__(self, launch: float, done_before: int | None) -> None:
+        self.segments: list[Segment] = []
+        self.cursor = launch
+        self.previous: int | None = None
+        self.highest = done_before  # the highest step reached, all attempts so far
+        self.redo_limit = done_before  # steps up to this one are computed again here
+        self.productive = self.lost = 0
+
+    def lay(self, end: float, part: str) -> None:
+        last = self.segments[-1] if self.segments else None
+        if last is not None and last.part == part and last.end == self.cursor:
+            self.segments[-1] = Segment(last.start, end, part)
+        else:
+            self.segments.append(Segment(self.cursor, end, part))
+        self.cursor = end
+
+    def count(self, since_step: int, step: int) -> None:
+        """The steps after ``since_step`` up to ``step``: computed again up to the redo
+        limit, productive above it."""
+        since = step - since_step
+        again = 0 if self.redo_limit is None else min(max(self.redo_limit - since_step, 0), since)
+        self.lost += again
+        self.productive += since - again
+        self.previous = step
+        self.highest = step if self.highest is None else max(self.highest, step)
+
+    def first(self, time: float, step: int, done_before: int | None) -> None:
+        self.lay(time, "startup")
+        # A script may report every k steps; a resumed run's first step: one.
+        self.count(0 if done_before is None else step - 1, step)
+
+    def resume(self, time: float, step: int, in_gap: Sequence[Fault]) -> None:
+        self.redo_limit = self.highest  # a new attempt: what it computes up to there, it redoes
+        for piece in _split_gap(self.cursor, time, in_gap):
+            self.lay(piece.end, piece.part)
+        self.count(step - 1, step)  # the step it resumed from is unknown: one
+
+    def advance(self, reports: Sequence[tuple[float, int]], a: int, b: int) -> None:
+        """Reports ``a`` to ``b - 1``, each a step above the one before and no fault between:
+        those up to the redo limit computed again, the rest productive."""
+        limit = self.redo_limit
+        again = a if limit is None else bisect.bisect_right(reports, limit, a, b, key=STEP)
+        if again > a:
+            self.lay(reports[again - 1][0], "lost")
+        if b > again:
+            self.lay(reports[b - 1][0], "productive")
+        assert self.previous is not None
+        self.count(self.previous, reports[b - 1][1])
+
+
+def _walk_reports(
+    reports: Sequence[tuple[float, int]],
+    faults: list[Fault],
+    launch: float,
+    done_before: int | None,
+) -> _Walk:
+    """The walk along one rank's reports: a resume at each break, and between two breaks
+    the reports in one stride."""
+    walk = _Walk(launch, done_before)
+    if not reports:
+        return walk
+    fault_times = [f.time for f in faults]
+    walk.first(*reports[0], done_before)
+    after = 1
+    for i in [*_breaks(reports, fault_times), len(reports)]:
+        if i > after:
+            walk.advance(reports, after, i)
+        if i < len(reports):
+            time, step = reports[i]
+            lo, hi = (bisect.bisect_right(fault_times, t) for t in (walk.cursor, time))
+            walk.resume(time, step, faults[lo:hi])
+        after = i + 1
+    return walk
+
+
 def rank_timeline(
     run: RunRecords, rank: int, until: float, done_before: int | None
 ) -> RankTimeline:
     """One rank's pieces over ``[run.launch, until]``. ``done_before``: the highest step a
-    previous run reached (a step not above it is computed again)."""
+    previous run reached (a step not above it is computed again). Linear in the rank's
+    reports and saves."""
     faults = sorted((f for f in run.faults if f.hits(rank)), key=lambda f: f.time)
-    segments: list[Segment] = []
-    cursor = run.launch
-    previous: int | None = None
-    highest = done_before  # the highest step reached, all attempts so far
-    redo_limit = done_before  # steps up to this one are computed again in this attempt
-    productive = lost = 0
-    reports = sorted(
-        ((t, s) for t, s in run.steps.get(rank, ()) if run.launch <= t <= until),
-        key=lambda r: r[0],
-    )
-    for time, step in reports:
-        in_gap = [f for f in faults if cursor < f.time <= time] if faults else []
-        resumed = previous is not None and (step <= previous or bool(in_gap))
-        if previous is None:
-            segments.append(Segment(cursor, time, "startup"))
-        elif resumed:
-            redo_limit = highest  # a new attempt: what it computes up to there, it redoes
-            segments += _split_gap(cursor, time, in_gap)
-        else:
-            again = redo_limit is not None and step <= redo_limit
-            segments.append(Segment(cursor, time, "lost" if again else "productive"))
-        # Steps since the previous report (a script may report every k steps); after a
-        # resume the step it resumed from is unknown: one.
-        first = 0 if previous is None and done_before is None else step - 1
-        since = step - (previous if previous is not None and not resumed else first)
-        again_steps = 0 if redo_limit is None else min(max(redo_limit - (step - since), 0), since)
-        lost += again_steps
-        productive += since - again_steps
-        previous, cursor = step, time
-        highest = step if highest is None else max(highest, step)
-    segments += _tail(run, rank, cursor, until, previous is not None, faults)
+    reports = _reports_within(run.steps.get(rank, ()), run.launch, until)
+    walk = _walk_reports(reports, faults, run.launch, done_before)
+    segments = walk.segments + _tail(run, rank, walk.cursor, until, bool(reports), faults)
+    productive, lost = walk.productive, walk.lost
     saves = run.checkpoints.get(rank, ())
     if run.unsaved:
         saved = max((end for _, end in saves), default=run.launch)
-        unsaved_steps = sum(1 for t, _ in reports if t > saved)
+        unsaved_steps = len(reports) - bisect.bisect_right(reports, saved, key=TIME)
         segments = _lost_after(segments, saved)
         moved = min(unsaved_steps, productive)
         productive, lost = productive - moved, lost + moved
-    return RankTimeline(_carve_checkpoints(segments, saves), productive, lost, highest)
+    return RankTimeline(_carve_checkpoints(segments, saves), productive, lost, walk.highest)
 
 
 def _lost_after(segments: list[Segment], moment: float) -> list[Segment]:
@@ -227,24 +309,41 @@ def _tail(
     return [Segment(cursor, until, END_PART.get(run.state, "teardown"))]
 
 
+def _union(saves: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The moments inside any of ``saves``, as disjoint intervals in time order."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(saves):
+        if start >= end:
+            continue
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
 def _carve_checkpoints(
     segments: list[Segment], saves: Sequence[tuple[float, float]]
 ) -> list[Segment]:
-    """The same time line with every blocking save's time marked ``checkpoint``."""
-    out = segments
-    for start, end in sorted(saves):
-        carved: list[Segment] = []
-        for s in out:
-            lo, hi = max(s.start, start), min(s.end, end)
-            if lo >= hi or s.part == "checkpoint":
-                carved.append(s)
-                continue
-            if s.start < lo:
-                carved.append(Segment(s.start, lo, s.part))
-            carved.append(Segment(lo, hi, "checkpoint"))
-            if hi < s.end:
-                carved.append(Segment(hi, s.end, s.part))
-        out = carved
+    """The same time line with every blocking save's time marked ``checkpoint``: one sweep
+    along the pieces (in time order, end to end) and the saves' union."""
+    blocks = _union(saves)
+    if not blocks:
+        return segments
+    out: list[Segment] = []
+    first = 0  # the first block that does not end before the piece at hand
+    for s in segments:
+        while first < len(blocks) and blocks[first][1] <= s.start:
+            first += 1
+        cursor, block = s.start, first
+        while cursor < s.end and block < len(blocks) and blocks[block][0] < s.end:
+            lo, hi = max(blocks[block][0], cursor), min(blocks[block][1], s.end)
+            if cursor < lo:
+                out.append(Segment(cursor, lo, s.part))
+            out.append(Segment(lo, hi, "checkpoint"))
+            cursor, block = hi, block + 1
+        if cursor < s.end or s.start == s.end:
+            out.append(Segment(cursor, s.end, s.part))
     return out
 
 

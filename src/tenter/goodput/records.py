@@ -29,7 +29,7 @@ from typing import Any
 from tenter.contract.plan import read_plan
 from tenter.contract.worker import REPLICA_HEALED
 from tenter.goodput.ledger import HANG, RESTART, Fault, Ledger, RunRecords, build_ledger
-from tenter.goodput.stragglers import Straggler
+from tenter.goodput.stragglers import Straggler, StragglerRule, StragglerWatch
 from tenter.jobdir import control
 from tenter.jobdir.layout import (
     EVENTS_FILE,
@@ -119,8 +119,10 @@ class RunReader:
             launch=self.launch,
             end=end,
             state=result.state if result is not None else "running",
-            steps={r: list(p.steps) for r, p in self.progress.items() if p.steps},
-            checkpoints={r: list(c) for r, c in self._checkpoints.items()},
+            # The lists the reads append to, not copies: a pass costs O(ranks) before the
+            # ledger's reckoning, not O(steps).
+            steps={r: p.steps for r, p in self.progress.items() if p.steps},
+            checkpoints=dict(self._checkpoints),
             faults=self._faults(),
             unsaved=result is not None and self.unsaved(result.state),
         )
@@ -132,8 +134,9 @@ class RunReader:
 
     @property
     def arrivals(self) -> dict[int, list[tuple[float, int]]]:
-        """Each rank's steps for the straggler rule (as of the last :meth:`read`)."""
-        return {r: list(p.arrivals) for r, p in self.progress.items() if p.arrivals}
+        """Each rank's steps for the straggler rule (as of the last :meth:`read`; the lists
+        the next read appends to)."""
+        return {r: p.arrivals for r, p in self.progress.items() if p.arrivals}
 
     @property
     def hosts(self) -> dict[int, str]:
@@ -204,6 +207,7 @@ class LedgerKeeper:
         self._earlier = [RunReader(path).read() for path in earlier_runs(self.reader)]
         self.latest: RunRecords | None = None
         """This run's records as the last ledger saw them."""
+        self._watches: dict[StragglerRule, StragglerWatch] = {}
 
     def runs(self, now: float, final_state: str | None = None) -> list[RunRecords]:
         """The runs' records; ``final_state``: this run as it ends at ``now`` in that state
@@ -218,6 +222,12 @@ class LedgerKeeper:
     def ledger(self, now: float | None = None, final_state: str | None = None) -> Ledger:
         now = time.time() if now is None else now
         return build_ledger(self.runs(now, final_state), now)
+
+    def stragglers(self, rule: StragglerRule) -> list[Straggler]:
+        """The stragglers in this run's steps as of the last :meth:`ledger` (what
+        :func:`find_stragglers` names), reckoning only the steps read since the call before."""
+        watch = self._watches.setdefault(rule, StragglerWatch(rule))
+        return watch.update(self.reader.arrivals, self.reader.hosts)
 
     def write(self, now: float | None = None, final_state: str | None = None) -> Ledger:
         """Recompute the ledger and replace ``goodput.json`` with it."""

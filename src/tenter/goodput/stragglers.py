@@ -25,7 +25,6 @@ Only the steps of the ranks' latest attempt count (a restart starts afresh).
 from __future__ import annotations
 
 import bisect
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -112,6 +111,96 @@ def busy_times(steps: Mapping[int, Sequence[tuple[float, int]]]) -> dict[int, di
     return out
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
+class StragglerWatch:
+    """The rule over every rank's steps as they grow (each a list that a read appends to): an
+    :meth:`update` reckons the steps added since the one before, each step's busy times once,
+    each window judged once. A restart (a step number that did not rise) or a rank that
+    starts reporting has it start afresh from the whole lists, as :func:`find_stragglers`
+    reads them."""
+
+    def __init__(self, rule: StragglerRule) -> None:
+        self.rule = rule
+        self._fed: dict[int, int] = {}
+        """Each rank's steps reckoned so far."""
+        self._arrivals: dict[int, dict[int, float]] = {}
+        """step -> arrival, of each rank's steps not every rank arrived at yet (and the last
+        step every rank arrived at)."""
+        self._busy: list[tuple[int, dict[int, float]]] = []
+        """The busy times of the steps not in a judged window yet."""
+        self._streak: dict[int, int] = {}
+        self.named: dict[int, Straggler] = {}
+
+    def update(
+        self, steps: Mapping[int, Sequence[tuple[float, int]]], hosts: Mapping[int, str]
+    ) -> list[Straggler]:
+        """The ranks named so far, the rank first."""
+        steps = {rank: reports for rank, reports in steps.items() if reports}
+        if not self._continues(steps):
+            self._busy, self._streak, self.named = [], {}, {}
+            self._arrivals = {rank: _latest_attempt(reports) for rank, reports in steps.items()}
+        else:
+            for rank, reports in steps.items():
+                self._arrivals[rank].update((s, t) for t, s in reports[self._fed[rank] :])
+        self._fed = {rank: len(reports) for rank, reports in steps.items()}
+        if len(self._arrivals) >= 2:
+            self._reckon_busy()
+            self._judge(hosts)
+        return sorted(self.named.values(), key=lambda s: s.rank)
+
+    def _continues(self, steps: Mapping[int, Sequence[tuple[float, int]]]) -> bool:
+        """Whether ``steps`` are the ones reckoned, each rank's followed by higher steps."""
+        if steps.keys() != self._fed.keys():
+            return False
+        for rank, reports in steps.items():
+            fed = self._fed[rank]
+            if len(reports) < fed:
+                return False
+            last = reports[fed - 1][1] if fed else None
+            for _, step in reports[fed:]:
+                if last is not None and step <= last:
+                    return False
+                last = step
+        return True
+
+    def _reckon_busy(self) -> None:
+        """Each step that every rank (and the step before) arrived at: its busy times; then
+        the steps below the last are forgotten: no later step needs them, and the last, kept
+        for the next, is not reckoned again (its step before is gone)."""
+        arrivals = list(self._arrivals.values())
+        common = sorted(set.intersection(*(set(a) for a in arrivals)))
+        for step in common:
+            if all(step - 1 in a for a in arrivals):
+                ready = max(a[step - 1] for a in arrivals)
+                self._busy.append((step, {r: a[step] - ready for r, a in self._arrivals.items()}))
+        if common:  # new dicts: one that entries were deleted from keeps its size
+            self._arrivals = {
+                rank: {s: t for s, t in a.items() if s >= common[-1]}
+                for rank, a in self._arrivals.items()
+            }
+
+    def _judge(self, hosts: Mapping[int, str]) -> None:
+        rule, judged = self.rule, 0
+        while len(self._busy) - judged >= rule.window:
+            window = self._busy[judged : judged + rule.window]
+            judged += rule.window
+            medians = {rank: _median([b[rank] for _, b in window]) for rank in window[0][1]}
+            ordered_medians = sorted(medians.values())
+            for rank, mine in medians.items():
+                others = _median_without(ordered_medians, mine)
+                slow = mine > rule.ratio * others and mine - others > rule.min_excess_s
+                self._streak[rank] = self._streak.get(rank, 0) + 1 if slow else 0
+                if self._streak[rank] >= rule.windows and rank not in self.named:
+                    step = window[-1][0]
+                    self.named[rank] = Straggler(rank, hosts.get(rank, "?"), step, mine, others)
+        del self._busy[:judged]
+
+
 def find_stragglers(
     steps: Mapping[int, Sequence[tuple[float, int]]],
     hosts: Mapping[int, str],
@@ -119,20 +208,4 @@ def find_stragglers(
 ) -> list[Straggler]:
     """The ranks slow in ``rule.windows`` consecutive windows of steps, each as of the first
     step at which the rule named it (whenever the records are read, the same answer)."""
-    busy = busy_times(steps)
-    ordered = sorted(busy)
-    streak: dict[int, int] = {}
-    named: dict[int, Straggler] = {}
-    for first in range(0, len(ordered) - rule.window + 1, rule.window):
-        window = ordered[first : first + rule.window]
-        medians = {
-            rank: statistics.median(busy[step][rank] for step in window) for rank in busy[window[0]]
-        }
-        ordered_medians = sorted(medians.values())
-        for rank, mine in medians.items():
-            others = _median_without(ordered_medians, mine)
-            slow = mine > rule.ratio * others and mine - others > rule.min_excess_s
-            streak[rank] = streak.get(rank, 0) + 1 if slow else 0
-            if streak[rank] >= rule.windows and rank not in named:
-                named[rank] = Straggler(rank, hosts.get(rank, "?"), window[-1], mine, others)
-    return sorted(named.values(), key=lambda s: s.rank)
+    return StragglerWatch(rule).update(steps, hosts)
