@@ -220,6 +220,44 @@ def test_start_up_slower_than_the_hang_timeout_is_no_hang(tmp_path: Path) -> Non
     assert_nothing_left(done.job_dir)
 
 
+def test_the_hang_report_leaves_out_a_lost_hosts_ranks(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path, "loop.py", instance_count=3, processes_per_host=1,
+        elastic={"min_hosts": 2, "max_restarts": 1, "hang_timeout": 3},
+    )  # fmt: skip
+    job = Background("run", str(spec))
+    job.wait_for("step 5 rank 0", "step 5 rank 1", "step 5 rank 2")
+    agent_of(job.job_dir.name, "algo-3").kill()
+    job.wait_for("step 5 rank 0", "step 5 rank 1")  # the survivors, restarted
+    frozen = int([line for line in job.lines if "step 5 rank 1" in line][-1].rsplit("pid ", 1)[1])
+    os.kill(frozen, signal.SIGSTOP)
+    out = job.finish()
+    assert job.proc.returncode == ExitCode.HANG, out
+    hang = (job.job_dir / "hang-report.txt").read_text()
+    assert f"suspect: rank 1 on algo-2 (pid {frozen}, stopped)" in hang
+    assert "algo-3" not in hang
+    assert "rank 2" not in hang
+    assert_nothing_left(job.job_dir)
+
+
+def test_a_group_restart_slower_than_the_hang_timeout_is_no_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rank 0's host stops its stubborn worker only after the grace period, longer than the
+    # hang timeout: the restart's start-up is timed by the start-up timeout, as at launch.
+    monkeypatch.setenv("TENTER_STOP_GRACE_S", "5")
+    spec = write_spec(
+        tmp_path, "slow_restart.py", instance_count=2, processes_per_host=1,
+        elastic={"hang_timeout": 2, "max_restarts": 1},
+    )  # fmt: skip
+    done = tenter("run", str(spec))
+    assert done.returncode == 0, done.stderr
+    assert "finished attempt 1 rank 0" in done.stdout
+    assert "finished attempt 1 rank 1" in done.stdout
+    assert not (done.job_dir / "hang-report.txt").exists()
+    assert_nothing_left(done.job_dir)
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 3 MiB file system of its own (tmpfs), unmounted after the test."""

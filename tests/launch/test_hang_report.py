@@ -25,6 +25,22 @@ def test_the_hang_clock_starts_at_the_first_progress() -> None:
     assert hang.hang_verdict(moving, now=105.0, hang_timeout=5) == "no rank made progress for 5 s"
 
 
+def test_after_a_group_restart_start_up_is_timed_as_at_launch() -> None:
+    # algo-2 restarted at 110 (a rank started at 111); algo-1 still shows the stopped attempt.
+    restarting = [rank(0, at=100.0), rank(1, "started", "", 0, at=111.0)]
+    assert hang.hang_verdict(restarting, now=120.0, hang_timeout=5, restarted_at=110.0) is None
+    assert hang.hang_verdict([rank(0, at=100.0)], 120.0, 5, restarted_at=110.0) is None
+    limit = hang.startup_timeout(5)
+    verdict = hang.hang_verdict(restarting, now=111.0 + limit, hang_timeout=5, restarted_at=110.0)
+    assert (
+        verdict == f"no rank reached its first collective or step within {limit:.0f} s of its start"
+    )
+    moving = [rank(0, at=100.0), rank(1, at=112.0)]
+    assert hang.hang_verdict(moving, now=117.0, hang_timeout=5, restarted_at=110.0) == (
+        "no rank made progress for 5 s"
+    )
+
+
 def test_ranks_that_leave_are_not_hung_however_slow_their_teardown() -> None:
     leaving = [rank(0, "exiting", at=100.0), rank(1, "exiting", at=100.0)]
     assert hang.hang_verdict(leaving, now=1e6, hang_timeout=5) is None

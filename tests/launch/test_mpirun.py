@@ -342,7 +342,7 @@ def test_a_rank_mpirun_saw_killed_is_reported_as_its_agent_would(tenter_home: Pa
     for host in plan.hosts:
         for r in host.ranks:
             stem = plan.log_stem(host.name, r.rank, 0)
-            record_worker_logs(logs, stem, r.rank, r.local_rank, host.name, 0)
+            record_worker_logs(logs, stem, r.rank, r.local_rank, host.name, 0, plan.world_size)
     killed = plan.procs_per_host + 1  # the second rank of the second host
     (logs / layout.MPIRUN_LOG).write_text(
         f"mpirun noticed that process rank {killed} with PID 4242 on node algo-2 exited on "

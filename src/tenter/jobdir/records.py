@@ -110,12 +110,20 @@ def append_line(path: Path, record: dict[str, Any]) -> None:
 
 
 def record_worker_logs(
-    logs_dir: Path, stem: str, rank: int, local_rank: int, host: str, attempt: int
+    logs_dir: Path, stem: str, rank: int, local_rank: int, host: str, attempt: int, world_size: int
 ) -> None:
-    """List a worker's log files (``<stem>.stdout|.stderr|.error.json``) in the index."""
+    """List a worker's log files (``<stem>.stdout|.stderr|.error.json``) in the index, with
+    the world it is a rank of (a rank beyond the newest listing's world is in no round)."""
     append_line(
         logs_dir / INDEX_FILE,
-        {"stem": stem, "rank": rank, "local_rank": local_rank, "host": host, "attempt": attempt},
+        {
+            "stem": stem,
+            "rank": rank,
+            "local_rank": local_rank,
+            "host": host,
+            "attempt": attempt,
+            "world_size": world_size,
+        },
     )
 
 

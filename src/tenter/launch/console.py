@@ -179,6 +179,8 @@ class EventFeed:
         self._offset = 0
         self._round: dict[str, dict[str, object]] = {}
         self._restarts_said: set[tuple[object, object]] = set()
+        self.restarted_at = 0.0
+        """When an agent last began a group restart (stopping its workers), 0 before any."""
 
     def print_new(self) -> None:
         try:
@@ -196,6 +198,7 @@ class EventFeed:
     def _show(self, event: dict[str, object]) -> None:
         host = str(event["host"])
         if event["event"] == "restart":
+            self.restarted_at = max(self.restarted_at, float(str(event["time"])))
             restart = (event["run_id"], event["restart_count"])
             if event["used"] and restart not in self._restarts_said:
                 self._restarts_said.add(restart)

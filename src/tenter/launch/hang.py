@@ -14,7 +14,8 @@ A suspect is a rank that is behind the others (in collectives or in DDP steps), 
 is stopped, or which did not answer the stack request.
 
 The hang clock starts at a rank's first progress (a collective or a step): start-up (importing
-torch, loading data) is timed by the longer :func:`startup_timeout` instead.
+torch, loading data) is timed by the longer :func:`startup_timeout` instead, at launch and after
+every group restart (from the moment an agent began it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import psutil
 
 from tenter.contract.plan import Plan
 from tenter.jobdir import layout
+from tenter.jobdir.control import lost_hosts
 from tenter.launch.console import read_index
 
 STACKS_WAIT_S = 3.0
@@ -47,18 +49,26 @@ def startup_timeout(hang_timeout: float) -> float:
     return max(STARTUP_MIN_S, 10 * hang_timeout)
 
 
-def hang_verdict(progress: list[RankProgress], now: float, hang_timeout: float) -> str | None:
+def hang_verdict(
+    progress: list[RankProgress], now: float, hang_timeout: float, restarted_at: float = 0.0
+) -> str | None:
     """Why the job counts as hung, or None. Once a rank made progress, no progress on any rank
     for ``hang_timeout``; before that, no rank's first progress within the start-up timeout
-    of the ranks' start (their records' creation, so a restarted attempt starts afresh)."""
-    progress = [p for p in progress if p.state != EXITING]  # a slow teardown is no hang
-    moved = [p.time for p in progress if p.state != STARTED]
+    of the ranks' start (their records' creation, so a restarted attempt starts afresh).
+
+    ``restarted_at`` is when an agent last began a group restart: the records older than it
+    are the stopped attempt's (a host not yet restarted still shows them), and from then on
+    the ranks' start-up is timed as at launch, however long the restart takes."""
+    # A slow teardown is no hang.
+    current = [p for p in progress if p.state != EXITING and p.time >= restarted_at]
+    moved = [p.time for p in current if p.state != STARTED]
     if moved:
         if now - max(moved) >= hang_timeout:
             return f"no rank made progress for {hang_timeout} s"
         return None
+    starts = [p.time for p in current] + ([restarted_at] if restarted_at else [])
     limit = startup_timeout(hang_timeout)
-    if progress and now - max(p.time for p in progress) >= limit:
+    if starts and now - max(starts) >= limit:
         return f"no rank reached its first collective or step within {limit:.0f} s of its start"
     return None
 
@@ -76,14 +86,24 @@ class RankProgress:
     step: int
 
 
+def current_entries(entries: list[dict[str, object]], lost: set[str]) -> list[dict[str, object]]:
+    """The log index's entries of the ranks in the current round: each rank's newest listing
+    (a host's restarted attempt, or the host that took the rank over in a new round), less
+    those of hosts declared lost and of ranks beyond the newest listing's world size (a host
+    a smaller round went on without)."""
+    newest = {int(str(e["rank"])): e for e in entries}
+    world = entries[-1].get("world_size") if entries else None
+    return [
+        e
+        for r, e in sorted(newest.items())
+        if e["host"] not in lost and (world is None or r < int(str(world)))
+    ]
+
+
 def read_progress(plan: Plan) -> list[RankProgress]:
-    """The latest progress record of every rank in each host's current attempt."""
-    entries = read_index(plan.job_dir)
-    last: dict[object, object] = {e["host"]: e["attempt"] for e in entries}
+    """The latest progress record of every rank in the current round (:func:`current_entries`)."""
     out = []
-    for e in entries:
-        if e["attempt"] != last[e["host"]]:
-            continue
+    for e in current_entries(read_index(plan.job_dir), lost_hosts(plan.job_dir)):
         try:
             raw = Path(layout.watch_file(str(e["stem"]))).read_bytes().split(b"\n", 1)[0]
             data = json.loads(raw)
@@ -102,7 +122,7 @@ def read_progress(plan: Plan) -> list[RankProgress]:
                 step=data["step"],
             )
         )
-    return sorted(out, key=lambda p: p.rank)
+    return out
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -311,7 +311,9 @@ class Supervisor:
             return False
         self._next_hang_check = time.monotonic() + 0.5
         progress = hang.read_progress(self.plan)
-        verdict = hang.hang_verdict(progress, time.time(), self.plan.hang_timeout)
+        verdict = hang.hang_verdict(
+            progress, time.time(), self.plan.hang_timeout, self.events.restarted_at
+        )
         if verdict is None:
             return False
         record_hang(self.plan.job_dir)

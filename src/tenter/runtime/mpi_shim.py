@@ -127,7 +127,13 @@ def _redirect_output(logs: Path, env: Mapping[str, str]) -> None:
         os.dup2(target, fd)
         os.close(target)
     record_worker_logs(
-        logs, str(stem), int(rank), int(env["LOCAL_RANK"]), os.environ["TENTER_HOST"], attempt=0
+        logs,
+        str(stem),
+        int(rank),
+        int(env["LOCAL_RANK"]),
+        os.environ["TENTER_HOST"],
+        attempt=0,
+        world_size=int(env["WORLD_SIZE"]),
     )
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch.distributed as dist
@@ -133,3 +135,37 @@ def test_restart_falls_back_at_once_if_fewer_than_min_hosts_would_go_on(
     started = time.monotonic()
     assert _restart(rounds[0], lost=frozenset({"algo-2"}), min_hosts=2) is None
     assert time.monotonic() - started < 10
+
+
+class CountedStore:
+    """A host's client of the round's store (a real one), counting the requests it sends."""
+
+    def __init__(self, store: dist.TCPStore) -> None:
+        self.store = store
+        self.requests = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+
+        def counted(*args: Any) -> Any:
+            self.requests += 1
+            return method(*args)
+
+        return counted
+
+
+def test_a_restart_costs_each_host_a_number_of_requests_that_does_not_grow_with_the_hosts(
+    server: dist.TCPStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(in_round, "WAIT_S", 60.0)
+    hosts = 16
+    rounds = [_round(server, rank, hosts) for rank in range(hosts)]
+    stores = [CountedStore(r.store) for r in rounds]  # type: ignore[arg-type]
+    counted = [replace(r, store=s) for r, s in zip(rounds, stores, strict=True)]  # type: ignore[arg-type]
+    with ThreadPoolExecutor(hosts) as pool:
+        restarted = list(pool.map(_restart, counted))
+    assert all(restarted)
+    # The first host to join watches and the last decides (they read every host's name);
+    # every other host sends its name, joins, waits for the outcome and reads it.
+    requests = sorted(s.requests for s in stores)
+    assert max(requests[: hosts - 2]) <= 6, requests

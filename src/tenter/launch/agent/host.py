@@ -340,6 +340,7 @@ class HostAgent:
                 entry.local_rank,
                 self.host.name,
                 self.attempt,
+                hosts * self.plan.procs_per_host,
             )
         self.group = WorkerGroup([start_worker(entry, self.pool) for entry in entries])
         if self.pool is not None:

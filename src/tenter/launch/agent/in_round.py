@@ -14,21 +14,28 @@ A host is known to be gone when the launcher declares it lost in the job directo
 and fences a host it cut off). An elastic job then goes on without it at once if at least
 ``min_hosts`` remain; a job of fixed membership cannot, and falls back at once.
 
-Restart ``n`` of a round (its keys in the round's store, which torch prefixes with the round):
+Restart ``n`` of a round (its keys in the round's store, which torch prefixes with the round),
+in a number of store requests per host that does not grow with the hosts:
 
 1. Each host stops its workers, writes its name under its group rank and adds 1 to
    ``JOINED``. A host whose workers run sees ``JOINED`` appear and does the same: one group
    restart, which uses one of the job's restarts whichever host's worker failed (the round's
    :attr:`~tenter.launch.agent.rendezvous.Round.restart_count` adds one on every host).
-2. A host that sees every host of the round either joined or lost decides: ``go`` with the
-   hosts that joined and are not lost, in their order (``abandon`` if fewer than
-   ``min_hosts``). A host that waits longer than :data:`WAIT_S`, or sees a host waiting in
-   torch's rendezvous (a new or returning host), decides ``abandon``. The first to add 1 to
-   ``DECIDED`` writes its decision to ``OUTCOME``; every host reads that one.
+2. The last host to join (its add returns the round's size) decides ``go`` with every host
+   that is not lost, in their order. The first to join watches for what the others cannot
+   see without asking every host: when every host of the round either joined or is lost, it
+   decides ``go`` with the hosts that joined and are not lost (``abandon`` if fewer than
+   ``min_hosts``); when it waited longer than :data:`WAIT_S`, or sees a host waiting in
+   torch's rendezvous (a new or returning host), ``abandon``. Every other host waits on
+   ``OUTCOME`` alone, and decides ``abandon`` itself if none came (the first host died).
+   The first to add 1 to ``DECIDED`` writes its decision to ``OUTCOME``; every host reads
+   that one.
 3. On ``go`` the hosts take their places in the list as group ranks; the new group rank 0
    serves a fresh workers' store. On ``abandon`` every host falls back to a new round of
    torch's rendezvous.
 
+Only the deciding host reads the hosts' names (one request each, once per restart): the
+others make a constant number of requests, so a restart costs O(hosts) requests in all.
 ``store.add`` is atomic, so every host reads the same outcome.
 """
 
@@ -40,6 +47,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from torch.distributed import Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from tenter.launch.agent import rendezvous
@@ -59,6 +67,9 @@ WAIT_S = STOP_GRACE_S + 5.0
 the stop grace period)."""
 POLL_S = 0.01
 """How often a waiting host looks at ``OUTCOME`` (a round trip to the store)."""
+WAIT_MARGIN_S = 2.0
+"""How much longer than the first host the others wait for its decision before abandoning
+on their own (it died while watching)."""
 WAITING_POLL_S = 0.2
 """How often it asks torch's rendezvous whether a host waits to join."""
 
@@ -81,8 +92,8 @@ def restart(
     stopped its workers; ``lost`` reads the hosts the launcher declared lost."""
     store, n = round_.store, round_.restarts + 1
     store.set(JOINED_HOST_KEY.format(n=n, group_rank=round_.group_rank), name)
-    store.add(JOINED_KEY.format(n=n), 1)
-    members = _outcome(round_, n, handler, lost, min_hosts)
+    arrived = store.add(JOINED_KEY.format(n=n), 1)
+    members = _outcome(round_, n, arrived, handler, lost, min_hosts)
     if members is None or name not in members:
         logger.info("restart %d within the round abandoned: a new rendezvous round", n)
         return None
@@ -92,7 +103,9 @@ def restart(
     # by the next ones.
     served = rendezvous.serve_workers_store(store, key, addr) if group_rank == 0 else None
     master_addr, master_port = rendezvous.workers_store_at(store, key)
-    gone = [h for h in _round_names(round_) if h not in members]
+    # The round's names if a restart left them here; else the hosts declared lost (one
+    # listdir, not a request per host).
+    gone = [h for h in (round_.names or sorted(lost())) if h not in members]
     logger.info(
         "restart %d within the round: %s%s",
         n,
@@ -116,32 +129,76 @@ def restart(
 def _outcome(
     round_: rendezvous.Round,
     n: int,
+    arrived: int,
     handler: RendezvousHandler,
     lost: Callable[[], set[str]],
     min_hosts: int,
 ) -> list[str] | None:
-    """The hosts that go on, in order, once the hosts have agreed; None to fall back."""
+    """The hosts that go on, in order, once the hosts have agreed; None to fall back.
+    ``arrived``: this host's place in the order of joining (1: first)."""
+    if arrived == round_.hosts:
+        verdict = _verdict(_members(round_, n, lost), min_hosts)
+    elif arrived == 1:
+        verdict = _watch(round_, n, handler, lost, min_hosts)
+    else:
+        verdict = None if _wait_for_outcome(round_.store, n, WAIT_S + WAIT_MARGIN_S) else GIVE_UP
+    return _agreed(round_.store, n, verdict)
+
+
+def _verdict(members: list[str] | None, min_hosts: int) -> str | None:
+    if members is None:
+        return None
+    return f"{GO} {','.join(members)}" if len(members) >= min_hosts else GIVE_UP
+
+
+def _watch(
+    round_: rendezvous.Round,
+    n: int,
+    handler: RendezvousHandler,
+    lost: Callable[[], set[str]],
+    min_hosts: int,
+) -> str | None:
+    """The first host's watch: a verdict, or None once another host decided."""
     store, key = round_.store, OUTCOME_KEY.format(n=n)
     deadline = time.monotonic() + WAIT_S
     next_waiting_check = time.monotonic() + WAITING_POLL_S
+    looked_at: tuple[int, frozenset[str]] | None = None
     while not store.check([key]):
-        verdict = None
-        members = _members(round_, n, lost)
+        joined, gone = store.add(JOINED_KEY.format(n=n), 0), frozenset(lost())
+        # Most looks end here: one round trip, one listdir. The names are read only when the
+        # count says every host may have joined or be lost, and then once per change.
+        if joined + len(gone) >= round_.hosts and (joined, gone) != looked_at:
+            looked_at = (joined, gone)
+            verdict = _verdict(_members(round_, n, lost), min_hosts)
+            if verdict is not None:
+                return verdict
         now = time.monotonic()
-        if members is not None:
-            verdict = f"{GO} {','.join(members)}" if len(members) >= min_hosts else GIVE_UP
-        elif now >= deadline:
-            verdict = GIVE_UP
-        elif now >= next_waiting_check:
+        if now >= deadline:
+            return GIVE_UP
+        if now >= next_waiting_check:
             if handler.num_nodes_waiting() > 0:
-                verdict = GIVE_UP
+                return GIVE_UP
             next_waiting_check = now + WAITING_POLL_S
-        if verdict is not None:
-            if store.add(DECIDED_KEY.format(n=n), 1) == 1:
-                store.set(key, verdict)
-            store.wait([key], datetime.timedelta(seconds=WAIT_S))
-            break
         time.sleep(POLL_S)
+    return None
+
+
+def _wait_for_outcome(store: Store, n: int, timeout_s: float) -> bool:
+    """Wait (one request) until a host decided restart ``n``; False if none did in time."""
+    try:
+        store.wait([OUTCOME_KEY.format(n=n)], datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, LookupError):  # TCPStore's DistStoreError; EtcdStore's LookupError
+        return False
+    return True
+
+
+def _agreed(store: Store, n: int, verdict: str | None) -> list[str] | None:
+    """Propose ``verdict`` (None: none of this host's); the hosts that go on as the first
+    proposal has it, None to fall back."""
+    key = OUTCOME_KEY.format(n=n)
+    if verdict is not None and store.add(DECIDED_KEY.format(n=n), 1) == 1:
+        store.set(key, verdict)
+    store.wait([key], datetime.timedelta(seconds=WAIT_S))
     outcome, _, listed = store.get(key).decode().partition(" ")
     return listed.split(",") if outcome == GO else None
 
@@ -151,7 +208,7 @@ def _members(round_: rendezvous.Round, n: int, lost: Callable[[], set[str]]) -> 
     None before."""
     store, hosts = round_.store, round_.hosts
     joined, gone = store.add(JOINED_KEY.format(n=n), 0), lost()
-    if joined + len(gone) < hosts:  # most looks end here: one round trip, one listdir
+    if joined + len(gone) < hosts:
         return None
     keys = [JOINED_HOST_KEY.format(n=n, group_rank=r) for r in range(hosts)]
     joined_names = [store.get(k).decode() if store.check([k]) else None for k in keys]
