@@ -74,7 +74,7 @@ def show_status(args: argparse.Namespace) -> int:
 def rendezvous_line(plan: Plan) -> str:
     """Which hosts start or wait for a rendezvous round, and what the round waits for."""
     from tenter.jobdir.control import lost_hosts
-    from tenter.jobdir.records import hosts_in_rendezvous
+    from tenter.jobdir.events import hosts_in_rendezvous
 
     lost = lost_hosts(plan.job_dir)
     waiting = hosts_in_rendezvous(plan.job_dir, [h.name for h in plan.hosts if h.name not in lost])

@@ -43,7 +43,6 @@ import os
 import signal
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
@@ -64,14 +63,9 @@ from tenter.jobdir.control import (
     rank_kill_request,
     stopping_marker,
 )
-from tenter.jobdir.layout import EVENTS_FILE, write_atomic
-from tenter.jobdir.records import (
-    RENDEZVOUS_EVENT,
-    RESTART_EVENT,
-    WORKERS_STORE_EVENT,
-    append_line,
-    record_worker_logs,
-)
+from tenter.jobdir.events import EventKind, record_event
+from tenter.jobdir.layout import write_atomic
+from tenter.jobdir.records import record_worker_logs
 from tenter.launch.agent import in_round, rendezvous
 from tenter.launch.agent.workers import GroupState, WorkerEntry, WorkerGroup, start_worker
 from tenter.launch.console import read_index
@@ -146,7 +140,6 @@ class HostAgent:
         # rendezvous decides who goes on, once the gone host's heartbeats expire.
         self._in_round = plan.min_hosts == plan.max_hosts or plan.backend == "local"
         self._planned_round = planned_round
-        self._events = Path(plan.job_dir) / EVENTS_FILE
         self._stopping = stopping_marker(plan.job_dir, host.name)
         self._preempting = False
         """The job is being preempted: the workers got SIGTERM and end by themselves."""
@@ -288,7 +281,7 @@ class HostAgent:
 
     def _stop_for_restart(self, used: bool) -> None:
         self._event(
-            RESTART_EVENT,
+            EventKind.RESTART,
             run_id=self.plan.run_id(self.host),
             restart_count=self.restart_count,
             used=used,
@@ -319,7 +312,7 @@ class HostAgent:
         self.attempt += 1
         hosts = round_.hosts
         self._event(
-            RENDEZVOUS_EVENT,
+            EventKind.RENDEZVOUS,
             group_rank=round_.group_rank,
             hosts=hosts,
             world_size=hosts * self.plan.procs_per_host,
@@ -329,7 +322,7 @@ class HostAgent:
             planned=round_.planned,
         )
         if round_.workers_store is not None:
-            self._event(WORKERS_STORE_EVENT, attempt=self.attempt, port=round_.master_port)
+            self._event(EventKind.WORKERS_STORE, attempt=self.attempt, port=round_.master_port)
         entries = [self.entry(round_, local) for local in range(self.plan.procs_per_host)]
         logs = layout.logs_dir(self.plan.job_dir)
         for entry in entries:
@@ -406,7 +399,5 @@ class HostAgent:
         """Workers that finished their script, then crashed at exit: notes for the report."""
         return [*self.crashed_at_exit, *self.group.crashed_at_exit]
 
-    def _event(self, event: str, **fields: Any) -> None:
-        append_line(
-            self._events, {"event": event, "host": self.host.name, "time": time.time(), **fields}
-        )
+    def _event(self, kind: EventKind, **fields: Any) -> None:
+        record_event(self.plan.job_dir, kind, host=self.host.name, **fields)
