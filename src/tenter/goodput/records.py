@@ -41,7 +41,7 @@ from tenter.jobdir.layout import (
 from tenter.jobdir.membership import launch_time
 from tenter.jobdir.progress import ProgressReader, RankProgress
 from tenter.jobdir.records import JsonlFollower
-from tenter.jobdir.results import read_result
+from tenter.jobdir.results import JobState, read_result
 
 
 def record_checkpoint(job_dir: str, rank: int, host: str, step: int, start: float) -> None:
@@ -102,7 +102,7 @@ class RunReader:
             job_id=self.plan.job_id,
             launch=self.launch,
             end=end,
-            state=result.state if result is not None else "running",
+            state=result.state if result is not None else JobState.RUNNING,
             steps={r: list(p.steps) for r, p in self.progress.items() if p.steps},
             checkpoints={r: list(c) for r, c in self._checkpoints.items()},
             faults=self._faults(),
@@ -112,7 +112,7 @@ class RunReader:
     def unsaved(self, state: str) -> bool:
         """Whether a run that ended in ``state`` lost its steps since its last checkpoint: a
         preemption that ended it as interrupted made no final checkpoint."""
-        return state == "interrupted" and control.preemption_requested(self.job_dir)
+        return state == JobState.INTERRUPTED and control.preemption_requested(self.job_dir)
 
     @property
     def arrivals(self) -> dict[int, list[tuple[float, int]]]:
@@ -173,7 +173,7 @@ def earlier_runs(reader: RunReader) -> list[Path]:
         result = read_result(path)
         if ended > before:
             continue
-        if result is None or result.state != "preempted":
+        if result is None or result.state != JobState.PREEMPTED:
             break
         chain.insert(0, path)
         before = launch_time(path)

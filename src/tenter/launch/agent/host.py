@@ -54,7 +54,12 @@ from torch.distributed.elastic.rendezvous import (
 from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout
-from tenter.jobdir.agent_result import JOINED_TOO_LATE, AgentResult, WorkerFailure
+from tenter.jobdir.agent_result import (
+    JOINED_TOO_LATE,
+    AgentResult,
+    HostState,
+    WorkerFailure,
+)
 from tenter.jobdir.control import (
     control_dir,
     lost_hosts,
@@ -164,7 +169,7 @@ class HostAgent:
                 # Never in a round: a host that joined as the job ended, whose hosts finished
                 # and closed the rendezvous before it entered. The job is done, not failed.
                 logger.info("the job ended before %s entered it", self.host.name)
-                return AgentResult("SUCCEEDED", [], JOINED_TOO_LATE)
+                return AgentResult(HostState.SUCCEEDED, [], JOINED_TOO_LATE)
             while True:
                 time.sleep(MONITOR_INTERVAL_S)
                 result = self._step()
@@ -173,7 +178,7 @@ class HostAgent:
         except StopSignal as stop:
             self._stop_workers(stop.signum)
             self.state = AgentState.STOPPED
-            return AgentResult("STOPPED", [], str(stop))
+            return AgentResult(HostState.STOPPED, [], str(stop))
         finally:
             if self.round is not None:
                 self.round.close()
@@ -190,7 +195,7 @@ class HostAgent:
             assert self.round is not None, "workers run only within a round"
             rendezvous.exit_barrier(self.round, EXIT_BARRIER_S)
             self.state = AgentState.SUCCEEDED
-            return AgentResult("SUCCEEDED", [])
+            return AgentResult(HostState.SUCCEEDED, [])
         if state is GroupState.FAILED:
             for f in failures:
                 logger.info("rank %d (pid %d) failed (exit code %d)", f.rank, f.pid, f.exit_code)
@@ -199,7 +204,7 @@ class HostAgent:
                 return None
             self._stop_workers(signal.SIGTERM)
             self.state = AgentState.FAILED
-            return AgentResult("FAILED", failures)
+            return AgentResult(HostState.FAILED, failures)
         if self._in_round and self.round is not None and in_round.asked(self.round):
             logger.info("another host restarts its workers; restarting ours")
             self._restart()
@@ -245,7 +250,7 @@ class HostAgent:
             return None
         _, failures = self.group.poll()
         self.state = AgentState.STOPPED
-        return AgentResult("PREEMPTED", failures, "preempted")
+        return AgentResult(HostState.PREEMPTED, failures, "preempted")
 
     def _restart(self) -> None:
         """A group restart, which uses one of the job's restarts: stop the workers and start

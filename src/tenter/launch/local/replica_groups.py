@@ -24,7 +24,7 @@ from tenter.contract.plan import Plan
 from tenter.errors import TenterError
 from tenter.jobdir import layout
 from tenter.jobdir.events import Event, EventKind, is_kind, record_event
-from tenter.jobdir.results import JobResult
+from tenter.jobdir.results import JobResult, JobState
 from tenter.launch.console import EventFeed, say
 from tenter.launch.lighthouse import Lighthouse
 from tenter.launch.local.job import LocalJob
@@ -74,6 +74,9 @@ class ReplicaEventFeed(EventFeed):
 
 
 class ReplicaGroupsJob(LocalJob):
+    a_rank_fails_the_job = False
+    """A rank's failure fails its group, not the job: :meth:`check_processes` decides."""
+
     def __init__(self, plan: Plan) -> None:
         super().__init__(plan)
         self.feed = ReplicaEventFeed(plan)
@@ -106,18 +109,14 @@ class ReplicaGroupsJob(LocalJob):
         finally:
             self.lighthouse.stop()
 
-    def _a_rank_failed(self) -> bool:
-        """A rank's failure fails its group, not the job: :meth:`check_processes` decides."""
-        return False
-
     def group_hosts(self, group: int) -> list[int]:
         return [h.index for h in self.plan.hosts if h.replica_group == group]
 
-    def check_processes(self) -> str:
+    def check_processes(self) -> JobState:
         """running, succeeded or failed: per group, and the job fails only when fewer than
         ``min_replicas`` groups can go on."""
         if self._lighthouse_lost:
-            return "failed"
+            return JobState.FAILED
         finished = 0
         for group in range(self.plan.replica_groups):
             if group in self.down:
@@ -138,8 +137,8 @@ class ReplicaGroupsJob(LocalJob):
             self.extra.append(
                 f"{going_on} replica groups left, fewer than min_replicas {self.plan.min_replicas}"
             )
-            return "failed"
-        return "succeeded" if finished == going_on else "running"
+            return JobState.FAILED
+        return JobState.SUCCEEDED if finished == going_on else JobState.RUNNING
 
     def _lose_group(self, group: int, why: str) -> None:
         self.down.add(group)

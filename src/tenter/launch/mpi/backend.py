@@ -38,7 +38,7 @@ from tenter.contract.planner import make_plan
 from tenter.contract.sagemaker import host_names
 from tenter.errors import MissingToolError
 from tenter.jobdir import layout
-from tenter.jobdir.agent_result import AgentResult, WorkerFailure, write_result
+from tenter.jobdir.agent_result import AgentResult, HostState, WorkerFailure, write_result
 from tenter.jobdir.events import EventKind, record_event
 from tenter.jobdir.layout import PLAN_FILE
 from tenter.jobdir.lookup import tenter_home
@@ -189,5 +189,5 @@ class MpiJob(Supervisor):
                 )
             )
         for index, failures in by_host.items():
-            result = AgentResult("FAILED", failures, "reported by mpirun")
+            result = AgentResult(HostState.FAILED, failures, "reported by mpirun")
             write_result(self.plan.hosts[index].dir, result)
