@@ -16,8 +16,8 @@ import pytest
 
 from tenter.contract.placeholders import MASTER_PORT, SLURM_NIC, resolve, slurm_node
 from tenter.contract.plan import Plan
+from tenter.jobdir.events import workers_store_ports
 from tenter.jobdir.layout import EVENTS_FILE, PLAN_FILE
-from tenter.jobdir.records import workers_store_ports
 from tests.conftest import SCRIPTS, assert_nothing_left, tenter
 from tests.launch.backends import BACKENDS, Backend, ready
 

@@ -114,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load_job(args)
     from tenter import session
     from tenter.doctor import SKIP_WARNING, preflight
+    from tenter.jobdir.results import JobState
     from tenter.launch import api
 
     request = api.dryrun(spec)
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     result = session.follow(handle, watch, view)
     style = "green" if result.ok else "bold red"
     stderr.print(f"[{style}]{escape(result.summary)}[/]")
-    if result.state in ("preempted", "interrupted") and request.plan is not None:
+    if result.state in (JobState.PREEMPTED, JobState.INTERRUPTED) and request.plan is not None:
         resume = resume_command(request.plan.checkpoint_dir)
         if resume:
             stderr.print(escape(resume))

@@ -35,14 +35,14 @@ def show_status(args: argparse.Namespace) -> int:
     from tenter.goodput.records import LedgerKeeper
     from tenter.jobdir.lookup import open_handle
     from tenter.jobdir.progress import progress_line
-    from tenter.jobdir.results import JobResult, read_result
+    from tenter.jobdir.results import JobResult, JobState, read_result
     from tenter.launch.api import get_backend
     from tenter.monitor.goodput_report import GoodputFeed
 
     handle = open_handle(args.job)
 
     def show_result(result: JobResult) -> int:
-        ended = "PREEMPTED" if result.state == "preempted" else "FAILED"
+        ended = "PREEMPTED" if result.state == JobState.PREEMPTED else "FAILED"
         state = "SUCCEEDED" if result.ok else f"{ended} (exit {result.exit_code})"
         print(f"job {handle.job_id}: {state} (backend {handle.backend})")
         print(result.summary)
@@ -74,7 +74,7 @@ def show_status(args: argparse.Namespace) -> int:
 def rendezvous_line(plan: Plan) -> str:
     """Which hosts start or wait for a rendezvous round, and what the round waits for."""
     from tenter.jobdir.control import lost_hosts
-    from tenter.jobdir.records import hosts_in_rendezvous
+    from tenter.jobdir.events import hosts_in_rendezvous
 
     lost = lost_hosts(plan.job_dir)
     waiting = hosts_in_rendezvous(plan.job_dir, [h.name for h in plan.hosts if h.name not in lost])

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tenter.cli import torchrun_flags
+from tenter.contract.plan import read_plan
 from tenter.jobdir import layout
 from tenter.spec import JobSpec, Problem, SpecError, load, load_file
 from tenter.spec.load import deep_merge
@@ -357,9 +358,8 @@ def _recorded_spec(job_dir: Path) -> dict[str, Any]:
                 )
             ]
         ) from None
-    plan = json.loads((job_dir / layout.PLAN_FILE).read_text())
     checkpoint = data.setdefault("checkpoint", {})
-    checkpoint.setdefault("dir", plan.get("checkpoint_dir") or str(job_dir / "checkpoints"))
+    checkpoint.setdefault("dir", read_plan(job_dir).checkpoint_dir or str(job_dir / "checkpoints"))
     return data
 
 

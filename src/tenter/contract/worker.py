@@ -214,9 +214,6 @@ def host_env(spec: JobSpec, itype: InstanceType, procs: int, where: Placement) -
     }
 
 
-REPLICA_HEALED = "replica_healed"
-"""The event (``events.jsonl``) a replica group's rank 0 records when it healed from a peer."""
-
 BOOTSTRAP = "tenter.runtime.bootstrap"
 
 

@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import read_plan
-from tenter.contract.worker import REPLICA_HEALED
 from tenter.goodput.ledger import HANG, RESTART, Fault, Ledger, RunRecords, build_ledger
 from tenter.goodput.stragglers import Straggler, StragglerRule, StragglerWatch
 from tenter.jobdir import control
+from tenter.jobdir.events import Event, EventFollower, EventKind, is_kind, record_event
 from tenter.jobdir.layout import (
-    EVENTS_FILE,
     GOODPUT_FILE,
     INDEX_FILE,
     SUMMARY_FILE,
@@ -41,47 +40,31 @@ from tenter.jobdir.layout import (
 )
 from tenter.jobdir.membership import launch_time
 from tenter.jobdir.progress import ProgressReader, RankProgress
-from tenter.jobdir.records import JsonlFollower, append_line
-from tenter.jobdir.results import read_result
-
-CHECKPOINT_EVENT = "checkpoint"
-STRAGGLER_EVENT = "straggler"
+from tenter.jobdir.records import JsonlFollower
+from tenter.jobdir.results import JobState, read_result
 
 
 def record_checkpoint(job_dir: str, rank: int, host: str, step: int, start: float) -> None:
     """A rank's blocking checkpoint save of ``step``, which began at ``start``, just ended."""
-    append_line(
-        Path(job_dir) / EVENTS_FILE,
-        {
-            "event": CHECKPOINT_EVENT,
-            "rank": rank,
-            "host": host,
-            "step": step,
-            "start": start,
-            "time": time.time(),
-        },
-    )
+    record_event(job_dir, EventKind.CHECKPOINT, rank=rank, host=host, step=step, start=start)
 
 
 def record_straggler(job_dir: str, straggler: Straggler) -> None:
-    append_line(
-        Path(job_dir) / EVENTS_FILE,
-        {"event": STRAGGLER_EVENT, **straggler.to_dict(), "time": time.time()},
-    )
+    record_event(job_dir, EventKind.STRAGGLER, **straggler.to_dict())
 
 
-def named_stragglers(events: list[dict[str, Any]]) -> list[Straggler]:
+def named_stragglers(events: list[Event]) -> list[Straggler]:
     """The stragglers the launcher named (:func:`record_straggler`) among ``events``."""
     return [
         Straggler(int(e["rank"]), str(e["host"]), int(e["step"]), e["busy_s"], e["others_s"])
         for e in events
-        if e.get("event") == STRAGGLER_EVENT
+        if is_kind(e, EventKind.STRAGGLER)
     ]
 
 
 def record_hang(job_dir: str) -> None:
     """The launcher found the job hung (the ledger's hang part ends here)."""
-    append_line(Path(job_dir) / EVENTS_FILE, {"event": HANG, "host": "", "time": time.time()})
+    record_event(job_dir, EventKind.HANG, host="")
 
 
 class RunReader:
@@ -92,6 +75,7 @@ class RunReader:
         self.plan = read_plan(job_dir)
         self.launch = launch_time(job_dir)
         self._followers: dict[Path, JsonlFollower] = {}
+        self._events_follower = EventFollower(job_dir)
         self._progress = ProgressReader(job_dir, keep_reports=False)
         self.progress: dict[int, RankProgress] = {}
         """Each rank's progress as of the last :meth:`read`."""
@@ -107,8 +91,8 @@ class RunReader:
         self.progress = self._progress.read()
         for entry in self._new_lines(logs_dir(self.job_dir) / INDEX_FILE):
             self._hosts[int(entry["rank"])] = str(entry["host"])
-        for event in self._new_lines(self.job_dir / EVENTS_FILE):
-            if event.get("event") == CHECKPOINT_EVENT:
+        for event in self._events_follower.read_new():
+            if is_kind(event, EventKind.CHECKPOINT):
                 self._checkpoints[int(event["rank"])].append((event["start"], event["time"]))
             else:
                 self._events.append(event)
@@ -118,7 +102,7 @@ class RunReader:
             job_id=self.plan.job_id,
             launch=self.launch,
             end=end,
-            state=result.state if result is not None else "running",
+            state=result.state if result is not None else JobState.RUNNING,
             # The lists the reads append to, not copies: a pass costs O(ranks) before the
             # ledger's reckoning, not O(steps).
             steps={r: p.steps for r, p in self.progress.items() if p.steps},
@@ -130,7 +114,7 @@ class RunReader:
     def unsaved(self, state: str) -> bool:
         """Whether a run that ended in ``state`` lost its steps since its last checkpoint: a
         preemption that ended it as interrupted made no final checkpoint."""
-        return state == "interrupted" and control.preemption_requested(self.job_dir)
+        return state == JobState.INTERRUPTED and control.preemption_requested(self.job_dir)
 
     @property
     def arrivals(self) -> dict[int, list[tuple[float, int]]]:
@@ -154,14 +138,15 @@ class RunReader:
             groups[host.replica_group].add(host.name)
         out = []
         for e in self._events:
-            kind = e.get("event")
-            if kind == HANG:
+            rejoined = is_kind(e, EventKind.RENDEZVOUS) and int(e.get("attempt", 0)) > 0
+            if is_kind(e, EventKind.HANG):
                 out.append(Fault(float(e["time"]), HANG))
-            elif kind == RESTART or (kind == "rendezvous" and int(e.get("attempt", 0)) > 0):
+            elif rejoined or is_kind(e, EventKind.RESTART):
                 out.append(Fault(float(e["time"]), RESTART, self._ranks_on({str(e["host"])})))
-            elif kind == REPLICA_HEALED:
+            elif is_kind(e, EventKind.REPLICA_HEALED):
                 hosts = groups.get(int(e.get("group") or 0), set())
-                out.append(Fault(float(e["time"]), REPLICA_HEALED, self._ranks_on(hosts)))
+                healed = EventKind.REPLICA_HEALED.value
+                out.append(Fault(float(e["time"]), healed, self._ranks_on(hosts)))
         return out
 
 
@@ -191,7 +176,7 @@ def earlier_runs(reader: RunReader) -> list[Path]:
         result = read_result(path)
         if ended > before:
             continue
-        if result is None or result.state != "preempted":
+        if result is None or result.state != JobState.PREEMPTED:
             break
         chain.insert(0, path)
         before = launch_time(path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass
+from enum import Enum
 from pathlib import Path
 
 from tenter.jobdir.layout import AGENT_RESULT_FILE, write_atomic
@@ -27,12 +28,26 @@ class WorkerFailure:
     error_file: str
 
 
+class HostState(str, Enum):
+    """How a host's agent ended (written as its value)."""
+
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    """By a signal."""
+    PREEMPTED = "PREEMPTED"
+    """Its workers ended after the preemption's SIGTERM (``failures``: those that ended
+    badly)."""
+    ERROR = "ERROR"
+    """The agent itself failed."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class AgentResult:
-    state: str
-    """SUCCEEDED, FAILED, STOPPED (by a signal), PREEMPTED (its workers ended after the
-    preemption's SIGTERM; ``failures``: those that ended badly) or ERROR (the agent itself
-    failed)."""
+    state: HostState
     failures: list[WorkerFailure]
     message: str = ""
 
@@ -61,4 +76,4 @@ def read_result(host_dir: str) -> AgentResult | None:
         return None
     data = json.loads(path.read_text())
     failures = [WorkerFailure(**f) for f in data["failures"]]
-    return AgentResult(data["state"], failures, data["message"])
+    return AgentResult(HostState(data["state"]), failures, data["message"])

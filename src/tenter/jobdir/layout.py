@@ -80,6 +80,8 @@ STDOUT_SUFFIX, STDERR_SUFFIX = ".stdout", ".stderr"
 WATCH_SUFFIX = ".watch"
 """A rank's log stem and this: its progress record (``TENTER_WATCH_FILE``, the hang watch)."""
 STACKS_SUFFIX = ".stacks"
+RANK_PREFIX = "rank-"
+"""How every file of one rank's is named: this, its rank, then a dot (:func:`rank_of`)."""
 """A rank's log stem and this: its stacks, dumped when the launcher asks (SIGUSR1)."""
 HOST_SUBDIRS = (
     "input/config",
@@ -110,7 +112,9 @@ def rank_log_stem(
 ) -> str:
     """A rank's log files, less their suffix: ``logs/rank-N``, or with ``host``, for a
     restart or a rank moved to another host, ``logs/rank-N.<host>.attempt-<K>``."""
-    name = f"rank-{rank}" if host is None else f"rank-{rank}.{host}.attempt-{attempt}"
+    name = (
+        f"{RANK_PREFIX}{rank}" if host is None else f"{RANK_PREFIX}{rank}.{host}.attempt-{attempt}"
+    )
     return f"{os.fspath(logs)}/{name}"  # not pathlib's join: a plan names 8,192 at 1,024 hosts
 
 
@@ -140,6 +144,15 @@ def rank_stem(rank_file: str, suffix: str) -> str:
     return rank_file.removesuffix(suffix)
 
 
+def rank_of(path: str | os.PathLike[str]) -> int | None:
+    """The rank whose file ``path`` is (``rank-<N>.<anything>``), or None for another file."""
+    name = os.path.basename(path)
+    if not name.startswith(RANK_PREFIX):
+        return None
+    rank = name.removeprefix(RANK_PREFIX).split(".", 1)[0]
+    return int(rank) if rank.isdigit() else None
+
+
 def worker_rank(environ: Mapping[str, str]) -> int:
     """The job-wide rank that names a worker's files, from its environment: torch's ``RANK``
     (mpirun's ``OMPI_COMM_WORLD_RANK``), which in a replica group counts within the group,
@@ -152,12 +165,12 @@ def worker_rank(environ: Mapping[str, str]) -> int:
 
 def rank_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
     """What rank ``rank`` reported (:mod:`tenter.monitor.reporter`)."""
-    return Path(job_dir) / RANK_DIR / f"rank-{rank}.jsonl"
+    return Path(job_dir) / RANK_DIR / f"{RANK_PREFIX}{rank}.jsonl"
 
 
 def rank_steps_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
     """The steps tenter counted on rank ``rank`` (:mod:`tenter.runtime.steps`)."""
-    return Path(job_dir) / RANK_DIR / STEPS_DIR / f"rank-{rank}.jsonl"
+    return Path(job_dir) / RANK_DIR / STEPS_DIR / f"{RANK_PREFIX}{rank}.jsonl"
 
 
 def host_model_dir(job_dir: str | os.PathLike[str], host: str) -> Path:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenter.jobdir.layout import RANK_DIR, STEPS_DIR
+from tenter.jobdir.layout import RANK_DIR, RANK_PREFIX, STEPS_DIR, rank_of
 from tenter.jobdir.records import JsonlFollower
 
 Step = tuple[float, int]
@@ -162,10 +162,10 @@ class ProgressReader:
         if not folder.is_dir():
             return {}
         out = {}
-        for path in folder.glob("rank-*.jsonl"):
-            rank = path.stem.removeprefix("rank-")
-            if rank.isdigit():
-                out[int(rank)] = self._followers.setdefault(path, JsonlFollower(path)).read_new()
+        for path in folder.glob(f"{RANK_PREFIX}*.jsonl"):
+            rank = rank_of(path)
+            if rank is not None:
+                out[rank] = self._followers.setdefault(path, JsonlFollower(path)).read_new()
         return out
 
 

@@ -1,8 +1,8 @@
 """The job directory's shared line files, written by several processes at once.
 
 ``logs/index.jsonl`` lists every worker log opened (rank, host, attempt, file stem), for the
-console and the failure report; ``events.jsonl`` the rendezvous rounds and restarts (and the
-other moments the goodput ledger needs: checkpoints, hangs, heals, stragglers);
+console and the failure report; ``events.jsonl`` the job's events (:mod:`.events`, which
+writes and reads them with this module's line functions);
 ``metrics/rank-<N>.jsonl`` what rank N reported (``tenter.report``) and
 ``metrics/steps/rank-<N>.jsonl`` the DDP steps tenter counted on it. Kept free of torch so
 that light processes (the mpirun shim) can write them too.
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tenter.jobdir.layout import EVENTS_FILE, INDEX_FILE
+from tenter.jobdir.layout import INDEX_FILE
 
 FLUSH_S = 0.5
 FLUSH_RECORDS = 4096
@@ -68,15 +68,6 @@ class BufferedLines:
         while True:
             time.sleep(FLUSH_S)
             self.flush()
-
-
-RENDEZVOUS_EVENT = "rendezvous"
-"""In the events file: a host's agent started its workers in a rendezvous round."""
-RESTART_EVENT = "restart"
-"""In the events file: a host's agent stopped its workers to start them again."""
-WORKERS_STORE_EVENT = "workers_store"
-"""In the events file: the port of the workers' store (the plan's ``${master_port}``) as whoever
-serves it bound it: the group's rank 0 agent for each round, or mpi's launcher."""
 
 
 class JsonlFollower:
@@ -135,19 +126,3 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
         return []
     # A writer may be half-way through its last line: it is not there yet.
     return [json.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines() if line.strip()]
-
-
-def workers_store_ports(job_dir: str | os.PathLike[str]) -> list[int]:
-    """The ports the job's workers' stores were served on, in the order they were."""
-    events = read_lines(Path(job_dir) / EVENTS_FILE)
-    return [int(e["port"]) for e in events if e["event"] == WORKERS_STORE_EVENT]
-
-
-def hosts_in_rendezvous(job_dir: str | os.PathLike[str], hosts: list[str]) -> list[str]:
-    """Of ``hosts``, those whose workers are not running: their agent starts or waits for a
-    rendezvous round (it recorded none yet, or a restart after its last)."""
-    latest: dict[str, str] = {}
-    for event in read_lines(Path(job_dir) / EVENTS_FILE):
-        if event["event"] in (RENDEZVOUS_EVENT, RESTART_EVENT):
-            latest[str(event["host"])] = str(event["event"])
-    return [h for h in hosts if latest.get(h) != RENDEZVOUS_EVENT]

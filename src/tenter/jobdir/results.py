@@ -5,18 +5,40 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from tenter.errors import ExitCode
 from tenter.jobdir.layout import SUMMARY_FILE, write_atomic
 
-STATES: dict[int, str] = {
-    ExitCode.OK: "succeeded",
-    ExitCode.INTERRUPTED: "interrupted",
-    ExitCode.PREEMPTED: "preempted",
-    ExitCode.MAX_RUN: "max_run",
-    ExitCode.HANG: "hang",
+
+class JobState(str, Enum):
+    """A job's state (as TorchX's ``AppState``), written as its value (``summary.json``'s
+    ``state``); also why the launcher stopped a job early."""
+
+    RUNNING = "running"
+    """No summary yet."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    """Stopped by a cancel (Ctrl-C, ``tenter cancel``), or a preemption without a final
+    checkpoint."""
+    PREEMPTED = "preempted"
+    """Stopped by a preemption, after a final checkpoint: run it again to resume."""
+    MAX_RUN = "max_run"
+    HANG = "hang"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STATES: dict[int, JobState] = {
+    ExitCode.OK: JobState.SUCCEEDED,
+    ExitCode.INTERRUPTED: JobState.INTERRUPTED,
+    ExitCode.PREEMPTED: JobState.PREEMPTED,
+    ExitCode.MAX_RUN: JobState.MAX_RUN,
+    ExitCode.HANG: JobState.HANG,
 }
 """``summary.json``'s ``state`` by the job's exit code; any other code: ``failed``."""
 
@@ -65,9 +87,9 @@ class JobResult:
         return self.exit_code == 0
 
     @property
-    def state(self) -> str:
-        """succeeded, failed, interrupted, preempted, max_run or hang."""
-        return STATES.get(self.exit_code, "failed")
+    def state(self) -> JobState:
+        """Any but RUNNING."""
+        return STATES.get(self.exit_code, JobState.FAILED)
 
     @property
     def root_cause(self) -> Failure | None:

@@ -9,7 +9,6 @@ including the files of restarted attempts, which appear while the job runs. (tor
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tenter.jobdir import layout
+from tenter.jobdir.events import Event, EventFollower, EventKind, is_kind
 from tenter.jobdir.records import read_lines
 from tenter.spec.errors import counted
 
@@ -175,29 +175,19 @@ class EventFeed:
     restart for a joining host, which uses none of the job's, shows as its round)."""
 
     def __init__(self, job_dir: str) -> None:
-        self._path = Path(job_dir) / layout.EVENTS_FILE
-        self._offset = 0
+        self._events = EventFollower(job_dir)
         self._round: dict[str, dict[str, object]] = {}
         self._restarts_said: set[tuple[object, object]] = set()
         self.restarted_at = 0.0
         """When an agent last began a group restart (stopping its workers), 0 before any."""
 
     def print_new(self) -> None:
-        try:
-            with open(self._path) as fp:
-                fp.seek(self._offset)
-                lines = fp.readlines()
-        except FileNotFoundError:
-            return
-        for line in lines:
-            if not line.endswith("\n"):
-                break  # an agent is still writing it
-            self._offset += len(line.encode())
-            self._show(json.loads(line))
+        for event in self._events.read_new():
+            self._show(event)
 
-    def _show(self, event: dict[str, object]) -> None:
+    def _show(self, event: Event) -> None:
         host = str(event["host"])
-        if event["event"] == "restart":
+        if is_kind(event, EventKind.RESTART):
             self.restarted_at = max(self.restarted_at, float(str(event["time"])))
             restart = (event["run_id"], event["restart_count"])
             if event["used"] and restart not in self._restarts_said:
@@ -205,7 +195,7 @@ class EventFeed:
                 left = counted(int(str(event["remaining"])), "restart")
                 say(f"{host}: a worker failed; restarting the workers ({left} left)")
             return
-        if event["event"] != "rendezvous":
+        if not is_kind(event, EventKind.RENDEZVOUS):
             return  # the launcher's own events (faults): it said them when they happened
         self._round[host] = event
         hosts = int(str(event["hosts"]))

@@ -9,10 +9,8 @@ SIGINT and SIGHUP (``tenter cancel``) stop the job the way Ctrl-C does.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from tenter.contract.plan import Plan
-from tenter.jobdir import layout
+from tenter.contract.plan import read_plan
 from tenter.launch.api import get_backend
 from tenter.launch.signals import stop_requests
 from tenter.launch.supervised import SupervisedBackend
@@ -22,7 +20,7 @@ def main(argv: list[str]) -> int:
     backend_name, job_dir = argv
     backend = get_backend(backend_name)
     assert isinstance(backend, SupervisedBackend), f"{backend_name} jobs do not detach this way"
-    plan = Plan.from_json((Path(job_dir) / layout.PLAN_FILE).read_text())
+    plan = read_plan(job_dir)
     job = backend.supervisor(plan)
     with stop_requests() as stop:
         job.start()

@@ -26,7 +26,7 @@ from tenter.errors import TenterError
 from tenter.jobdir import layout
 from tenter.launch.api import python_executable
 from tenter.launch.console import say
-from tenter.launch.supervisor import start_process
+from tenter.launch.processes import start_process
 
 START_TIMEOUT_S = 30.0
 """How long the lighthouse may take to say where it listens (well under a second)."""

@@ -1,5 +1,5 @@
 """The processes of a job that runs on this machine (local and mpi backends): finding them,
-their status, stopping them.
+their status, starting and stopping them.
 
 Every process of such a job carries ``TENTER_JOB_ID`` in its environment, including workers
 whose agent died (they run in sessions of their own); the launcher is the parent that does
@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
+from typing import BinaryIO
 
 import psutil
 
@@ -27,6 +29,8 @@ agent's: agents inherit the launcher's environment). Scripts that save a checkpo
 may need more; tests need less."""
 CANCEL_TIMEOUT_S = STOP_GRACE_S + 20.0
 """The launcher's own grace period for its workers, plus writing the summary."""
+AGENT_REPORT_S = 1.0
+"""How long an agent takes, past the grace period, to kill its workers and write its result."""
 
 
 WORKER_DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
@@ -150,3 +154,38 @@ def stop_job(
     )
     verb = "preempted" if sig == signal.SIGTERM and launcher is not None else "cancelled"
     return f"{verb} job {job_id}: stopped {who}"
+
+
+def start_process(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    log: BinaryIO,
+    death_signal: signal.Signals = signal.SIGTERM,
+) -> subprocess.Popen[bytes]:
+    """A process of the launcher's: in a session of its own, its output in ``log``, sent
+    ``death_signal`` by the kernel when the launcher dies (see
+    :meth:`tenter.launch.supervisor.Supervisor.spawn`)."""
+    return subprocess.Popen(
+        argv,
+        env={**os.environ, **env},
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=dies_with_parent(death_signal),
+    )
+
+
+def stop_launched(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM the launcher's own processes (agents, mpirun) and wait for them to end."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    # The agents give their workers the same grace, then SIGKILL them and report: wait for
+    # that report rather than kill the agents at the very moment they escalate.
+    deadline = time.monotonic() + STOP_GRACE_S + AGENT_REPORT_S
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))

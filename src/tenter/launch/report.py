@@ -24,9 +24,9 @@ from tenter.contract.torchrun import finished_marker
 from tenter.goodput.ledger import Ledger, summary_line
 from tenter.goodput.records import LedgerKeeper
 from tenter.jobdir import layout
-from tenter.jobdir.agent_result import WorkerFailure
+from tenter.jobdir.agent_result import HostState, WorkerFailure
 from tenter.jobdir.agent_result import read_result as read_agent_result
-from tenter.jobdir.results import Failure, JobResult, write_result
+from tenter.jobdir.results import Failure, JobResult, JobState, write_result
 from tenter.launch.console import PEER_ERROR, RANK_PREFIX, read_index
 from tenter.spec.errors import counted
 
@@ -109,6 +109,13 @@ def oom_kill_count() -> int | None:
         if match:
             return int(match.group(1))
     return None
+
+
+def oom_kills_since(before: int | None) -> int | None:
+    """The OOM killer's kills since it had made ``before`` (:func:`oom_kill_count`), or None
+    where it does not say."""
+    after = oom_kill_count()
+    return None if after is None or before is None else after - before
 
 
 def host_lost(host: HostPlan, agent_pid: int, exit_code: int, log: str) -> Failure:
@@ -211,7 +218,7 @@ def collect_failures(
     for host in plan.hosts:
         result = read_agent_result(host.dir)
         if result is not None:
-            if result.state == "ERROR":
+            if result.state == HostState.ERROR:
                 agent_errors.append(f"{host.name}: {result.message}")
             reported.update({f.error_file: f for f in result.failures})
     entries = read_index(plan.job_dir)
@@ -278,7 +285,7 @@ def _who(f: Failure) -> str:
 def failure_reason(result: JobResult) -> str:
     """One line: what failed first, for ``output/failure`` and exceptions."""
     f = result.root_cause
-    if result.state == "preempted":
+    if result.state == JobState.PREEMPTED:
         return "preempted"
     if f is None:
         return "interrupted" if result.interrupted else "the job failed"
@@ -355,7 +362,11 @@ def render_summary(result: JobResult, plan: Plan, outcome: Outcome) -> str:
                 f"  logs:    {job_dir / 'logs'}",
             ]
         )
-    state = f"was {result.state}" if result.state in ("interrupted", "preempted") else "FAILED"
+    state = (
+        f"was {result.state}"
+        if result.state in (JobState.INTERRUPTED, JobState.PREEMPTED)
+        else "FAILED"
+    )
     lines = [
         head + f"{state} after {result.duration_s:.1f} s ({size})",
         *_time_lines(result, ""),

@@ -41,15 +41,6 @@ FOLLOW_POLL_S = 0.2
 """How often a process that did not launch a job looks for its summary."""
 
 
-def job_plan(handle: JobHandle) -> Plan:
-    return read_plan(handle.job_dir)
-
-
-def job_dir_logs(handle: JobHandle, ranks: list[int] | None, tag: bool) -> ConsoleTail:
-    """The ranks' log files in the job directory (``ranks`` None: every rank's)."""
-    return ConsoleTail(handle.job_dir, ranks, tag)
-
-
 class SupervisedBackend:
     name = ""
     reports_progress = True
@@ -69,6 +60,7 @@ class SupervisedBackend:
         handle = JobHandle(self.name, plan.job_id, plan.job_dir, process_identity(os.getpid()))
         if detach:
             return self._start_daemon(plan, handle)
+        create_job_dir(plan)
         job = self.supervisor(plan)
         job.start()
         handle.write()
@@ -158,7 +150,7 @@ class SupervisedBackend:
     def logs(
         self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
     ) -> ConsoleTail:
-        return job_dir_logs(handle, ranks, tag)
+        return ConsoleTail(handle.job_dir, ranks, tag)
 
     def cancel(self, handle: JobHandle) -> str:
         launcher = alive(handle.scheduler_id)
@@ -172,5 +164,5 @@ class SupervisedBackend:
         launcher = alive(handle.scheduler_id)
         if launcher is None or launcher.pid == os.getpid():
             return self.cancel(handle)  # no launcher to preempt it: stopped directly
-        grace = job_plan(handle).preemption_grace
+        grace = read_plan(handle.job_dir).preemption_grace
         return stop_job(handle.job_id, launcher, signal.SIGTERM, grace)

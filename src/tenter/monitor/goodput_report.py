@@ -12,8 +12,8 @@ from typing import Any
 from tenter.goodput.ledger import PARTS, Ledger, job_timelines, run_end, summary_line
 from tenter.goodput.records import LedgerKeeper, named_stragglers
 from tenter.goodput.stragglers import Straggler
-from tenter.jobdir.layout import EVENTS_FILE, GOODPUT_FILE
-from tenter.jobdir.records import JsonlFollower
+from tenter.jobdir.events import EventFollower
+from tenter.jobdir.layout import GOODPUT_FILE
 
 COLOURS = {
     "startup": "tab:gray",
@@ -33,7 +33,7 @@ class GoodputFeed:
 
     def __init__(self, job_dir: Path) -> None:
         self._job_dir = job_dir
-        self._events = JsonlFollower(job_dir / EVENTS_FILE)
+        self._events = EventFollower(job_dir)
         self.named: list[Straggler] = []
         """The stragglers named so far (as of the last :meth:`stragglers`)."""
 

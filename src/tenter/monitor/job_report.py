@@ -33,10 +33,11 @@ from typing import Any
 from tenter.contract.plan import read_plan
 from tenter.goodput.records import named_stragglers
 from tenter.jobdir import layout
+from tenter.jobdir.events import read_events
 from tenter.jobdir.progress import RankProgress, Step, read_progress
 from tenter.launch.console import read_index
 from tenter.monitor.goodput_report import goodput_section
-from tenter.monitor.records import JsonlFollower, Sample, read_metrics
+from tenter.monitor.records import Sample, read_metrics
 from tenter.monitor.snapshot import format_bytes, format_duration
 from tenter.spec.errors import counted
 
@@ -236,7 +237,7 @@ def write_report(job_dir: Path) -> Path:
     plan = read_plan(job_dir)
     hosts = {int(str(e["rank"])): str(e["host"]) for e in read_index(plan.job_dir)}
     ranks = summarise_ranks(progress, metrics, hosts)
-    named = named_stragglers(JsonlFollower(job_dir / layout.EVENTS_FILE).read_new())
+    named = named_stragglers(read_events(job_dir))
     by_step_time = stragglers(ranks)
     slow = by_step_time | {s.rank for s in named}
     lines = [f"# Job {job_dir.name}", ""]

@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import statistics
 import sys
 import threading
@@ -87,8 +86,7 @@ class _WorkerProcesses:
             stdout = os.path.basename(os.readlink(f"/proc/{proc.pid}/fd/1"))
         except OSError:
             return None
-        match = re.fullmatch(r"rank-(\d+)\..*stdout", stdout)
-        return int(match.group(1)) if match else None
+        return layout.rank_of(stdout) if stdout.endswith(layout.STDOUT_SUFFIX) else None
 
     def sample(self) -> dict[int, _Usage]:
         try:

@@ -16,20 +16,17 @@ prints ``replica group 1 healed at step 815 from group 0``). See docs/fault_tole
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import socket
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tenter.contract.worker import REPLICA_HEALED
+from tenter.contract.plan import read_plan
 from tenter.jobdir import layout
-from tenter.jobdir.layout import EVENTS_FILE, PLAN_FILE
-from tenter.jobdir.records import append_line
+from tenter.jobdir.events import EventKind, record_event
 from tenter.runtime import steps
 
 MANAGER_LOGGER = "torchft.manager"
@@ -79,15 +76,13 @@ def manager_options(timeout: timedelta = timedelta(seconds=60)) -> dict[str, Any
 
 
 def _group_of_address(job_dir: Path, url: str) -> int | None:
-    """The replica group of the host at ``url`` (``http://ADDR:PORT``), from the job's plan.
-    Read as JSON rather than through :class:`tenter.contract.plan.Plan`: a heal is rare, and
-    only two of the plan's fields are needed."""
+    """The replica group of the host at ``url`` (``http://ADDR:PORT``), from the job's plan."""
     host = url.removeprefix("http://").rsplit(":", 1)[0].strip("[]")
     try:
-        plan = json.loads((job_dir / PLAN_FILE).read_text())
-    except (OSError, ValueError):
+        plan = read_plan(job_dir)
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return next((h["replica_group"] for h in plan["hosts"] if h["addr"] == host), None)
+    return next((h.replica_group for h in plan.hosts if h.addr == host), None)
 
 
 class _HealWatch(logging.Handler):
@@ -106,15 +101,12 @@ class _HealWatch(logging.Handler):
         match = _HEALING.search(record.getMessage())
         if match is None or not (self._restarted or self._progress.trained):
             return
-        append_line(
-            self._job_dir / EVENTS_FILE,
-            {
-                "event": REPLICA_HEALED,
-                "group": replica_group(),
-                "step": int(match.group(2)),
-                "source": _group_of_address(self._job_dir, match.group(1)),
-                "time": time.time(),
-            },
+        record_event(
+            self._job_dir,
+            EventKind.REPLICA_HEALED,
+            group=replica_group(),
+            step=int(match.group(2)),
+            source=_group_of_address(self._job_dir, match.group(1)),
         )
 
 

@@ -121,7 +121,7 @@ def rank_env(environ: Mapping[str, str]) -> dict[str, str]:
 def _redirect_output(logs: Path, env: Mapping[str, str]) -> None:
     """stdout/stderr to the rank's files, listed in the job's log index."""
     rank = env["RANK"]
-    stem = logs / f"rank-{rank}"
+    stem = layout.rank_log_stem(logs, int(rank))
     for fd, stream in ((1, "stdout"), (2, "stderr")):
         target = os.open(f"{stem}.{stream}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(target, fd)

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tenter.jobdir.records import workers_store_ports
+from tenter.jobdir.events import workers_store_ports
 from tests.conftest import Background, assert_nothing_left, job_processes
 from tests.launch.backends import BACKENDS, ready
 from tests.launch.specs import write_spec

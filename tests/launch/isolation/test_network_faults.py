@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tenter.errors import ExitCode, TenterError
-from tenter.jobdir.records import WORKERS_STORE_EVENT
+from tenter.jobdir.events import EventKind
 from tenter.launch import report
 from tenter.launch.isolation import faults
 from tests.conftest import SCRIPTS, Background, assert_nothing_left, tenter
@@ -28,7 +28,7 @@ def events(job_dir: Path) -> list[tuple[str, str]]:
     """The job's events but rendezvous rounds (and where each round's workers' store is), in
     order: (event, host)."""
     lines = (job_dir / "events.jsonl").read_text().splitlines()
-    rounds = ("rendezvous", WORKERS_STORE_EVENT)
+    rounds = ("rendezvous", EventKind.WORKERS_STORE.value)
     return [(e["event"], e["host"]) for e in map(json.loads, lines) if e["event"] not in rounds]
 
 

@@ -43,7 +43,6 @@ import os
 import signal
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
@@ -55,7 +54,12 @@ from torch.distributed.elastic.rendezvous import (
 from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout
-from tenter.jobdir.agent_result import JOINED_TOO_LATE, AgentResult, WorkerFailure
+from tenter.jobdir.agent_result import (
+    JOINED_TOO_LATE,
+    AgentResult,
+    HostState,
+    WorkerFailure,
+)
 from tenter.jobdir.control import (
     control_dir,
     lost_hosts,
@@ -64,14 +68,9 @@ from tenter.jobdir.control import (
     rank_kill_request,
     stopping_marker,
 )
-from tenter.jobdir.layout import EVENTS_FILE, write_atomic
-from tenter.jobdir.records import (
-    RENDEZVOUS_EVENT,
-    RESTART_EVENT,
-    WORKERS_STORE_EVENT,
-    append_line,
-    record_worker_logs,
-)
+from tenter.jobdir.events import EventKind, record_event
+from tenter.jobdir.layout import write_atomic
+from tenter.jobdir.records import record_worker_logs
 from tenter.launch.agent import in_round, rendezvous
 from tenter.launch.agent.workers import GroupState, WorkerEntry, WorkerGroup, start_worker
 from tenter.launch.console import read_index
@@ -146,7 +145,6 @@ class HostAgent:
         # rendezvous decides who goes on, once the gone host's heartbeats expire.
         self._in_round = plan.min_hosts == plan.max_hosts or plan.backend == "local"
         self._planned_round = planned_round
-        self._events = Path(plan.job_dir) / EVENTS_FILE
         self._stopping = stopping_marker(plan.job_dir, host.name)
         self._preempting = False
         """The job is being preempted: the workers got SIGTERM and end by themselves."""
@@ -171,7 +169,7 @@ class HostAgent:
                 # Never in a round: a host that joined as the job ended, whose hosts finished
                 # and closed the rendezvous before it entered. The job is done, not failed.
                 logger.info("the job ended before %s entered it", self.host.name)
-                return AgentResult("SUCCEEDED", [], JOINED_TOO_LATE)
+                return AgentResult(HostState.SUCCEEDED, [], JOINED_TOO_LATE)
             while True:
                 time.sleep(MONITOR_INTERVAL_S)
                 result = self._step()
@@ -180,7 +178,7 @@ class HostAgent:
         except StopSignal as stop:
             self._stop_workers(stop.signum)
             self.state = AgentState.STOPPED
-            return AgentResult("STOPPED", [], str(stop))
+            return AgentResult(HostState.STOPPED, [], str(stop))
         finally:
             if self.round is not None:
                 self.round.close()
@@ -197,7 +195,7 @@ class HostAgent:
             assert self.round is not None, "workers run only within a round"
             rendezvous.exit_barrier(self.round, EXIT_BARRIER_S)
             self.state = AgentState.SUCCEEDED
-            return AgentResult("SUCCEEDED", [])
+            return AgentResult(HostState.SUCCEEDED, [])
         if state is GroupState.FAILED:
             for f in failures:
                 logger.info("rank %d (pid %d) failed (exit code %d)", f.rank, f.pid, f.exit_code)
@@ -206,7 +204,7 @@ class HostAgent:
                 return None
             self._stop_workers(signal.SIGTERM)
             self.state = AgentState.FAILED
-            return AgentResult("FAILED", failures)
+            return AgentResult(HostState.FAILED, failures)
         if self._in_round and self.round is not None and in_round.asked(self.round):
             logger.info("another host restarts its workers; restarting ours")
             self._restart()
@@ -252,7 +250,7 @@ class HostAgent:
             return None
         _, failures = self.group.poll()
         self.state = AgentState.STOPPED
-        return AgentResult("PREEMPTED", failures, "preempted")
+        return AgentResult(HostState.PREEMPTED, failures, "preempted")
 
     def _restart(self) -> None:
         """A group restart, which uses one of the job's restarts: stop the workers and start
@@ -288,7 +286,7 @@ class HostAgent:
 
     def _stop_for_restart(self, used: bool) -> None:
         self._event(
-            RESTART_EVENT,
+            EventKind.RESTART,
             run_id=self.plan.run_id(self.host),
             restart_count=self.restart_count,
             used=used,
@@ -319,7 +317,7 @@ class HostAgent:
         self.attempt += 1
         hosts = round_.hosts
         self._event(
-            RENDEZVOUS_EVENT,
+            EventKind.RENDEZVOUS,
             group_rank=round_.group_rank,
             hosts=hosts,
             world_size=hosts * self.plan.procs_per_host,
@@ -329,7 +327,7 @@ class HostAgent:
             planned=round_.planned,
         )
         if round_.workers_store is not None:
-            self._event(WORKERS_STORE_EVENT, attempt=self.attempt, port=round_.master_port)
+            self._event(EventKind.WORKERS_STORE, attempt=self.attempt, port=round_.master_port)
         entries = [self.entry(round_, local) for local in range(self.plan.procs_per_host)]
         logs = layout.logs_dir(self.plan.job_dir)
         for entry in entries:
@@ -407,7 +405,5 @@ class HostAgent:
         """Workers that finished their script, then crashed at exit: notes for the report."""
         return [*self.crashed_at_exit, *self.group.crashed_at_exit]
 
-    def _event(self, event: str, **fields: Any) -> None:
-        append_line(
-            self._events, {"event": event, "host": self.host.name, "time": time.time(), **fields}
-        )
+    def _event(self, kind: EventKind, **fields: Any) -> None:
+        record_event(self.plan.job_dir, kind, host=self.host.name, **fields)

@@ -24,7 +24,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 
 from tenter.contract.placeholders import RDZV_PORT, resolve
 from tenter.contract.plan import HostPlan, Plan
-from tenter.jobdir.agent_result import AgentResult, write_result
+from tenter.jobdir.agent_result import AgentResult, HostState, write_result
 from tenter.jobdir.control import request_preemption
 from tenter.launch.agent import rendezvous
 from tenter.launch.agent.host import HostAgent, StopSignal
@@ -96,10 +96,10 @@ def run_host(
         failures = [*result.failures, *agent.finished_then_crashed()]
         result = AgentResult(result.state, failures, result.message)
     except StopSignal as e:  # before the agent ran
-        result = AgentResult("STOPPED", [], str(e))
+        result = AgentResult(HostState.STOPPED, [], str(e))
     except Exception as e:  # rendezvous timeouts and the like: report, don't just die
         logger.exception("agent of %s failed", host.name)
-        result = AgentResult("ERROR", [], _explain(e, plan, rdzv_port))
+        result = AgentResult(HostState.ERROR, [], _explain(e, plan, rdzv_port))
     finally:
         for sig in AGENT_SIGNALS:  # what is left is this host's own cleanup
             signal.signal(sig, signal.SIG_IGN)
@@ -109,4 +109,4 @@ def run_host(
             pool.close()
     write_result(host.dir, result)
     # A preempted host did what was asked: the launcher tells the job's outcome.
-    return 0 if result.state in ("SUCCEEDED", "PREEMPTED") else 1
+    return 0 if result.state in (HostState.SUCCEEDED, HostState.PREEMPTED) else 1

@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
 from tenter.jobdir import control, layout
-from tenter.jobdir.layout import EVENTS_FILE
+from tenter.jobdir.events import EventKind, record_event
 from tenter.jobdir.lookup import is_running
-from tenter.jobdir.records import append_line
 from tenter.launch import report
 from tenter.launch.console import say
 from tenter.launch.isolation.running import running_local_job
@@ -209,9 +208,8 @@ class NetworkFaults:
             )
         self._notice_unreachable()
 
-    def _event(self, event: str, host: str, **fields: object) -> None:
-        record = {"event": event, "host": host, "time": time.time(), **fields}
-        append_line(Path(self.plan.job_dir) / EVENTS_FILE, record)
+    def _event(self, kind: EventKind, host: str, **fields: object) -> None:
+        record_event(self.plan.job_dir, kind, host=host, **fields)
 
     def _index(self, host: str) -> int:
         return next(h.index for h in self.plan.hosts if h.name == host)
@@ -222,7 +220,7 @@ class NetworkFaults:
             if index in self.job.lost:
                 raise ValueError(f"host {host} is already lost")
             self.job.kill_host(index)
-            self._event("kill", host)
+            self._event(EventKind.KILL, host)
             say(f"fault: host {host} killed (its agent and workers, SIGKILL)")
             return f"killed host {host}"
         network = self.job.network
@@ -233,14 +231,14 @@ class NetworkFaults:
                 raise ValueError(f"host {host} is partitioned since {clock(self.cut[host])}")
             network.partition(host)
             self.cut[host] = time.time()
-            self._event("partition", host)
+            self._event(EventKind.PARTITION, host)
             say(f"fault: host {host} partitioned (its network link is down)")
             return f"partitioned host {host}"
         if host not in self.cut:
             raise ValueError(f"host {host} is not partitioned")
         network.heal(host)
         since = self.cut.pop(host)
-        self._event("heal", host, since=since)
+        self._event(EventKind.HEAL, host, since=since)
         self.declared.discard(host)
         if host in self.fenced:
             self.fenced.discard(host)
@@ -257,7 +255,7 @@ class NetworkFaults:
             if host in self.declared or time.time() - since < patience:
                 continue
             self.declared.add(host)
-            self._event("unreachable", host, since=since)
+            self._event(EventKind.UNREACHABLE, host, since=since)
             index = self._index(host)
             active = len(self.job.procs) - len(self.job.lost)
             if index in self.job.lost:

@@ -20,6 +20,7 @@ from tenter.contract.torchrun import finished_marker
 from tenter.jobdir import agent_result, layout
 from tenter.jobdir.control import declare_found, declare_lost, join_requests
 from tenter.jobdir.membership import record_join
+from tenter.jobdir.results import JobState
 from tenter.launch import report
 from tenter.launch.api import python_executable
 from tenter.launch.console import read_index, say
@@ -65,10 +66,10 @@ class LocalJob(Supervisor):
             log_path.name,
         )
 
-    def check_processes(self) -> str:
+    def check_processes(self) -> JobState:
         """running, succeeded, or failed."""
         if self.faults.stop_job:
-            return "failed"
+            return JobState.FAILED
         active = [i for i in range(len(self.procs)) if i not in self.lost]
         for i in active:
             code = self.procs[i].poll()
@@ -76,7 +77,7 @@ class LocalJob(Supervisor):
                 continue
             if code < 0 and len(active) - 1 >= self.plan.min_hosts and self.plan.max_restarts:
                 self._lose_host(i, signal.Signals(-code).name)
-                return "running"
+                return JobState.RUNNING
             if code < 0:
                 # Its workers died with it (their parent-death signal); their peers' broken
                 # connections follow. The lost host is the root cause.
@@ -85,9 +86,9 @@ class LocalJob(Supervisor):
                         self.plan.hosts[i], self.procs[i].pid, code, self._agent_logs[i]
                     )
                 )
-            return "failed"
+            return JobState.FAILED
         codes = [self.procs[i].poll() for i in active]
-        return "succeeded" if codes and all(c == 0 for c in codes) else "running"
+        return JobState.SUCCEEDED if codes and all(c == 0 for c in codes) else JobState.RUNNING
 
     def collect_extra_failures(self) -> None:
         """An agent that failed without writing its report (a full disk): say so, with its

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
-from typing import Any
 
 from tenter.contract.placeholders import LIGHTHOUSE_PORT
 from tenter.contract.plan import Plan
-from tenter.contract.worker import REPLICA_HEALED
 from tenter.errors import TenterError
 from tenter.jobdir import layout
-from tenter.jobdir.records import append_line
-from tenter.jobdir.results import JobResult
+from tenter.jobdir.events import Event, EventKind, is_kind, record_event
+from tenter.jobdir.results import JobResult, JobState
 from tenter.launch.console import EventFeed, say
 from tenter.launch.lighthouse import Lighthouse
 from tenter.launch.local.job import LocalJob
@@ -43,10 +40,7 @@ def last_step(job_dir: str, group: int) -> int | None:
         return None
 
 
-REPLICA_LOST = "replica_lost"
-
-
-def _lost(event: dict[str, object]) -> str:
+def _lost(event: Event) -> str:
     step = event.get("step")
     at = f"at step {step}" if step is not None else "before its first step"
     return f"replica group {event['group']} lost {at} ({event['why']})"
@@ -59,32 +53,30 @@ class ReplicaEventFeed(EventFeed):
         super().__init__(plan.job_dir)
         self._plan = plan
 
-    def record(self, event: str, **fields: Any) -> None:
-        """Add an event of the launcher's (printed when the feed reads it back)."""
-        append_line(self._path, {"event": event, "time": time.time(), **fields})
+    def record_lost(self, group: int, why: str) -> None:
+        """A replica group lost (printed when the feed reads it back)."""
+        step = last_step(self._plan.job_dir, group)
+        record_event(self._plan.job_dir, EventKind.REPLICA_LOST, group=group, step=step, why=why)
 
-    def _show(self, event: dict[str, object]) -> None:
-        kind = event["event"]
-        if kind == REPLICA_LOST:
+    def _show(self, event: Event) -> None:
+        if is_kind(event, EventKind.REPLICA_LOST):
             say(_lost(event))
-        elif kind == REPLICA_HEALED:
+        elif is_kind(event, EventKind.REPLICA_HEALED):
             source = event.get("source")
             peer = f" from group {source}" if source is not None else ""
             say(f"replica group {event['group']} healed at step {event['step']}{peer}")
         else:
-            if kind == "restart":
+            if is_kind(event, EventKind.RESTART):
                 host = str(event["host"])
                 group = next(h.replica_group for h in self._plan.hosts if h.name == host)
-                self.record(
-                    REPLICA_LOST,
-                    group=group,
-                    step=last_step(self._plan.job_dir, group),
-                    why=f"{host}: a worker failed; restarting the group",
-                )
+                self.record_lost(group, f"{host}: a worker failed; restarting the group")
             super()._show(event)
 
 
 class ReplicaGroupsJob(LocalJob):
+    a_rank_fails_the_job = False
+    """A rank's failure fails its group, not the job: :meth:`check_processes` decides."""
+
     def __init__(self, plan: Plan) -> None:
         super().__init__(plan)
         self.feed = ReplicaEventFeed(plan)
@@ -117,18 +109,14 @@ class ReplicaGroupsJob(LocalJob):
         finally:
             self.lighthouse.stop()
 
-    def _a_rank_failed(self) -> bool:
-        """A rank's failure fails its group, not the job: :meth:`check_processes` decides."""
-        return False
-
     def group_hosts(self, group: int) -> list[int]:
         return [h.index for h in self.plan.hosts if h.replica_group == group]
 
-    def check_processes(self) -> str:
+    def check_processes(self) -> JobState:
         """running, succeeded or failed: per group, and the job fails only when fewer than
         ``min_replicas`` groups can go on."""
         if self._lighthouse_lost:
-            return "failed"
+            return JobState.FAILED
         finished = 0
         for group in range(self.plan.replica_groups):
             if group in self.down:
@@ -149,8 +137,8 @@ class ReplicaGroupsJob(LocalJob):
             self.extra.append(
                 f"{going_on} replica groups left, fewer than min_replicas {self.plan.min_replicas}"
             )
-            return "failed"
-        return "succeeded" if finished == going_on else "running"
+            return JobState.FAILED
+        return JobState.SUCCEEDED if finished == going_on else JobState.RUNNING
 
     def _lose_group(self, group: int, why: str) -> None:
         self.down.add(group)
@@ -164,9 +152,7 @@ class ReplicaGroupsJob(LocalJob):
         self.lost.update(self.group_hosts(group))
         for name in names:
             self.lost_hosts[name] = f"replica group {group} stopped: {why}"
-        self.feed.record(
-            REPLICA_LOST, group=group, step=last_step(self.plan.job_dir, group), why=why
-        )
+        self.feed.record_lost(group, why)
 
     def fence_host(self, index: int, why: str) -> None:
         """A host cut off by a partition: its replica group stops (its agents and workers, so

@@ -38,10 +38,10 @@ from tenter.contract.planner import make_plan
 from tenter.contract.sagemaker import host_names
 from tenter.errors import MissingToolError
 from tenter.jobdir import layout
-from tenter.jobdir.agent_result import AgentResult, WorkerFailure, write_result
-from tenter.jobdir.layout import EVENTS_FILE, PLAN_FILE
+from tenter.jobdir.agent_result import AgentResult, HostState, WorkerFailure, write_result
+from tenter.jobdir.events import EventKind, record_event
+from tenter.jobdir.layout import PLAN_FILE
 from tenter.jobdir.lookup import tenter_home
-from tenter.jobdir.records import WORKERS_STORE_EVENT, append_line
 from tenter.launch.api import python_executable
 from tenter.launch.isolation import preflight
 from tenter.launch.isolation.rsh import NETWORK_ENV, SESSIONS_ENV, agent_command
@@ -142,10 +142,9 @@ class MpiJob(Supervisor):
     def start_processes(self) -> None:
         argv = [resolve(arg, {MASTER_PORT: self.rdzv_port}) for arg in self.plan.launcher]
         # The ranks' store is the launcher's: recorded as an agent records the one it serves.
-        event = {"event": WORKERS_STORE_EVENT, "host": self.plan.hosts[0].name}
-        append_line(
-            Path(self.plan.job_dir) / EVENTS_FILE,
-            {**event, "time": time.time(), "attempt": 0, "port": self.rdzv_port},
+        host = self.plan.hosts[0].name
+        record_event(
+            self.plan.job_dir, EventKind.WORKERS_STORE, host=host, attempt=0, port=self.rdzv_port
         )
         argv[0] = shutil.which(argv[0]) or argv[0]
         # mpirun itself carries the job id, so the final sweep finds it too; a launcher killed
@@ -190,5 +189,5 @@ class MpiJob(Supervisor):
                 )
             )
         for index, failures in by_host.items():
-            result = AgentResult("FAILED", failures, "reported by mpirun")
+            result = AgentResult(HostState.FAILED, failures, "reported by mpirun")
             write_result(self.plan.hosts[index].dir, result)

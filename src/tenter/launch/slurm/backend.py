@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from tenter.contract.placeholders import SLURM_NIC, slurm_node
-from tenter.contract.plan import Plan
+from tenter.contract.plan import Plan, read_plan
 from tenter.contract.planner import make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
 from tenter.jobdir import control, published
@@ -34,7 +34,6 @@ from tenter.launch.api import JobStatus, python_executable, scheduler_preempts
 from tenter.launch.console import ConsoleTail, say
 from tenter.launch.output import create_job_dir, discard_job_dir
 from tenter.launch.slurm.script import SCRIPT, sbatch_script
-from tenter.launch.supervised import job_dir_logs, job_plan
 from tenter.spec import JobSpec, lookup
 
 POLL_S = 0.5
@@ -146,7 +145,7 @@ class SlurmBackend:
             else:
                 stop.wait(delay)  # a stop request cancels at once, not after the back-off
         duration = time.time() - float(handle.details.get("submitted", time.time()))
-        return _finish(job_plan(handle), state, duration)
+        return _finish(read_plan(handle.job_dir), state, duration)
 
     def status(self, handle: JobHandle) -> JobStatus:
         state = slurm_state(handle.scheduler_id)
@@ -158,7 +157,7 @@ class SlurmBackend:
         self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
     ) -> ConsoleTail:
         # The job directory is on the cluster's shared file system.
-        return job_dir_logs(handle, ranks, tag)
+        return ConsoleTail(handle.job_dir, ranks, tag)
 
     def cancel(self, handle: JobHandle) -> str:
         done = subprocess.run(["scancel", handle.scheduler_id], capture_output=True, text=True)

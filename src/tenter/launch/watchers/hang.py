@@ -1,0 +1,74 @@
+"""A hang (``hang_timeout``; :mod:`tenter.launch.hang`): the ranks' progress records show no
+step for that long. The watcher writes the hang report (the ranks' stacks and states, and what
+their flight recorders name: :mod:`tenter.launch.flight_recorder`), then stops the job
+(``on_hang: stop``) or kills the workers for their agents to restart them (``restart``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tenter.contract.plan import Plan
+from tenter.goodput.records import record_hang
+from tenter.jobdir import layout
+from tenter.jobdir.results import JobState
+from tenter.launch import flight_recorder, hang
+from tenter.launch.console import say
+
+CHECK_S = 0.5
+"""How often the ranks' progress records are read."""
+FLIGHT_RECORDER_WAIT_S = 2.0
+"""How long the hang report waits for the ranks' flight recorders, after their stacks."""
+
+
+class HangWatcher:
+    def __init__(self, plan: Plan, reports: list[str], restarted_at: Callable[[], float]) -> None:
+        """``reports``: where each hang report goes too (the summary's extra lines);
+        ``restarted_at``: when an agent last began a group restart (0 before any), from
+        which the restarted ranks' start-up is timed as at launch."""
+        self.plan = plan
+        self._restarted_at = restarted_at
+        self._reports = reports
+        self._next_check = 0.0
+
+    def tick(self, now: float) -> JobState | None:
+        if not self.plan.hang_timeout or now < self._next_check:
+            return None
+        self._next_check = now + CHECK_S
+        progress = hang.read_progress(self.plan)
+        verdict = hang.hang_verdict(
+            progress, time.time(), self.plan.hang_timeout, self._restarted_at()
+        )
+        if verdict is None:
+            return None
+        record_hang(self.plan.job_dir)
+        text = f"hang: {verdict}\n{self._report(progress)}"
+        (Path(self.plan.job_dir) / layout.HANG_REPORT_FILE).write_text(text + "\n")
+        self._reports.append(text)
+        say(text)
+        if self.plan.on_hang == "stop":
+            return JobState.HANG
+        self._restart_workers()
+        return None
+
+    def _report(self, progress: list[hang.RankProgress]) -> str:
+        """The ranks' stacks and states, then the culprits their flight recorders name."""
+        asked = flight_recorder.request_dumps(self.plan.job_dir)
+        stacks = hang.collect_stacks(progress)
+        states = {p.rank: hang.process_state(p.pid) for p in progress}
+        text = hang.report(progress, stacks, time.time(), states)
+        answering = {p.rank: p.stem for p in progress if p.state != hang.EXITING}
+        dumps = flight_recorder.collect_dumps(answering, asked, FLIGHT_RECORDER_WAIT_S)
+        found = flight_recorder.culprits(dumps, {p.rank: p.host for p in progress})
+        return "\n".join([text, *found])
+
+    def _restart_workers(self) -> None:
+        """on_hang: restart. Kill the workers; their agents restart the group (one restart)."""
+        for p in hang.read_progress(self.plan):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        self._next_check = time.monotonic() + (self.plan.hang_timeout or 0)
