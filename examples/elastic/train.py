@@ -25,6 +25,7 @@ import argparse
 import gc
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -72,7 +73,13 @@ def all_reduce_each_gradient(
     world = dist.get_world_size(group)
     works = [dist.all_reduce(g, group=group, async_op=True) for g in bucket.gradients()]
     summed = torch.futures.collect_all([work.get_future() for work in works])
-    return summed.then(lambda _: bucket.buffer().div_(world))
+
+    def mean(done: torch.futures.Future[list[torch.futures.Future[Any]]]) -> torch.Tensor:
+        for work in done.value():
+            work.value()  # a failed all-reduce (a peer died) raises here, failing the step
+        return bucket.buffer().div_(world)
+
+    return summed.then(mean)
 
 
 def parse_args() -> argparse.Namespace:
