@@ -48,8 +48,7 @@ setup: $(BIN)/tenter
 # which keeps what still satisfies them.
 $(VISION)/bin/tenter: pyproject.toml requirements/vision.txt
 	$(PYTHON) -m venv $(VISION)
-	$(VISION)/bin/$(PIP) $(WHEELS) -r requirements/vision.txt
-	$(VISION)/bin/$(PIP) $(WHEELS) -e ".[vision]"
+	$(VISION)/bin/$(PIP) $(WHEELS) -r requirements/vision.txt -e ".[vision]"
 	touch $@
 
 vision: $(VISION)/bin/tenter
