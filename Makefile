@@ -21,9 +21,11 @@ WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 # torch 2.13.0 (a CUDA build, which runs on CPU too) and the CUDA libraries it needs.
 LOCK := requirements/$(if $(TORCH_WHEEL),cpu,pypi).lock
 LATEST := .venv-latest
+# examples/imagenet's torch and torchvision, a pair built for each other (requirements/vision.txt).
+VISION := .venv-vision
 TORCH ?= $(if $(shell $(PYTHON) -c "import torch; print(torch.version.cuda or '')" 2>/dev/null),system,cpu)
 
-.PHONY: setup system-deps demo test test-gpu lint lock test-latest clean
+.PHONY: setup vision system-deps demo test test-gpu lint lock test-latest clean
 
 $(BIN)/tenter: pyproject.toml $(LOCK)
 ifeq ($(TORCH),system)
@@ -41,6 +43,16 @@ endif
 
 setup: $(BIN)/tenter
 
+# A venv of its own, beside .venv: the example's test (tests/sagemaker_user/test_examples.py)
+# runs its tenter. Built once (minutes: several GB); a change to its inputs re-runs pip over it,
+# which keeps what still satisfies them.
+$(VISION)/bin/tenter: pyproject.toml requirements/vision.txt
+	$(PYTHON) -m venv $(VISION)
+	$(VISION)/bin/$(PIP) $(WHEELS) -r requirements/vision.txt -e ".[vision]"
+	touch $@
+
+vision: $(VISION)/bin/tenter
+
 demo: setup
 	$(BIN)/tenter run examples/digits/job.yaml
 
@@ -54,7 +66,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint system-deps
+test: lint system-deps vision
 	$(BIN)/python -m pytest tests
 
 # The GPU check suite: every CUDA path on this machine's GPUs (tests marked `cuda`; skipped,
@@ -89,4 +101,4 @@ test-latest: system-deps
 	$(LATEST)/bin/python -m pytest tests
 
 clean:
-	rm -rf $(VENV) $(LATEST) tenter-jobs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) $(VISION) tenter-jobs .pytest_cache .mypy_cache .ruff_cache

@@ -169,10 +169,12 @@ def tenter(
     max_memory: int | None = None,
     ignored_signals: tuple[signal.Signals, ...] = (),
     cwd: Path = REPO,
+    python: Path | str = sys.executable,
 ) -> Finished:
     """Run the `tenter` CLI in a subprocess, as a user would, in ``cwd``; ``max_memory``: the
     bytes of address space it may take (a runaway then fails, instead of swapping the machine);
-    ``ignored_signals``: set to SIG_IGN in it, as by the shell that started it."""
+    ``ignored_signals``: set to SIG_IGN in it, as by the shell that started it; ``python``: the
+    interpreter whose tenter runs (another venv's: its ranks run there too)."""
 
     def start() -> None:
         if max_memory:
@@ -181,7 +183,7 @@ def tenter(
             signal.signal(sig, signal.SIG_IGN)
 
     proc = subprocess.run(
-        [sys.executable, "-m", "tenter", *args],
+        [python, "-m", "tenter", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

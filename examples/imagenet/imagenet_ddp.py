@@ -11,9 +11,12 @@ ImageFolder tree (``DATA/train/<synset>/*.JPEG``, ``DATA/val/<synset>/*.JPEG``).
 
 torchvision must match the torch build (a CUDA torch wants the torchvision wheel from the
 same index: https://pytorch.org/get-started/locally/); without it the script stops and says
-so. ``--batch-size`` is global: each rank takes batch / world size. Every step is reported
-with ``tenter.report``, so ``tenter run`` shows throughput and ETA and ``tenter scale`` can
-compare sizes; ``--synthetic`` measures the training step without the input pipeline.
+so. In tenter's repository, `make vision` builds .venv-vision, a matching pair beside tenter
+(requirements/vision.txt): run `.venv-vision/bin/tenter run ...` there.
+
+``--batch-size`` is global: each rank takes batch / world size. Every step is reported with
+``tenter.report``, so ``tenter run`` shows throughput and ETA and ``tenter scale`` can compare
+sizes; ``--synthetic`` measures the training step without the input pipeline.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ INSTALL_HINT = (
     "this example needs torchvision, built for the installed torch {torch}: "
     "pip install 'tenter[vision]', or the matching wheel from "
     "https://pytorch.org/get-started/locally/ (a CPU torch: "
-    "pip install torchvision --index-url https://download.pytorch.org/whl/cpu)"
+    "pip install torchvision --index-url https://download.pytorch.org/whl/cpu; in tenter's "
+    "repository: make vision, then .venv-vision/bin/tenter)"
 )
 
 

@@ -1,5 +1,6 @@
 """examples/imagenet/imagenet_ddp.py: its arguments, data and training loop without
-torchvision; the real ResNet-50 only where torchvision imports."""
+torchvision (the real ResNet-50 on 2 ranks: tests/sagemaker_user/test_examples.py, in
+.venv-vision)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from tests.conftest import REPO, assert_nothing_left, tenter
+from tests.conftest import REPO
 
 SCRIPT = REPO / "examples/imagenet/imagenet_ddp.py"
 
@@ -90,37 +91,3 @@ def test_train_epoch_steps_over_synthetic_batches(example: ModuleType) -> None:
     last = example.train_epoch(model, loader, optimizer, torch.device("cpu"), False, 6, 9)
     assert last == 9
     assert not torch.equal(model[1].weight, before)
-
-
-torchvision_missing = importlib.util.find_spec("torchvision") is None
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(
-    torchvision_missing,
-    reason="torchvision is not installed (an optional extra: pip install 'tenter[vision]'; "
-    "its PyPI wheels need the matching torch build)",
-)
-def test_resnet50_trains_on_synthetic_images_on_2_ranks() -> None:
-    done = tenter(
-        "run",
-        "--hosts",
-        "1",
-        "--procs-per-host",
-        "2",
-        str(SCRIPT),
-        "--",
-        "--synthetic",
-        "--image-size",
-        "32",
-        "--batch-size",
-        "4",
-        "--steps-per-epoch",
-        "2",
-        "--epochs",
-        "1",
-    )
-    assert done.returncode == 0, done.stderr
-    assert "epoch   1" in done.stdout
-    assert (done.job_dir / "metrics/rank-1.jsonl").exists()
-    assert_nothing_left(done.job_dir)
