@@ -34,7 +34,8 @@ class EventKind(str, Enum):
     world_size, attempt, restarts_in_round, restart_count, planned)."""
     RESTART = "restart"
     """A host's agent stopped its workers to start them again (host, run_id, restart_count,
-    used, remaining)."""
+    used, remaining; failed_at: when its first worker failed, none where another host's
+    failure asked for the restart; killed: a worker of its was killed by a signal)."""
     WORKERS_STORE = "workers_store"
     """The port of the workers' store (the plan's ``${master_port}``) as whoever serves it bound
     it: the group's rank 0 agent for each round, or mpi's launcher (host, attempt, port)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -177,6 +178,10 @@ class EventFeed:
     def __init__(self, job_dir: str) -> None:
         self._events = EventFollower(job_dir)
         self._round: dict[str, dict[str, object]] = {}
+        self._hosts = 0
+        """The hosts of the last round: how many report each restart of its."""
+        self._restarting: dict[tuple[object, object], list[Event]] = {}
+        """A restart's reports so far (run, count), until it is said."""
         self._restarts_said: set[tuple[object, object]] = set()
         self.restarted_at = 0.0
         """When an agent last began a group restart (stopping its workers), 0 before any."""
@@ -184,6 +189,9 @@ class EventFeed:
     def print_new(self) -> None:
         for event in self._events.read_new():
             self._show(event)
+        for restart, reports in list(self._restarting.items()):
+            if time.time() - float(str(reports[0]["time"])) > RESTART_REPORTS_S:
+                self._say_restart(restart)  # a host that never reports (lost) holds no line
 
     def _show(self, event: Event) -> None:
         host = str(event["host"])
@@ -191,12 +199,15 @@ class EventFeed:
             self.restarted_at = max(self.restarted_at, float(str(event["time"])))
             restart = (event["run_id"], event["restart_count"])
             if event["used"] and restart not in self._restarts_said:
-                self._restarts_said.add(restart)
-                left = counted(int(str(event["remaining"])), "restart")
-                say(f"{host}: a worker failed; restarting the workers ({left} left)")
+                self._restarting.setdefault(restart, []).append(event)
+                if len(self._restarting[restart]) >= self._hosts:
+                    self._say_restart(restart)
             return
         if not is_kind(event, EventKind.RENDEZVOUS):
             return  # the launcher's own events (faults): it said them when they happened
+        for restart in list(self._restarting):
+            self._say_restart(restart)  # a new round: every report of the restart is in
+        self._hosts = int(str(event["hosts"]))
         self._round[host] = event
         hosts = int(str(event["hosts"]))
         same = [e for e in self._round.values() if e["hosts"] == hosts]
@@ -204,6 +215,20 @@ class EventFeed:
             names = ", ".join(sorted((str(e["host"]) for e in same), key=_host_order))
             say(f"rendezvous: {counted(hosts, 'host')} ({names}), world size {event['world_size']}")
             self._round.clear()
+
+    def _say_restart(self, restart: tuple[object, object]) -> None:
+        """Name the host whose worker failed first: the others' failures may be its echo
+        (their ranks' collectives broke with it), and hosts asked to restart had none."""
+        reports = self._restarting.pop(restart)
+        self._restarts_said.add(restart)
+        failed = [r for r in reports if r.get("failed_at") is not None] or reports
+        first = min(failed, key=lambda r: (not r.get("killed"), float(r.get("failed_at") or 0)))
+        left = counted(int(str(first["remaining"])), "restart")
+        say(f"{first['host']}: a worker failed; restarting the workers ({left} left)")
+
+
+RESTART_REPORTS_S = 2.0
+"""How long a restart's line waits for the reports of the round's other hosts."""
 
 
 def _host_order(name: str) -> int:

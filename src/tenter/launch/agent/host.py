@@ -42,7 +42,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
@@ -200,14 +200,14 @@ class HostAgent:
             for f in failures:
                 logger.info("rank %d (pid %d) failed (exit code %d)", f.rank, f.pid, f.exit_code)
             if self.remaining_restarts > 0:
-                self._restart()
+                self._restart(failures)
                 return None
             self._stop_workers(signal.SIGTERM)
             self.state = AgentState.FAILED
             return AgentResult(HostState.FAILED, failures)
         if self._in_round and self.round is not None and in_round.asked(self.round):
             logger.info("another host restarts its workers; restarting ours")
-            self._restart()
+            self._restart([])
             return None
         waiting = self.handler.num_nodes_waiting()
         if waiting > 0:  # membership changes use no restart, as torchrun's
@@ -252,17 +252,18 @@ class HostAgent:
         self.state = AgentState.STOPPED
         return AgentResult(HostState.PREEMPTED, failures, "preempted")
 
-    def _restart(self) -> None:
+    def _restart(self, failures: list[WorkerFailure]) -> None:
         """A group restart, which uses one of the job's restarts: stop the workers and start
         them again, within the round where the hosts agree on who goes on, in a new
-        rendezvous round otherwise."""
+        rendezvous round otherwise. ``failures``: this host's failed workers (none where
+        another host's failure asked for the restart)."""
         self.restart_count += 1
         logger.info(
             "restarting the workers: group restart %d of %d",
             self.restart_count,
             self.plan.max_restarts,
         )
-        self._stop_for_restart(used=True)
+        self._stop_for_restart(used=True, failures=failures)
         if self._in_round and self.round is not None:
             self.state = AgentState.RENDEZVOUS
             next_round = in_round.restart(
@@ -284,13 +285,17 @@ class HostAgent:
         self._stop_for_restart(used=False)
         self._start_round()
 
-    def _stop_for_restart(self, used: bool) -> None:
+    def _stop_for_restart(self, used: bool, failures: Sequence[WorkerFailure] = ()) -> None:
+        # When this host's first worker failed, and whether one was killed by a signal: the
+        # launcher names the host whose failure came first (the others' may be its echo).
         self._event(
             EventKind.RESTART,
             run_id=self.plan.run_id(self.host),
             restart_count=self.restart_count,
             used=used,
             remaining=self.remaining_restarts,
+            failed_at=min((f.timestamp for f in failures), default=None),
+            killed=any(f.exit_code < 0 for f in failures),
         )
         self._stop_workers(signal.SIGTERM)
         if self.pool is not None:
