@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path, PurePath
 
-from tenter.contract import isolation, sagemaker, torchrun, worker
+from tenter.contract import isolation, sagemaker, worker
 from tenter.contract.fabric import LOOPBACK_NIC
 from tenter.contract.placeholders import (
     HOST,
@@ -24,11 +24,10 @@ from tenter.contract.placeholders import (
     HOST_DIR,
     HOST_INDEX,
     LIGHTHOUSE_PORT,
-    MASTER_PORT,
     RDZV_PORT,
     resolve,
 )
-from tenter.contract.plan import HostPlan, Plan, RankPlan, host_values
+from tenter.contract.plan import HostPlan, Plan, host_values, rank_plans
 from tenter.jobdir import layout
 from tenter.spec import InstanceType, JobSpec, lookup, processes_per_host
 from tenter.spec.catalog import detect_local
@@ -199,7 +198,6 @@ def make_plan(
     # A simulated host without GPUs lacks a GPU host's variables: shared is what all have.
     for env in spelled.values():
         shared_env = {k: v for k, v in shared_env.items() if k in env}
-    logs_dir = str(layout.logs_dir(job_dir))
     hosts = []
     for index, (name, addr) in enumerate(zip(names, addrs, strict=True)):
         group, group_index = divmod(index, per_group)
@@ -213,34 +211,16 @@ def make_plan(
             exact_files = _own(shared_files, values, config_files(name))
             spell_out = spell_out or (index == 1 and (exact_env, exact_files) != (own_env, {}))
             own_env, own_files = exact_env, exact_files
-        ranks = []
-        for local_rank in range(procs):
-            rank = index * procs + local_rank
-            log = layout.rank_log_stem(logs_dir, rank)  # a str join: 8,192 ranks at 1,024 hosts
-            ranks.append(
-                RankPlan(
-                    rank=rank,
-                    local_rank=local_rank,
-                    # In a replica group, torch's variables count within the group.
-                    env={
-                        **torchrun.torchrun_env(
-                            rank=group_index * procs + local_rank,
-                            local_rank=local_rank,
-                            group_rank=group_index,
-                            local_world_size=procs,
-                            num_hosts=per_group,
-                            master_addr=addrs[group * per_group],
-                            master_port=MASTER_PORT,
-                            run_id=f"{job_id}-group-{group}" if ft else job_id,
-                            max_restarts=elastic.max_restarts,
-                        ),
-                        "TORCHELASTIC_ERROR_FILE": layout.error_file(log),
-                    },
-                    stdout=layout.stdout_file(log),
-                    stderr=layout.stderr_file(log),
-                    error_file=layout.error_file(log),
-                )
-            )
+        ranks = rank_plans(
+            job_dir=str(job_dir),
+            first_rank=index * procs,
+            group_index=group_index,
+            procs=procs,
+            per_group=per_group,
+            master_addr=addrs[group * per_group],
+            run_id=f"{job_id}-group-{group}" if ft else job_id,
+            max_restarts=elastic.max_restarts,
+        )
         hosts.append(
             HostPlan(
                 name=name,
