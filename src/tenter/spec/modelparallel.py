@@ -68,7 +68,7 @@ _UNSUPPORTED_V2 = {
 
 class ModelParallelParameters(StrictModel):
     """The SMP v1 and v2 parameters, with SMP's defaults. ``partitions``, the old name of
-    ``pipeline_parallel_degree``, is renamed by :func:`tenter.spec.validate.parse`."""
+    ``pipeline_parallel_degree``, is renamed by :func:`tenter.spec.parse.parse`."""
 
     pipeline_parallel_degree: PositiveInt | None = None
     microbatches: PositiveInt = 1
