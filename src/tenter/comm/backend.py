@@ -73,6 +73,8 @@ class TenterProcessGroup(ProcessGroupBase):  # type: ignore[misc]
         )
         self.topology: Topology = parts.topology
         self._gloo = parts.gloo
+        # The routes, as Dispatch runs them (tests look into the segment through them).
+        self._cpu, self._shm = parts.cpu, parts.shm
         # A group with no C++ backend has nowhere to keep its name (functional collectives
         # and DeviceMesh resolve groups by name) and reports no device; registering gloo
         # for CPU fixes both. Collectives still come here: Python callers find these
