@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tenter.cli.main import COMMANDS, build_parser, main
+from tenter.contract.plan import Plan
 from tests.conftest import REPO
 
 BAD_SPEC = """
@@ -178,6 +179,28 @@ def test_plan_text_shows_shared_environment_once_and_per_rank_differences(
     assert out.splitlines().count("  WORLD_SIZE=4") == 1
     assert "host algo-2 (127.101.0.1)" in out
     assert "  rank 3 (local 1):\n    GROUP_RANK=1\n    LOCAL_RANK=1\n    RANK=3" in out
+
+
+def test_plan_rank_shows_the_whole_environment_the_json_gives_that_rank(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    job = [str(REPO / "examples/digits/job.yaml"), "--hosts", "3", "--backend", "slurm"]
+    assert main(["plan", "--json", "--job-id", "j-1", *job]) == 0
+    plan = Plan.from_json(capsys.readouterr().out)
+    host = plan.hosts[2]
+    assert main(["plan", "--rank", "5", "--job-id", "j-1", *job]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("rank 5 (local 1) on host algo-3")
+    env = plan.process_env(host, host.ranks[1])
+    assert out[out.index(f"environment ({len(env)} variables):") + 1 :] == [
+        f"  {k}={v}" for k, v in sorted(env.items())
+    ]
+    assert f"stdout      {host.ranks[1].stdout}" in out
+
+
+def test_plan_rank_outside_the_job_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--rank", "4", str(REPO / "examples/digits/job.yaml")]) == 2
+    assert "--rank: this job has no rank 4. Fix: give a rank from 0 to 3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """The plan grows with the hosts, not their square: what every host shares is kept once.
 
 At 1,024 ml.p5.48xlarge hosts x 8 processes (each host's SageMaker variables name all 1,024)
-the plan every Slurm node reads stays under 5 MB, mpirun's command line well under Linux's
+the plan every Slurm node reads stays under 1 MB (its ranks' paths and torch variables follow
+from a formula and are not written out), mpirun's command line well under Linux's
 ARG_MAX, a Kubernetes MPIJob a few KB, and each host's own part holds no host list. (The
 seconds to plan are measured in benchmarks/plan_scaling.py.)
 """
@@ -51,9 +52,9 @@ def host_part(host: Any) -> int:
     return len(json.dumps({**vars(host), "ranks": []}, default=vars))
 
 
-def test_slurm_plan_of_1024_hosts_is_under_5_mb_and_each_host_names_only_itself() -> None:
+def test_slurm_plan_of_1024_hosts_is_under_1_mb_and_each_host_names_only_itself() -> None:
     plan: Plan = dryrun("slurm", HOSTS)
-    assert len(plan.to_json()) < 5_000_000
+    assert len(plan.to_json()) <= 1_000_000
     assert max(host_part(h) for h in plan.hosts[1:]) < 1_000  # no host list in it
     # host 0 (SageMaker's master, is_master true) spells out its SM_TRAINING_ENV: once
     assert host_part(plan.hosts[0]) < 100_000

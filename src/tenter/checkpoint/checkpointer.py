@@ -31,22 +31,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_model_state_dict,
-    set_state_dict,
-)
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.tensor import DTensor
@@ -54,8 +44,18 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from tenter.checkpoint import atomic
-from tenter.checkpoint.errors import CheckpointError, check_model_fits
-from tenter.checkpoint.state import rng_state, set_rng_state, snapshot
+from tenter.checkpoint.errors import CheckpointError
+from tenter.checkpoint.model_state import ModelState
+from tenter.checkpoint.ranks import Ranks
+from tenter.checkpoint.run_state import (
+    STATE_FILE,
+    common_state,
+    own_state,
+    rank_file,
+    read_own,
+    restore_common,
+)
+from tenter.checkpoint.state import set_rng_state, snapshot
 from tenter.checkpoint.writer import AsyncWriter
 from tenter.goodput.records import record_checkpoint
 from tenter.jobdir.layout import CHECKPOINTS_DIR
@@ -65,11 +65,6 @@ from tenter.runtime.preemption import Preempted, Preemption
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-STATE_FILE = "state.pt"
-"""Written by rank 0: step, scheduler, extras, and (replicated) model and optimizer."""
-SHARDED_DIR = "sharded"
-"""DCP's files: every rank's shard of the model and optimizer, plus DCP's metadata."""
 
 
 def default_dir() -> Path:
@@ -102,10 +97,6 @@ def _env_default(arg: str) -> int | None:
             f"Checkpointer({arg}=N)"
         )
     return number
-
-
-def _rank_file(rank: int) -> str:
-    return f"rank-{rank}.pt"
 
 
 def is_pipelined(model: nn.Module) -> bool:
@@ -165,19 +156,8 @@ class Checkpointer:
         async_save: bool = False,
         sharded: bool | None = None,
     ) -> None:
-        every = every if every is not None else _env_default("every")
-        keep = keep if keep is not None else (_env_default("keep") or 3)
-        if every is not None and every < 1:
-            raise ValueError(f"every={every}: the save interval must be at least 1 step")
-        if keep < 1:
-            raise ValueError(f"keep={keep}: at least the latest checkpoint must be kept")
-        if isinstance(model, Pipeline):
-            model = model.module
-        if sharded is False and is_pipelined(model):
-            raise ValueError(
-                "sharded=False would save rank 0's pipeline stages only: every rank holds "
-                "its own stages, and saves them sharded; leave sharded unset"
-            )
+        every, keep = _interval(every, keep)
+        model = _trained_model(model, sharded)
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -187,32 +167,25 @@ class Checkpointer:
         self.every = every
         self.keep = keep
         self.sharded = is_sharded(model) if sharded is None else sharded
-        self._distributed = dist.is_available() and dist.is_initialized()
-        self._rank = dist.get_rank() if self._distributed else 0
-        self._world = dist.get_world_size() if self._distributed else 1
+        self._ranks = Ranks()
+        self._rank = self._ranks.rank
+        self._state = ModelState(model, optimizer, self.sharded)
         self._last_step: int | None = None
         self._writer = AsyncWriter() if async_save else None
         self._pending_step: int | None = None
-        # DCP's background save runs collectives while the main thread runs its own (the
-        # barriers here, the training's); on one process group they could interleave in a
-        # different order on different ranks, so the background gets a group of its own.
-        self._async_group = (
-            dist.new_group(backend="gloo")
-            if async_save and self.sharded and self._distributed
-            else None
-        )
+        self._async_group = _background_group(async_save and self.sharded, self._ranks)
         self._preemption = Preemption()
         self.preempted = False
         """A preemption's final checkpoint is saved: end the training loop (on every rank)."""
-        self._check_dir()
-
-    # -- the public API -------------------------------------------------------------------
+        check_dir(self.dir, self._ranks)
 
     def resume(self) -> int:
         """Restore the latest complete checkpoint, if any, and return its step (0 if none):
         the number of steps already done, where the training loop continues."""
         self.wait()
-        latest = self._broadcast(atomic.read_manifest(self.dir).latest if self._rank == 0 else None)
+        latest = self._ranks.broadcast(
+            atomic.read_manifest(self.dir).latest if self._rank == 0 else None
+        )
         if latest is None:
             return 0
         if latest.sharded != self.sharded:
@@ -225,18 +198,11 @@ class Checkpointer:
         # The job's own files, written by this code: as trusted as the script itself.
         common = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
         if self.sharded:
-            self._load_sharded(path)
+            self._state.load_sharded(path, self._ranks)
         else:
-            self._load_replicated(path, common)
-        if self.scheduler is not None:
-            self.scheduler.load_state_dict(common["scheduler"])
-        for key, value in common["extras"].items():
-            current = self.extras.get(key)
-            if isinstance(current, Stateful):
-                current.load_state_dict(value)
-            else:
-                self.extras[key] = value
-        own = self._own_rank_file(path, latest.world_size)
+            self._state.load_replicated(path, common)
+        restore_common(common, self.scheduler, self.extras)
+        own = read_own(path, self._rank, latest.world_size)
         if self.sampler is not None and own["sampler"] is not None:
             self.sampler.load_state_dict(own["sampler"])
         # Last, so that nothing above draws from the restored generators.
@@ -292,23 +258,26 @@ class Checkpointer:
             return self.dir / name
         tmp = self.dir / f"{atomic.TMP_PREFIX}{name}"
         tmp.mkdir(exist_ok=True)
-        atomic.save_durable(self._own_state(), tmp / _rank_file(self._rank))
-        common = self._common_state(step)
-        dcp_future = self._save_sharded(tmp / SHARDED_DIR) if self.sharded else None
+        atomic.save_durable(own_state(self.sampler), tmp / rank_file(self._rank))
+        common = common_state(step, self.scheduler, self.extras)
+        background = self._writer is not None
+        dcp_future = (
+            self._state.save_sharded(tmp, background, self._async_group) if self.sharded else None
+        )
         if not self.sharded and self._rank == 0:
-            common.update(self._state_dicts())
-        entry = atomic.Entry(name, step, self._world, self.sharded)
+            common.update(self._state.state_dicts())
+        entry = atomic.Entry(name, step, self._ranks.world, self.sharded)
         if self._writer is None:
             if self._rank == 0:
                 atomic.save_durable(common, tmp / STATE_FILE)
-            self._barrier()  # every rank's files are durable in tmp
+            self._ranks.barrier()  # every rank's files are durable in tmp
             if self._rank == 0:
                 atomic.commit(self.dir, tmp, entry, self.keep)
-            self._barrier()
+            self._ranks.barrier()
         else:
             if self._rank == 0:
                 common = snapshot(common)
-            self._barrier()  # every rank's own file is durable in tmp
+            self._ranks.barrier()  # every rank's own file is durable in tmp
 
             def finish() -> None:
                 if dcp_future is not None:
@@ -329,20 +298,9 @@ class Checkpointer:
     def wait(self) -> None:
         """Block until the last asynchronous save is complete and in the manifest; raise
         :class:`CheckpointError` on every rank if it failed on any."""
-        if self._writer is None:
-            return
-        error: BaseException | None = None
-        try:
-            self._writer.wait()
-        except Exception as e:
-            error = e
-        failures = self._gather(None if error is None else f"{type(error).__name__}: {error}")
-        failed = {rank: msg for rank, msg in enumerate(failures) if msg is not None}
-        step, self._pending_step = self._pending_step, None
-        if failed:
-            detail = "; ".join(f"rank {rank}: {msg}" for rank, msg in failed.items())
-            message = f"the asynchronous save of step {step} failed: {detail}"
-            raise CheckpointError(message) from error
+        if self._writer is not None:
+            step, self._pending_step = self._pending_step, None
+            wait_everywhere(self._writer, self._ranks, step)
 
     def close(self) -> None:
         """Finish the last asynchronous save and release the background thread."""
@@ -356,146 +314,65 @@ class Checkpointer:
                 dist.destroy_process_group(self._async_group)
                 self._async_group = None
 
-    # -- saving and loading ---------------------------------------------------------------
 
-    def _own_state(self) -> dict[str, Any]:
-        """What every rank saves for itself: its RNG states and data position."""
-        return {
-            "rng": rng_state(),
-            "sampler": self.sampler.state_dict() if self.sampler is not None else None,
-        }
+def check_dir(folder: Path, ranks: Ranks) -> None:
+    """Fail before training, on every rank, when some rank cannot write to ``folder``; and
+    clear what crashed saves of an earlier run left there."""
+    message = None
+    try:
+        atomic.check_writable(folder)
+        if ranks.rank == 0:
+            atomic.remove_stale(folder)
+    except (CheckpointError, OSError) as e:
+        message = str(e)
+    failed = ranks.failures(message)
+    if failed:
+        first = next(iter(failed.values()))
+        which = ", ".join(str(r) for r in failed)
+        where = f" (on rank{'s' if len(failed) > 1 else ''} {which})"
+        raise CheckpointError(f"{first}{where if ranks.world > 1 else ''}")
 
-    def _common_state(self, step: int) -> dict[str, Any]:
-        """What rank 0 saves for all: the step, the scheduler, the extras."""
-        return {
-            "step": step,
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "extras": {
-                k: v.state_dict() if isinstance(v, Stateful) else v for k, v in self.extras.items()
-            },
-        }
 
-    def _save_sharded(self, folder: Path) -> Future[Any] | None:
-        """Every rank writes its shard of model and optimizer through DCP; asynchronously,
-        the returned future completes on rank 0 once every rank's shard and DCP's metadata
-        are written."""
-        state = self._state_dicts()
-        writer = dcp.FileSystemWriter(folder)
-        if self._writer is None:
-            # Without a process group DCP saves (and loads) as one process by itself; its
-            # explicit `no_dist=` argument only exists from torch 2.7.
-            dcp.save(state, storage_writer=writer)
-            return None
-        # Returns once the state is staged (copied to CPU); writes in DCP's own thread.
-        future = dcp.async_save(state, storage_writer=writer, process_group=self._async_group)
-        assert isinstance(future, Future), "DCP's default stager stages synchronously"
-        return future
+def wait_everywhere(writer: AsyncWriter, ranks: Ranks, step: int | None) -> None:
+    """Wait for ``writer``'s save (of ``step``) on every rank; raise :class:`CheckpointError`
+    on every rank if it failed on any."""
+    error: BaseException | None = None
+    try:
+        writer.wait()
+    except Exception as e:
+        error = e
+    failed = ranks.failures(None if error is None else f"{type(error).__name__}: {error}")
+    if failed:
+        detail = "; ".join(f"rank {rank}: {msg}" for rank, msg in failed.items())
+        message = f"the asynchronous save of step {step} failed: {detail}"
+        raise CheckpointError(message) from error
 
-    def _state_dicts(self) -> dict[str, Any]:
-        """``{"model": ..., "optimizer": ...}`` keyed by parameter names (DDP's ``module.``
-        prefix removed), so that they load into the model however it is wrapped."""
-        if self.optimizer is None:
-            return {"model": get_model_state_dict(self.model, options=self._options())}
-        model_state, optim_state = get_state_dict(
-            self.model, self.optimizer, options=self._options()
+
+def _interval(every: int | None, keep: int | None) -> tuple[int | None, int]:
+    """``every`` and ``keep``, or their defaults from the job spec (see the class)."""
+    every = every if every is not None else _env_default("every")
+    keep = keep if keep is not None else (_env_default("keep") or 3)
+    if every is not None and every < 1:
+        raise ValueError(f"every={every}: the save interval must be at least 1 step")
+    if keep < 1:
+        raise ValueError(f"keep={keep}: at least the latest checkpoint must be kept")
+    return every, keep
+
+
+def _trained_model(model: nn.Module | Pipeline, sharded: bool | None) -> nn.Module:
+    """The module whose state is saved: a pipeline's stages on this rank."""
+    if isinstance(model, Pipeline):
+        model = model.module
+    if sharded is False and is_pipelined(model):
+        raise ValueError(
+            "sharded=False would save rank 0's pipeline stages only: every rank holds "
+            "its own stages, and saves them sharded; leave sharded unset"
         )
-        return {"model": model_state, "optimizer": optim_state}
-
-    def _set_state_dicts(self, state: dict[str, Any]) -> None:
-        if self.optimizer is None:
-            set_model_state_dict(self.model, state["model"], options=self._options())
-        else:
-            set_state_dict(
-                self.model,
-                self.optimizer,
-                model_state_dict=state["model"],
-                optim_state_dict=state["optimizer"],
-                options=self._options(),
-            )
-
-    def _options(self) -> StateDictOptions:
-        # Sharded, the optimizer's state and param groups are keyed per parameter name too:
-        # pipeline ranks hold different parameters, and their param groups (lists of names)
-        # would otherwise collide under one key in DCP, and not load into another layout.
-        return StateDictOptions(flatten_optimizer_state_dict=self.sharded)
-
-    def _load_replicated(self, path: Path, common: dict[str, Any]) -> None:
-        check_model_fits(path, _shapes(common["model"]), _shapes(get_model_state_dict(self.model)))
-        self._set_state_dicts(common)
-
-    def _load_sharded(self, path: Path) -> None:
-        reader = dcp.FileSystemReader(path / SHARDED_DIR)
-        prefix = "model."
-        saved = {
-            key.removeprefix(prefix): tuple(meta.size)
-            for key, meta in reader.read_metadata().state_dict_metadata.items()
-            if key.startswith(prefix) and isinstance(meta, TensorStorageMetadata)
-        }
-        state = self._state_dicts()
-        # DTensor shapes are global, as are DCP's: a world of another size compares equal.
-        # Pipeline ranks hold different parameters: the model is what all ranks hold.
-        model: dict[str, tuple[int, ...]] = {}
-        for shapes in self._gather(_shapes(state["model"])):
-            model.update(shapes)
-        check_model_fits(path, saved, model)
-        dcp.load(state, storage_reader=reader)
-        self._set_state_dicts(state)
-
-    # -- ranks ----------------------------------------------------------------------------
-
-    def _own_rank_file(self, path: Path, saved_world: int) -> dict[str, Any]:
-        """This rank's RNG states and data position; rank 0's when this rank did not exist
-        when the checkpoint was saved (the world grew)."""
-        own = path / _rank_file(self._rank)
-        if not own.exists():
-            log.warning(
-                "checkpoint %s was saved by %d ranks: rank %d restores rank 0's RNG states "
-                "and data position",
-                path,
-                saved_world,
-                self._rank,
-            )
-            own = path / _rank_file(0)
-        state: dict[str, Any] = torch.load(own, weights_only=False)
-        return state
-
-    def _check_dir(self) -> None:
-        """Fail before training, on every rank, when some rank cannot write to ``dir``; and
-        clear what crashed saves of an earlier run left there."""
-        message = None
-        try:
-            atomic.check_writable(self.dir)
-            if self._rank == 0:
-                atomic.remove_stale(self.dir)
-        except (CheckpointError, OSError) as e:
-            message = str(e)
-        failures = self._gather(message)
-        failed = [rank for rank, msg in enumerate(failures) if msg is not None]
-        if failed:
-            first = failures[failed[0]]
-            ranks = ", ".join(str(r) for r in failed)
-            where = f" (on rank{'s' if len(failed) > 1 else ''} {ranks})"
-            raise CheckpointError(f"{first}{where if self._world > 1 else ''}")
-
-    def _barrier(self) -> None:
-        if self._distributed:
-            dist.barrier()
-
-    def _gather(self, value: T) -> list[T]:
-        if not self._distributed:
-            return [value]
-        values: list[Any] = [None] * self._world
-        dist.all_gather_object(values, value)
-        return values
-
-    def _broadcast(self, entry: atomic.Entry | None) -> atomic.Entry | None:
-        """Rank 0's choice, so that every rank loads the same checkpoint."""
-        if not self._distributed:
-            return entry
-        box = [entry]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
+    return model
 
 
-def _shapes(state: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
+def _background_group(sharded_async: bool, ranks: Ranks) -> dist.ProcessGroup | None:
+    """DCP's background save runs collectives while the main thread runs its own (the
+    barriers here, the training's); on one process group they could interleave in a
+    different order on different ranks, so the background gets a group of its own."""
+    return dist.new_group(backend="gloo") if sharded_async and ranks.distributed else None

@@ -1,8 +1,10 @@
 """``tenter plan``: what would run, per host and rank, without running it.
 
-The printed plan is the object the backend executes. ``--json`` prints all of it; the
-text view shows the environment once for what all processes share, then what differs
-per host and per rank.
+The printed plan is the object the backend executes. ``--json`` prints all of it (each
+rank's paths and torch variables as the formula that gives them: see
+:meth:`tenter.contract.plan.Plan.to_json`); the text view shows the environment once for what
+all processes share, then what differs per host and per rank; ``--rank N`` shows one rank's
+whole environment, every variable it gets.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from tenter.contract.isolation import HOST_NIC, SWITCH_ADDR
 from tenter.contract.placeholders import RDZV_PORT
 from tenter.contract.plan import Plan
 from tenter.spec import JobSpec, lookup
-from tenter.spec.errors import counted
+from tenter.spec.errors import Problem, SpecError, counted
 
 LONG_VALUE = 100
 
@@ -31,6 +33,12 @@ def add_parser(sub: Any) -> None:
     )
     add_job_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the complete plan as JSON")
+    parser.add_argument(
+        "--rank",
+        type=int,
+        metavar="N",
+        help="print rank N's whole environment, every variable it gets, and its files",
+    )
     parser.add_argument("--job-id", help="use this job id (default: a new one)")
     parser.add_argument(
         "--out", metavar="DIR", help="write the manifests there, one file each (kubernetes)"
@@ -49,6 +57,8 @@ def show_plan(args: argparse.Namespace) -> int:
         return 0
     if args.json:
         print(request.to_json())
+    elif args.rank is not None and request.plan is not None:
+        print(render_rank(request.plan, args.rank))
     elif request.plan is not None:
         print(render(request.plan))
         if spec.distribution.model_parallel is not None:
@@ -151,3 +161,29 @@ def render(plan: Plan) -> str:
             lines.append(f"  rank {rank.rank} (local {rank.local_rank}):")
             lines += _env_lines(own, "    ")
     return "\n".join(lines)
+
+
+def render_rank(plan: Plan, rank: int) -> str:
+    """Rank ``rank``'s part of the plan whole: its host, command, files and every variable of
+    its environment (values in full, placeholders as the launch fills them in)."""
+    for host in plan.hosts:
+        for planned in host.ranks:
+            if planned.rank == rank:
+                env = plan.process_env(host, planned)
+                return "\n".join(
+                    [
+                        f"rank {rank} (local {planned.local_rank}) on host {host.name} "
+                        f"({host.addr}) of job {plan.job_id}",
+                        f"command     {shlex.join(plan.command)}",
+                        f"cwd         {plan.cwd}",
+                        f"stdout      {planned.stdout}",
+                        f"stderr      {planned.stderr}",
+                        f"error file  {planned.error_file}",
+                        f"environment ({counted(len(env), 'variable')}):",
+                        *(f"  {k}={v}" for k, v in sorted(env.items())),
+                    ]
+                )
+    last = plan.world_size - 1
+    raise SpecError(
+        [Problem("--rank", f"this job has no rank {rank}", f"give a rank from 0 to {last}")]
+    )

@@ -30,8 +30,10 @@ from tenter.contract.placeholders import (
     HOST_ADDR,
     HOST_DIR,
     HOST_INDEX,
+    MASTER_PORT,
     resolve,
 )
+from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout, membership
 
 
@@ -196,10 +198,41 @@ class Plan:
         shared = {k: resolve(v, values) for k, v in self.host_files.items()}
         return dataclasses.replace(host, env=self.host_env(host), files={**shared, **host.files})
 
+    def planned_ranks(self, host: HostPlan) -> list[RankPlan]:
+        """The ranks of ``host`` as the planner makes them (:func:`rank_plans`), less the
+        variables every rank shares (:attr:`common_rank_env`): what ``plan.json`` leaves
+        out of a host whose ranks are these, and :meth:`from_json` puts back."""
+        group_index = host.index - host.replica_group * self.hosts_per_group
+        first = host.replica_group * self.hosts_per_group
+        ranks = rank_plans(
+            job_dir=self.job_dir,
+            first_rank=self.job_rank(host, group_index * self.procs_per_host),
+            group_index=group_index,
+            procs=self.procs_per_host,
+            per_group=self.hosts_per_group,
+            master_addr=self.hosts[first].addr if first < len(self.hosts) else "",
+            run_id=self.run_id(host),
+            max_restarts=self.max_restarts,
+        )
+        for rank in ranks:
+            for name in self.common_rank_env:
+                rank.env.pop(name, None)
+        return ranks
+
     def to_json(self) -> str:
         """The plan as compact JSON (a plan of 1,024 hosts is megabytes: indenting it would
-        add a third, and take json's slow path)."""
-        return json.dumps(self, default=vars)
+        add a third, and take json's slow path). A host whose ranks are those the planner's
+        formula gives (:meth:`planned_ranks`: their paths follow from the job directory and
+        the rank, their variables from the rank's place) has no ``ranks`` in it: 8,192 ranks'
+        paths and variables were 90 % of a 1,024-host plan. :meth:`from_json` restores them,
+        so the object a backend reads is the whole plan, every rank spelled out."""
+        hosts = [self._compact(host) for host in self.hosts]
+        return json.dumps({**vars(self), "hosts": hosts}, default=vars)
+
+    def _compact(self, host: HostPlan) -> dict[str, object]:
+        if host.ranks != self.planned_ranks(host):
+            return vars(host)
+        return {k: v for k, v in vars(host).items() if k != "ranks"}
 
     def resolved(self, values: Mapping[str, object]) -> Plan:
         """This plan with the placeholders that ``values`` names filled in, everywhere (see
@@ -209,14 +242,23 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
+        """The plan :meth:`to_json` wrote, each host's ranks spelled out again."""
         data = json.loads(text)
 
         def hosts(key: str) -> list[HostPlan]:
             return [
-                HostPlan(**{**h, "ranks": [RankPlan(**r) for r in h["ranks"]]}) for h in data[key]
+                HostPlan(**{**h, "ranks": [RankPlan(**r) for r in h.get("ranks", [])]})
+                for h in data[key]
             ]
 
-        return cls(**{**data, "hosts": hosts("hosts"), "spare_hosts": hosts("spare_hosts")})
+        plan = cls(**{**data, "hosts": hosts("hosts"), "spare_hosts": hosts("spare_hosts")})
+        left_out = [i for i, h in enumerate(data["hosts"]) if "ranks" not in h]
+        if not left_out:
+            return plan
+        full = list(plan.hosts)
+        for i in left_out:
+            full[i] = dataclasses.replace(full[i], ranks=plan.planned_ranks(full[i]))
+        return dataclasses.replace(plan, hosts=full)
 
     def with_joined(self, names: Collection[str]) -> Plan:
         """This plan with the spare hosts named in ``names`` among its hosts (they joined)."""
@@ -235,6 +277,48 @@ def read_plan(job_dir: str | Path) -> Plan:
     """The plan of the job in ``job_dir`` as it runs now: ``plan.json``, written once at
     launch, with the hosts that joined since (:mod:`tenter.jobdir.membership`)."""
     return Plan.from_json((Path(job_dir) / layout.PLAN_FILE).read_text()).as_running()
+
+
+def rank_plans(
+    *,
+    job_dir: str,
+    first_rank: int,
+    group_index: int,
+    procs: int,
+    per_group: int,
+    master_addr: str,
+    run_id: str,
+    max_restarts: int,
+) -> list[RankPlan]:
+    """The ``procs`` ranks of one host, the first job-wide ``first_rank``, at ``group_index``
+    in its rendezvous of ``per_group`` hosts: each rank's torchrun variables (which in a
+    replica group count within the group) and its log files, named by its job-wide rank."""
+    logs = str(layout.logs_dir(job_dir))  # joined as text: 8,192 ranks at 1,024 hosts
+    ranks = []
+    for local_rank in range(procs):
+        log = layout.rank_log_stem(logs, first_rank + local_rank)
+        env = torchrun_env(
+            rank=group_index * procs + local_rank,
+            local_rank=local_rank,
+            group_rank=group_index,
+            local_world_size=procs,
+            num_hosts=per_group,
+            master_addr=master_addr,
+            master_port=MASTER_PORT,
+            run_id=run_id,
+            max_restarts=max_restarts,
+        )
+        ranks.append(
+            RankPlan(
+                rank=first_rank + local_rank,
+                local_rank=local_rank,
+                env={**env, "TORCHELASTIC_ERROR_FILE": layout.error_file(log)},
+                stdout=layout.stdout_file(log),
+                stderr=layout.stderr_file(log),
+                error_file=layout.error_file(log),
+            )
+        )
+    return ranks
 
 
 def host_values(host: HostPlan) -> dict[str, str]:

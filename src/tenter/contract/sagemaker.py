@@ -163,38 +163,47 @@ def sagemaker_env(
         "output_intermediate_dir": str(output_dir / "intermediate"),
         "log_level": 20,
     }
+    return sm_variables(training_env, hyperparameters, channels)
+
+
+def sm_variables(
+    training_env: Mapping[str, Any], hyperparameters: Mapping[str, Any], channels: Mapping[str, str]
+) -> dict[str, str]:
+    """The ``SM_*`` variables of a host whose training environment is ``training_env``: its
+    fields under the toolkit's names, each channel's path and each hyperparameter."""
+    te = training_env
     env = {
-        "SM_HOSTS": hosts,
-        "SM_CURRENT_HOST": current_host,
-        "SM_CURRENT_INSTANCE_TYPE": instance_type,
+        "SM_HOSTS": te["hosts"],
+        "SM_CURRENT_HOST": te["current_host"],
+        "SM_CURRENT_INSTANCE_TYPE": te["current_instance_type"],
         "SM_CURRENT_INSTANCE_GROUP": INSTANCE_GROUP,
-        "SM_CURRENT_INSTANCE_GROUP_HOSTS": hosts,
+        "SM_CURRENT_INSTANCE_GROUP_HOSTS": te["current_instance_group_hosts"],
         "SM_INSTANCE_GROUPS": [INSTANCE_GROUP],
-        "SM_INSTANCE_GROUPS_DICT": training_env["instance_groups_dict"],
-        "SM_DISTRIBUTION_INSTANCE_GROUPS": distribution_groups,
+        "SM_INSTANCE_GROUPS_DICT": te["instance_groups_dict"],
+        "SM_DISTRIBUTION_INSTANCE_GROUPS": te["distribution_instance_groups"],
         "SM_IS_HETERO": False,
-        "SM_NETWORK_INTERFACE_NAME": network_interface,
-        "SM_NUM_GPUS": num_gpus,
-        "SM_NUM_CPUS": num_cpus,
-        "SM_NUM_NEURONS": num_neurons,
+        "SM_NETWORK_INTERFACE_NAME": te["network_interface_name"],
+        "SM_NUM_GPUS": te["num_gpus"],
+        "SM_NUM_CPUS": te["num_cpus"],
+        "SM_NUM_NEURONS": te["num_neurons"],
         "SM_LOG_LEVEL": 20,
         "SM_HPS": dict(hyperparameters),
-        "SM_USER_ENTRY_POINT": entry_point,
+        "SM_USER_ENTRY_POINT": te["user_entry_point"],
         "SM_USER_ARGS": hyperparameter_args(hyperparameters),
-        "SM_FRAMEWORK_PARAMS": training_env["additional_framework_parameters"],
+        "SM_FRAMEWORK_PARAMS": te["additional_framework_parameters"],
         "SM_FRAMEWORK_MODULE": None,
-        "SM_RESOURCE_CONFIG": rc,
-        "SM_INPUT_DATA_CONFIG": training_env["input_data_config"],
+        "SM_RESOURCE_CONFIG": te["resource_config"],
+        "SM_INPUT_DATA_CONFIG": te["input_data_config"],
         "SM_CHANNELS": sorted(channels),
-        "SM_MODULE_NAME": training_env["module_name"],
-        "SM_MODULE_DIR": module_dir,
-        "SM_MODEL_DIR": training_env["model_dir"],
-        "SM_INPUT_DIR": training_env["input_dir"],
-        "SM_INPUT_CONFIG_DIR": training_env["input_config_dir"],
-        "SM_OUTPUT_DIR": training_env["output_dir"],
-        "SM_OUTPUT_DATA_DIR": training_env["output_data_dir"],
-        "SM_OUTPUT_INTERMEDIATE_DIR": training_env["output_intermediate_dir"],
-        "SM_TRAINING_ENV": training_env,
+        "SM_MODULE_NAME": te["module_name"],
+        "SM_MODULE_DIR": te["module_dir"],
+        "SM_MODEL_DIR": te["model_dir"],
+        "SM_INPUT_DIR": te["input_dir"],
+        "SM_INPUT_CONFIG_DIR": te["input_config_dir"],
+        "SM_OUTPUT_DIR": te["output_dir"],
+        "SM_OUTPUT_DATA_DIR": te["output_data_dir"],
+        "SM_OUTPUT_INTERMEDIATE_DIR": te["output_intermediate_dir"],
+        "SM_TRAINING_ENV": te,
     }
     for name, path in channels.items():
         env[f"SM_CHANNEL_{name.upper()}"] = path

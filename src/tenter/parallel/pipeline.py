@@ -2,8 +2,8 @@
 
 :func:`pipeline` applies, in this order (torchtitan's order; the one place it is written):
 
-1. :func:`plan_partition` -- measure or count each block, split into contiguous stages
-   (:mod:`tenter.parallel.partition`); every rank computes the same split.
+1. :func:`tenter.parallel.split.plan_partition` -- measure or count each block, split into
+   contiguous stages (:mod:`tenter.parallel.partition`); every rank computes the same split.
 2. :func:`apply_pipeline` -- keep this rank's stages (one, or ``virtual_stages`` for the
    interleaved schedule), move them to the device.
 3. :func:`tenter.parallel.tensor_parallel.apply_tp` -- with ``tp`` > 1, split each block
@@ -31,15 +31,12 @@ accumulate onto them;
 from __future__ import annotations
 
 import contextlib
-import statistics
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.autograd.graph import save_on_cpu
 from torch.distributed.device_mesh import DeviceMesh
@@ -55,7 +52,8 @@ from torch.utils.checkpoint import checkpoint
 from tenter.parallel import data_parallel
 from tenter.parallel.dims import ParallelDims, dims_of
 from tenter.parallel.mapping import DataParallelMode, MixedPrecision, PartitionMode, Schedule
-from tenter.parallel.partition import Partition, balance, blend, check_sizes, stages_of_rank
+from tenter.parallel.partition import Partition, stages_of_rank
+from tenter.parallel.split import plan_partition
 from tenter.parallel.tensor_parallel import apply_tp
 from tenter.runtime import steps
 
@@ -131,107 +129,6 @@ def named_blocks(blocks: Blocks) -> list[tuple[str, nn.Module]]:
     if isinstance(blocks, nn.Sequential | nn.ModuleList):
         return list(blocks.named_children())
     return [(str(i), b) for i, b in enumerate(blocks)]
-
-
-def measure_blocks(
-    blocks: Sequence[nn.Module],
-    example_input: torch.Tensor | tuple[torch.Tensor, ...],
-    device: torch.device,
-    repeats: int = 3,
-) -> list[float]:
-    """Forward+backward seconds of each block on ``example_input`` (the median of
-    ``repeats`` after one warm-up), averaged over all ranks so that every rank holds the same
-    numbers and so computes the same partition."""
-    times = []
-    x: Any = _to(example_input, device)
-    for block in blocks:
-        if any(p.is_meta for p in block.parameters()):
-            raise ValueError(
-                "partition='time'/'auto' runs each block to measure it, but the model is on "
-                "the meta device: use partition='params', or materialise the model first"
-            )
-        block.to(device)
-        samples = []
-        for _ in range(repeats + 1):
-            inputs = _detached(x)
-            start = _now(device)
-            out = block(*inputs)
-            outs = [t for t in (out if isinstance(out, tuple) else (out,)) if t.requires_grad]
-            torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
-            samples.append(_now(device) - start)
-        block.zero_grad(set_to_none=True)
-        times.append(statistics.median(samples[1:]))
-        x = out.detach() if isinstance(out, torch.Tensor) else tuple(t.detach() for t in out)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        total = torch.tensor(times, dtype=torch.float64, device=device)
-        dist.all_reduce(total)
-        times = (total / dist.get_world_size()).tolist()
-    return times
-
-
-def _to(x: torch.Tensor | tuple[torch.Tensor, ...], device: torch.device) -> Any:
-    return x.to(device) if isinstance(x, torch.Tensor) else tuple(t.to(device) for t in x)
-
-
-def _detached(x: Any) -> tuple[torch.Tensor, ...]:
-    xs = x if isinstance(x, tuple) else (x,)
-    return tuple(t.detach().requires_grad_(t.is_floating_point()) for t in xs)
-
-
-def _now(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-def plan_partition(
-    named: Sequence[tuple[str, nn.Module]],
-    num_stages: int,
-    pp: int,
-    partition: PartitionMode | Sequence[int],
-    *,
-    example_input: torch.Tensor | tuple[torch.Tensor, ...] | None,
-    device: torch.device,
-    memory_weight: float,
-    memory_cap: float | None,
-) -> Partition:
-    """Split the blocks into ``num_stages`` stages (see the module docstring)."""
-    names = [name for name, _ in named]
-    params = [sum(p.numel() for p in b.parameters()) for _, b in named]
-    param_bytes = [
-        float(sum(p.numel() * p.element_size() for p in b.parameters())) for _, b in named
-    ]
-    times: list[float] | None = None
-    if not isinstance(partition, str):
-        sizes = check_sizes(partition, len(named), num_stages)
-        return Partition(names, sizes, params, times, pp)
-    if partition == "explicit":
-        raise ValueError(
-            "auto_partition is false, so the partition must be given: pass "
-            f"partition=[blocks per stage, ...] ({num_stages} sizes adding up to {len(named)})"
-        )
-    if partition in ("time", "auto"):
-        if example_input is None:
-            raise ValueError(
-                f"partition={partition!r} measures each block and needs example_input= (one "
-                "microbatch of inputs); pass it, or use partition='params'"
-            )
-        times = measure_blocks([b for _, b in named], example_input, device)
-    if partition == "params":
-        costs = [float(p) for p in params]
-    elif partition == "time":
-        assert times is not None
-        costs = times
-    elif partition == "auto":
-        assert times is not None
-        costs = blend(times, [float(p) for p in params], memory_weight)
-    else:
-        raise ValueError(
-            f"partition={partition!r} is not known: use 'auto', 'time', 'params' or a list of "
-            "stage sizes"
-        )
-    sizes = balance(costs, num_stages, memory=param_bytes, memory_cap=memory_cap)
-    return Partition(names, sizes, params, times, pp)
 
 
 def apply_pipeline(
@@ -349,22 +246,7 @@ def build_pipeline(
     dims = dims_of(mesh)
     if dims.device_type == "cpu":
         require_torch("2.8", "tenter.parallel on CPU (pipeline stages and FSDP2 over gloo)")
-    if schedule not in _SCHEDULES:
-        raise ValueError(f"schedule={schedule!r} is not known: use one of {list(_SCHEDULES)}")
-    if virtual_stages is None:
-        virtual_stages = 2 if schedule == "interleaved" else 1
-    if virtual_stages > 1 and schedule != "interleaved":
-        raise ValueError(
-            f"virtual_stages={virtual_stages} needs schedule='interleaved' (the {schedule} "
-            "schedule runs one stage per rank)"
-        )
-    if microbatches < 1:
-        raise ValueError(f"microbatches ({microbatches}) must be at least 1")
-    if schedule == "1f1b" and microbatches < dims.pp:
-        raise ValueError(
-            f"1F1B needs at least as many microbatches as stages: microbatches {microbatches} "
-            f"< pp {dims.pp}; raise microbatches"
-        )
+    virtual_stages = checked_schedule(schedule, virtual_stages, microbatches, dims.pp)
     device = _device(dims.device_type)
     named = named_blocks(blocks)
     num_stages = dims.pp * virtual_stages
@@ -407,6 +289,30 @@ def build_pipeline(
     return Pipeline(
         plan, dims, mesh, stage_ids, modules, LocalStages(modules), stages, runner, microbatches
     )
+
+
+def checked_schedule(
+    schedule: Schedule, virtual_stages: int | None, microbatches: int, pp: int
+) -> int:
+    """The stages per rank of ``schedule`` (``virtual_stages``; by default 2 interleaved,
+    else 1), once the schedule, its stages and microbatches are known to fit ``pp`` ranks."""
+    if schedule not in _SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} is not known: use one of {list(_SCHEDULES)}")
+    if virtual_stages is None:
+        virtual_stages = 2 if schedule == "interleaved" else 1
+    if virtual_stages > 1 and schedule != "interleaved":
+        raise ValueError(
+            f"virtual_stages={virtual_stages} needs schedule='interleaved' (the {schedule} "
+            "schedule runs one stage per rank)"
+        )
+    if microbatches < 1:
+        raise ValueError(f"microbatches ({microbatches}) must be at least 1")
+    if schedule == "1f1b" and microbatches < pp:
+        raise ValueError(
+            f"1F1B needs at least as many microbatches as stages: microbatches {microbatches} "
+            f"< pp {pp}; raise microbatches"
+        )
+    return virtual_stages
 
 
 @dataclass(frozen=True)

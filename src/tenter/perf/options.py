@@ -195,13 +195,15 @@ def _switch(text: str) -> int:
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Register the benchmark flags on ``parser`` (nccl-tests' short and long names)."""
-    g = parser.add_argument_group("sweep (nccl-tests flags)")
+    sweep = parser.add_argument_group("sweep (nccl-tests flags)")
+    _add_size_flags(sweep)
+    _add_run_flags(sweep)
+    nccl_only.add_flags(parser.add_argument_group("nccl-tests flags without a torch meaning"))
+    _add_torch_flags(parser.add_argument_group("torch.distributed"))
 
-    def number(
-        short: str, long: str, convert: Callable[[str], int], default: int, doc: str
-    ) -> None:
-        g.add_argument(short, long, type=convert, default=default, metavar="N", help=doc)
 
+def _add_size_flags(g: argparse._ArgumentGroup) -> None:
+    """The message sizes of the sweep's rows."""
     g.add_argument(
         "-b",
         "--minbytes",
@@ -232,6 +234,16 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="add SIZE between rows (default 1M when -f is not above 1)",
     )
+
+
+def _add_run_flags(g: argparse._ArgumentGroup) -> None:
+    """How each size runs, is checked and reported."""
+
+    def number(
+        short: str, long: str, convert: Callable[[str], int], default: int, doc: str
+    ) -> None:
+        g.add_argument(short, long, type=convert, default=default, metavar="N", help=doc)
+
     number("-n", "--iters", _int_in(1), 20, "timed iterations per size (default 20)")
     number("-m", "--agg_iters", _int_in(1), 1, "collectives per timed iteration (default 1)")
     number("-w", "--warmup_iters", _int_in(0), 1, "untimed calls per size first (default 1)")
@@ -272,8 +284,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.json",
         help="also write nccl-tests' JSON results to FILE.json (FILE.json.0, .1, ... if taken)",
     )
-    nccl_only.add_flags(parser.add_argument_group("nccl-tests flags without a torch meaning"))
-    t = parser.add_argument_group("torch.distributed")
+
+
+def _add_torch_flags(t: argparse._ArgumentGroup) -> None:
     t.add_argument(
         "--backend",
         metavar="NAME",

@@ -18,7 +18,8 @@ from tenter.spec.limits import (
     key_path,
     named_stream,
 )
-from tenter.spec.validate import check, parse, without_other_names
+from tenter.spec.parse import parse, without_other_names
+from tenter.spec.validate import check
 
 
 class _SpecLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]

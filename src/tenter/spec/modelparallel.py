@@ -12,15 +12,13 @@ before launch rather than inside the library after minutes of queueing.
 
 from __future__ import annotations
 
-import itertools
 from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from tenter.spec import smp_rules
 from tenter.spec.base import StrictModel
 from tenter.spec.errors import Problem
-
-_PLACEMENTS = {"cluster", "spread"} | {"".join(p) for p in itertools.permutations("DPT")}
 
 V2_ONLY = (
     "hybrid_shard_degree",
@@ -70,7 +68,7 @@ _UNSUPPORTED_V2 = {
 
 class ModelParallelParameters(StrictModel):
     """The SMP v1 and v2 parameters, with SMP's defaults. ``partitions``, the old name of
-    ``pipeline_parallel_degree``, is renamed by :func:`tenter.spec.validate.parse`."""
+    ``pipeline_parallel_degree``, is renamed by :func:`tenter.spec.parse.parse`."""
 
     pipeline_parallel_degree: PositiveInt | None = None
     microbatches: PositiveInt = 1
@@ -166,142 +164,5 @@ class ModelParallelParameters(StrictModel):
                 )
             ]
         if self.version == 2:
-            return self._v2_problems(world_size, path)
-        return self._v1_problems(world_size, path)
-
-    def _v2_problems(self, world_size: int, path: str) -> list[Problem]:
-        out: list[Problem] = []
-        for name in ("tensor_parallel_degree", "context_parallel_degree", "expert_parallel_degree"):
-            degree = getattr(self, name)
-            if world_size % degree:
-                out.append(
-                    Problem(
-                        f"{path}.{name}",
-                        f"{degree} does not divide the world size {world_size} (hosts x "
-                        "processes_per_host)",
-                        "choose a divisor or change the number of processes",
-                    )
-                )
-        tp, hsd, cp = (
-            self.tensor_parallel_degree,
-            self.hybrid_shard_degree,
-            self.context_parallel_degree,
-        )
-        if hsd > world_size:
-            out.append(
-                Problem(
-                    f"{path}.hybrid_shard_degree",
-                    f"{hsd} exceeds the world size {world_size}",
-                    f"use 0 (shard over every data-parallel rank) up to {world_size}",
-                )
-            )
-        elif hsd and world_size % tp == 0 and (world_size // tp) % hsd:
-            out.append(
-                Problem(
-                    f"{path}.hybrid_shard_degree",
-                    f"{hsd} does not divide the {world_size // tp} data-parallel ranks (world "
-                    f"size {world_size} / tensor_parallel_degree {tp})",
-                    "choose a divisor",
-                )
-            )
-        if hsd and cp > hsd:
-            out.append(
-                Problem(
-                    f"{path}.context_parallel_degree",
-                    f"{cp} exceeds hybrid_shard_degree ({hsd}): SMP v2 shards context-parallel "
-                    "ranks' states within one shard group",
-                    "lower it or raise hybrid_shard_degree",
-                )
-            )
-        return out
-
-    def _v1_problems(self, world_size: int, path: str) -> list[Problem]:
-        out: list[Problem] = []
-        pp = self.pipeline_parallel_degree
-        if pp is None:
-            out.append(
-                Problem(
-                    f"{path}.pipeline_parallel_degree",
-                    "is required when modelparallel is enabled",
-                    "set pipeline_parallel_degree: 1 for no pipelining, or the number of pipeline "
-                    "stages (SMP v1), or write SMP v2 parameters such as hybrid_shard_degree",
-                )
-            )
-            pp = 1
-        tp = self.tensor_parallel_degree
-        if world_size % (pp * tp):
-            out.append(
-                Problem(
-                    path,
-                    f"the world size {world_size} (hosts x processes_per_host) is not divisible by "
-                    f"pipeline_parallel_degree x tensor_parallel_degree = {pp} x {tp} = {pp * tp}",
-                    "change the degrees or the number of processes",
-                )
-            )
-        if not self.auto_partition and self.default_partition is None:
-            out.append(
-                Problem(
-                    f"{path}.default_partition",
-                    "is required when auto_partition is false",
-                    f"set the partition index (0..{pp - 1}) that modules without an explicit "
-                    "partition go to",
-                )
-            )
-        if self.default_partition is not None and self.default_partition >= pp:
-            out.append(
-                Problem(
-                    f"{path}.default_partition",
-                    f"{self.default_partition} is not a partition",
-                    f"make it less than pipeline_parallel_degree ({pp})",
-                )
-            )
-        if self.placement_strategy not in _PLACEMENTS:
-            out.append(
-                Problem(
-                    f"{path}.placement_strategy",
-                    f"'{self.placement_strategy}' is not valid",
-                    "use 'cluster', 'spread', or a permutation of the letters D, P and T such as "
-                    "'DPT' or 'PDT'",
-                )
-            )
-        if self.active_microbatches is not None and self.active_microbatches > self.microbatches:
-            out.append(
-                Problem(
-                    f"{path}.active_microbatches",
-                    f"{self.active_microbatches} exceeds microbatches ({self.microbatches})",
-                    "lower it or raise microbatches",
-                )
-            )
-        if self.ddp and self.horovod:
-            out.append(Problem(path, "ddp and horovod are both true", "choose one"))
-        if self.fp16 and self.bf16:
-            out.append(Problem(path, "fp16 and bf16 are both true", "choose one precision"))
-        sdp = self.sharded_data_parallel_degree
-        if sdp > 1:
-            if world_size % sdp:
-                out.append(
-                    Problem(
-                        f"{path}.sharded_data_parallel_degree",
-                        f"{sdp} does not divide the world size {world_size}",
-                        "choose a divisor or change the number of processes",
-                    )
-                )
-            if pp > 1:
-                out.append(
-                    Problem(
-                        f"{path}.sharded_data_parallel_degree",
-                        "sharded data parallelism does not compose with pipeline parallelism "
-                        "in SMP",
-                        "set pipeline_parallel_degree: 1 or sharded_data_parallel_degree: 1",
-                    )
-                )
-            if self.shard_optimizer_state:
-                out.append(
-                    Problem(
-                        f"{path}.shard_optimizer_state",
-                        "is redundant with sharded_data_parallel_degree > 1 (which shards the "
-                        "optimizer state already)",
-                        "remove it",
-                    )
-                )
-        return out
+            return smp_rules.v2_problems(self, world_size, path)
+        return smp_rules.v1_problems(self, world_size, path)

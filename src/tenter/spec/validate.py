@@ -1,33 +1,22 @@
 """Cross-field rules of a job spec, checked before anything is created or launched.
 
-:func:`check` returns every error and every warning at once; :func:`parse` turns raw
-YAML/flag/Estimator data into a :class:`JobSpec`, translating pydantic's errors into
-field-path problems with a did-you-mean for unknown keys.
+:func:`check` returns every error and every warning at once (:func:`tenter.spec.parse.parse`
+turns raw YAML/flag/Estimator data into the :class:`JobSpec` it checks).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import re
-import types
-import typing
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
 
 from tenter.spec import catalog, gpus, limits
 from tenter.spec.backend_rules import backend_problems
 from tenter.spec.errors import (
-    MAX_SHOWN,
-    FieldError,
     Problem,
     SpecError,
-    closest,
     did_you_mean,
-    show,
 )
 from tenter.spec.job import JobSpec
 from tenter.spec.limits import key_path
@@ -64,169 +53,6 @@ overwritten), and the field that sets each."""
 # SageMaker's rule for Environment keys: also what a shell can export (Slurm's batch script).
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
-def _names_of_fields(model: type[BaseModel]) -> list[list[str]]:
-    """Each field's names: its own, then the other names it accepts (``hosts``)."""
-    out = []
-    for name, info in model.model_fields.items():
-        choices = getattr(info.validation_alias, "choices", None) or ()
-        out.append([name, *(c for c in choices if isinstance(c, str) and c != name)])
-    return out
-
-
-def _field_names(model: type[BaseModel]) -> list[str]:
-    return [name for names in _names_of_fields(model) for name in names]
-
-
-def without_other_names(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """``data`` less the fields ``overrides`` sets under another name: ``--hosts 3`` (which
-    sets instance_count) replaces a spec file's ``hosts: 2``."""
-    drop = {
-        name
-        for names in _names_of_fields(JobSpec)
-        if any(n in overrides for n in names)
-        for name in names
-        if name not in overrides
-    }
-    return {k: v for k, v in data.items() if k not in drop}
-
-
-def _same_field_twice(data: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
-    """Refuse a field set under two of its names (``hosts`` and ``instance_count``);
-    ``data`` is returned without the second, so that the rest can still be checked."""
-    problems = []
-    for names in _names_of_fields(JobSpec):
-        given = [n for n in names if n in data]
-        for other in given[1:]:
-            problems.append(
-                Problem(
-                    other,
-                    f"is another name for {given[0]}, and both are set ({other}: "
-                    f"{show(data[other])}, {given[0]}: {show(data[given[0]])})",
-                    "keep one",
-                )
-            )
-            data = {k: v for k, v in data.items() if k != other}
-    return data, problems
-
-
-def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The spec model that holds the field at ``loc`` (for did-you-mean suggestions)."""
-    model: type[BaseModel] = JobSpec
-    for part in loc:
-        info = model.model_fields.get(str(part))
-        if info is None:
-            return None
-        candidates = [info.annotation]
-        while candidates:
-            annotation = candidates.pop()
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                model = annotation
-                break
-            if (
-                isinstance(annotation, types.UnionType)
-                or typing.get_origin(annotation) is typing.Union
-            ):
-                candidates += list(typing.get_args(annotation))
-        else:
-            return None
-    return model
-
-
-def _problem_from_pydantic(err: Any, *, suggest: bool = True) -> Problem:
-    """A pydantic error as a Problem; ``suggest``: look for a did-you-mean (costly, and only
-    the first few problems are shown)."""
-    loc = tuple(err["loc"])
-    path = ""
-    for part in loc:
-        path = key_path(path, part)
-    if err["type"] == "extra_forbidden":
-        parent = _model_at(loc[:-1]) if suggest else None
-        close = closest(str(loc[-1]), _field_names(parent)) if parent else None
-        return Problem(path, "unknown field", f"rename it to '{close}'" if close else "remove it")
-    if err["type"] == "missing":
-        return Problem(path, "is required", f"set {path}")
-    message = err["msg"]
-    if err["type"] == "value_error":  # our validators' FieldError: its what and fix
-        error = err.get("ctx", {}).get("error")
-        fix = error.fix if isinstance(error, FieldError) else ""
-        return Problem(path, message.removeprefix("Value error, "), fix)
-    expected = message.removeprefix("Input should be ")
-    if expected != message:  # pydantic's "Input should be a valid integer" and the like
-        return Problem(path, f"{show(err['input'])} is not {expected}", f"make it {expected}")
-    # The rest say "<String|List|...> should <have at most 64 characters>, <not 70>".
-    should = message.partition(" should ")[2].partition(", not ")[0]
-    return Problem(
-        path,
-        f"{show(err['input'])} is invalid: {message[0].lower()}{message[1:]}",
-        f"make it {should}" if should else "",
-    )
-
-
-_SMP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")
-
-
-def _rename_partitions(data: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
-    """Accept SMP's old ``partitions`` name for ``pipeline_parallel_degree``, with a warning."""
-    params: Any = data
-    for key in _SMP_PATH:
-        params = params.get(key) if isinstance(params, dict) else None
-    if not isinstance(params, dict) or "partitions" not in params:
-        return data, []
-    path = ".".join(_SMP_PATH)
-    if "pipeline_parallel_degree" in params:
-        raise SpecError(
-            [
-                Problem(
-                    f"{path}.partitions",
-                    "is the old name of pipeline_parallel_degree, and both are set",
-                    "keep only pipeline_parallel_degree",
-                )
-            ]
-        )
-    data = copy.deepcopy(data)
-    target = data
-    for key in _SMP_PATH:
-        target = target[key]
-    target["pipeline_parallel_degree"] = target.pop("partitions")
-    return data, [
-        Problem(f"{path}.partitions", "is deprecated", "rename it to pipeline_parallel_degree")
-    ]
-
-
-def _without(data: dict[str, Any], locs: list[tuple[int | str, ...]]) -> dict[str, Any]:
-    """``data`` with the values at ``locs`` removed, so that the rest can still be checked."""
-    data = copy.deepcopy(data)
-    for loc in locs:
-        parent: Any = data
-        for part in loc[:-1]:
-            parent = parent.get(part) if isinstance(parent, dict) else None
-        if isinstance(parent, dict):
-            parent.pop(loc[-1], None)
-    return data
-
-
-def parse(data: dict[str, Any]) -> tuple[JobSpec, list[Problem], list[Problem]]:
-    """Build a JobSpec from raw data; returns (spec, structural errors, warnings).
-
-    On structural errors the spec is built without the offending values, so that the
-    cross-field rules can still run and every problem is reported in one pass.
-    """
-    data, warnings = _rename_partitions(data)
-    data, errors = _same_field_twice(data)
-    try:
-        return JobSpec.model_validate(data), errors, warnings
-    except ValidationError as e:
-        found = e.errors(include_url=False)  # the context: a FieldError, its fix
-        errors += [
-            _problem_from_pydantic(err, suggest=i < MAX_SHOWN) for i, err in enumerate(found)
-        ]
-        locs = [tuple(err["loc"]) for err in found]
-    try:
-        return JobSpec.model_validate(_without(data, locs)), errors, warnings
-    except ValidationError:
-        raise SpecError(errors) from None
 
 
 def processes_per_host(spec: JobSpec, itype: catalog.InstanceType) -> int:
@@ -398,6 +224,30 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
     errors = []
     warnings: list[Problem] = []
 
+    errors += _entry_problems(spec)
+    errors += _input_problems(spec)
+    errors += _environment_problems(spec.environment)
+    errors += _size_problems(spec)
+    errors += _backend_choice_problems(spec)
+    itype = catalog.lookup(spec.instance_type)
+    if itype is None:
+        errors.append(Problem("instance_type", *catalog.unknown_type(spec.instance_type)))
+    else:
+        type_errors, type_warnings = _problems_on_type(spec, itype)
+        errors += type_errors
+        warnings += type_warnings
+    # A value removed for a structural error was checked again with its default: a rule
+    # that fails on that default repeats the same field, so only the first report stays.
+    known_bad = {p.path for p in prior}
+    errors = [*prior, *(p for p in errors if p.path not in known_bad)]
+    if errors:
+        raise SpecError(errors)
+    return warnings
+
+
+def _entry_problems(spec: JobSpec) -> list[Problem]:
+    """One entry (script, module or command), and the script in ``source_dir``."""
+    errors: list[Problem] = []
     entries = [n for n in ("entry_point", "module", "command") if getattr(spec, n) is not None]
     if not entries:
         errors.append(
@@ -425,7 +275,12 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
         )
     if spec.command is not None and not spec.command:
         errors.append(Problem("command", "is empty", "give the executable and its arguments"))
+    return errors
 
+
+def _input_problems(spec: JobSpec) -> list[Problem]:
+    """The channels' names and paths, the hyperparameters' names."""
+    errors: list[Problem] = []
     for name, path in spec.channels.items():
         if not _CHANNEL_NAME.match(name):
             errors.append(
@@ -449,9 +304,12 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                     "name it without spaces or '='",
                 )
             )
-    errors += _environment_problems(spec.environment)
-    errors += _size_problems(spec)
+    return errors
 
+
+def _backend_choice_problems(spec: JobSpec) -> list[Problem]:
+    """A known backend, and isolation only where the hosts are simulated."""
+    errors: list[Problem] = []
     if spec.backend not in KNOWN_BACKENDS:
         errors.append(
             Problem(
@@ -471,69 +329,67 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
                 f"use backend: {' or '.join(ISOLATING_BACKENDS)}, or isolation: none",
             )
         )
+    return errors
 
-    itype = catalog.lookup(spec.instance_type)
-    if itype is None:
-        errors.append(Problem("instance_type", *catalog.unknown_type(spec.instance_type)))
-    else:
-        mpi_pph = spec.distribution.mpi.processes_per_host
-        if spec.processes_per_host and mpi_pph and spec.processes_per_host != mpi_pph:
+
+def _problems_on_type(
+    spec: JobSpec, itype: catalog.InstanceType
+) -> tuple[list[Problem], list[Problem]]:
+    """The rules that need the instance type: processes, GPUs, capacity, the distribution,
+    the backend's, elastic and fault tolerance, the ranks to show; errors and warnings."""
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
+    mpi_pph = spec.distribution.mpi.processes_per_host
+    if spec.processes_per_host and mpi_pph and spec.processes_per_host != mpi_pph:
+        errors.append(
+            Problem(
+                "processes_per_host",
+                f"{spec.processes_per_host} differs from distribution.mpi.processes_per_host "
+                f"({mpi_pph})",
+                "set one of them",
+            )
+        )
+    procs = processes_per_host(spec, itype)
+    world = procs * spec.instance_count
+    errors += _gpu_problems(spec, itype, procs)
+    if spec.process_group_backend == "nccl" and itype.gpus == 0:
+        errors.append(
+            Problem(
+                "process_group_backend",
+                f"nccl needs GPUs and {itype.name} has none",
+                "use tenter or gloo for CPU tensors (or auto)",
+            )
+        )
+    errors += _capacity_problems(spec, itype, procs)
+    if itype.is_local and itype.gpus == 0 and world > itype.cpus:
+        warnings.append(
+            Problem(
+                "processes_per_host",
+                f"{procs} per host x {spec.instance_count} hosts = {world} processes on "
+                f"{itype.cpus} CPU cores: they will share cores, "
+                "and run slower than on separate hosts",
+                "use fewer processes or hosts to give each its own core",
+            )
+        )
+    errors += spec.distribution.problems(world)
+    backend_errors, backend_warnings = backend_problems(spec, itype)
+    errors += backend_errors
+    warnings += backend_warnings
+    errors += spec.elastic.problems(spec.instance_count)
+    if spec.fault_tolerance is not None:
+        errors += spec.fault_tolerance.problems(
+            spec.instance_count,
+            spec.backend,
+            model_parallel=spec.distribution.model_parallel is not None,
+            elastic_hosts=spec.elastic.min_hosts is not None or spec.elastic.max_hosts is not None,
+        )
+    for rank in spec.logs.ranks or []:
+        if rank >= world:
             errors.append(
                 Problem(
-                    "processes_per_host",
-                    f"{spec.processes_per_host} differs from distribution.mpi.processes_per_host "
-                    f"({mpi_pph})",
-                    "set one of them",
+                    "logs.ranks",
+                    f"rank {rank} does not exist in a world of {world}",
+                    f"list ranks 0 to {world - 1}",
                 )
             )
-        procs = processes_per_host(spec, itype)
-        world = procs * spec.instance_count
-        errors += _gpu_problems(spec, itype, procs)
-        if spec.process_group_backend == "nccl" and itype.gpus == 0:
-            errors.append(
-                Problem(
-                    "process_group_backend",
-                    f"nccl needs GPUs and {itype.name} has none",
-                    "use tenter or gloo for CPU tensors (or auto)",
-                )
-            )
-        errors += _capacity_problems(spec, itype, procs)
-        if itype.is_local and itype.gpus == 0 and world > itype.cpus:
-            warnings.append(
-                Problem(
-                    "processes_per_host",
-                    f"{procs} per host x {spec.instance_count} hosts = {world} processes on "
-                    f"{itype.cpus} CPU cores: they will share cores, "
-                    "and run slower than on separate hosts",
-                    "use fewer processes or hosts to give each its own core",
-                )
-            )
-        errors += spec.distribution.problems(world)
-        backend_errors, backend_warnings = backend_problems(spec, itype)
-        errors += backend_errors
-        warnings += backend_warnings
-        errors += spec.elastic.problems(spec.instance_count)
-        if spec.fault_tolerance is not None:
-            errors += spec.fault_tolerance.problems(
-                spec.instance_count,
-                spec.backend,
-                model_parallel=spec.distribution.model_parallel is not None,
-                elastic_hosts=spec.elastic.min_hosts is not None
-                or spec.elastic.max_hosts is not None,
-            )
-        for rank in spec.logs.ranks or []:
-            if rank >= world:
-                errors.append(
-                    Problem(
-                        "logs.ranks",
-                        f"rank {rank} does not exist in a world of {world}",
-                        f"list ranks 0 to {world - 1}",
-                    )
-                )
-    # A value removed for a structural error was checked again with its default: a rule
-    # that fails on that default repeats the same field, so only the first report stays.
-    known_bad = {p.path for p in prior}
-    errors = [*prior, *(p for p in errors if p.path not in known_bad)]
-    if errors:
-        raise SpecError(errors)
-    return warnings
+    return errors, warnings

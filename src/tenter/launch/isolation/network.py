@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -36,8 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from tenter.contract.isolation import HOST_NIC, MAX_HOSTS, SUBNET, SWITCH_ADDR, host_addr
-from tenter.launch.processes import process_identity
-from tenter.runtime.parent_death import dies_with_parent
+from tenter.launch.isolation.namespaces import Namespaces, hold, nsenter_argv
 
 BRIDGE = "br0"
 HEAL_WAIT_S = 30.0
@@ -60,19 +57,6 @@ __all__ = [
 
 def _port_name(index: int) -> str:
     return f"port{index}"
-
-
-@dataclass
-class Namespaces:
-    """Namespaces and the process that holds them: ``proc`` where this process started it,
-    else (a network re-opened from its record) only its pid and identity."""
-
-    name: str
-    pid: int
-    identity: str
-    """:func:`~tenter.launch.processes.process_identity` of the holder: a record names the
-    holder for good, even once its pid is reused."""
-    proc: subprocess.Popen[bytes] | None = None
 
 
 @dataclass
@@ -236,97 +220,19 @@ class HostNetwork:
         return flags
 
     def _hold(self, name: str, unshare: list[str], hostname: str | None = None) -> Namespaces:
-        """A process in new namespaces that sets them up, says ``ready`` and sleeps until
-        its creator dies."""
-        # The UTS namespace's name, written where `hostname` would (one tool less to need).
-        setup = 'echo "$1" > /proc/sys/kernel/hostname'
-        if "--mount" in unshare:
-            setup += " && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm"
-            for number, target in enumerate(self.etc, start=2):
-                setup += f' && mount --bind "${{{number}}}" {shlex.quote(target)}'
-            if name in self.opt_ml:
-                setup += f" && {mount_opt_ml(len(self.etc) + 2)}"
-        script = f"{setup} && echo ready && exec sleep infinity"
-        prefix = []
-        if self.user_namespace and self.switch is not None:
-            # Hosts live in the switch's user namespace, where this user is root.
-            prefix = [
-                "nsenter",
-                f"--target={self.switch.pid}",
-                "--user",
-                "--preserve-credentials",
-                "--",
-            ]
-        argv = [
-            *prefix,
-            "unshare",
-            *unshare,
-            "--",
-            "sh",
-            "-c",
-            script,
-            "tenter-ns",
-            hostname or name,
-            *self.etc.values(),
-            *([self.opt_ml[name]] if "--mount" in unshare and name in self.opt_ml else []),
-        ]
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=dies_with_parent(signal.SIGKILL),
-        )
-        assert proc.stdout is not None and proc.stderr is not None
-        if proc.stdout.readline().strip() != b"ready":
-            proc.kill()
-            proc.wait()
-            err = proc.stderr.read().decode(errors="replace").strip()
-            raise OSError(f"cannot create the namespaces of {name}: {err or 'no reason given'}")
-        proc.stdout.close()
-        proc.stderr.close()
-        return Namespaces(name, proc.pid, process_identity(proc.pid), proc)
+        # Hosts live in the switch's user namespace, where this user is root.
+        within = self.switch.pid if self.user_namespace and self.switch is not None else None
+        opt_ml = self.opt_ml.get(name) if "--mount" in unshare else None
+        return hold(name, unshare, hostname or name, self.etc, opt_ml, within)
 
     def _nsenter(self, ns: Namespaces, mount: bool, cwd: str | None) -> list[str]:
-        argv = ["nsenter", f"--target={ns.pid}"]
-        if self.user_namespace:
-            argv += ["--user", "--preserve-credentials"]
-        argv += ["--net", "--uts"]
-        if mount:
-            argv.append("--mount")
-        if cwd is not None:
-            argv.append(f"--wd={cwd}")
-        return [*argv, "--"]
+        return nsenter_argv(ns, self.user_namespace, mount, cwd)
 
     def _in_switch(self, *argv: str) -> str:
         return _run([*self.enter_switch(), *argv])
 
     def _in_host(self, host: str, *argv: str) -> str:
         return _run([*self.enter(host), *argv])
-
-
-STAGE = "/dev/shm/.tenter-opt"
-"""Where a host's new ``/opt`` is assembled: its own ``/dev/shm`` (a tmpfs of its mount
-namespace), so that nothing is created in this machine's file system."""
-
-
-def mount_opt_ml(arg: int) -> str:
-    """The shell commands, run in a host's fresh mount namespace, that show it the folder in
-    its positional argument ``arg`` at ``/opt/ml``. ``/opt/ml`` cannot be created in this
-    machine's ``/opt``: a tmpfs is mounted in its place holding this machine's entries of
-    ``/opt`` (bound back, links copied) and ``ml``. Gone with the namespace; a machine with
-    no ``/opt`` directory gets none."""
-    return (
-        f"if [ -d /opt ]; then mkdir {STAGE} && mount -t tmpfs -o mode=755 tenter-opt {STAGE}"
-        " && for e in /opt/* /opt/.[!.]*; do n=${e##*/}; case $n in ml|'*'|'.[!.]*') continue;;"
-        f' esac; if [ -L "$e" ]; then cp -P "$e" {STAGE}/; else'
-        f' {{ [ -d "$e" ] && mkdir "{STAGE}/$n" || touch "{STAGE}/$n"; }}'
-        f' && mount --rbind "$e" "{STAGE}/$n"; fi || exit 1; done'
-        # A spare host's tree is written when it joins: its folder may not exist yet.
-        f' && mkdir -p "${{{arg}}}" {STAGE}/ml && mount --rbind "${{{arg}}}" {STAGE}/ml'
-        f" && mount --move {STAGE} /opt && rmdir {STAGE}; fi"
-    )
 
 
 def _run(argv: list[str]) -> str:

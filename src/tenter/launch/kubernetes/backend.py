@@ -22,7 +22,6 @@ API server over HTTP; it is not exercised against a live API server in CI.
 from __future__ import annotations
 
 import functools
-import json
 import queue
 import sys
 import threading
@@ -30,14 +29,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tenter.contract.planner import jobs_root
-from tenter.errors import BackendRefusedError, ExitCode, JobNotFoundError
+from tenter.errors import BackendRefusedError
 from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.lookup import tenter_home
-from tenter.jobdir.results import Failure, JobResult, write_result
+from tenter.jobdir.results import JobResult, write_result
 from tenter.launch.api import JobStatus, scheduler_preempts
 from tenter.launch.kubernetes import manifests, rules
 from tenter.launch.kubernetes.cluster import (
@@ -52,8 +50,16 @@ from tenter.launch.kubernetes.cluster import (
     pod_states,
     refusal,
 )
-from tenter.launch.kubernetes.follow import Follower, ListCall, Seen
+from tenter.launch.kubernetes.follow import Follower, Seen
+from tenter.launch.kubernetes.jobs import find_job, job_result, job_status
 from tenter.launch.kubernetes.kinds import KINDS
+from tenter.launch.kubernetes.pods import (
+    PodLogs,
+    log_pods,
+    pod_changes,
+    pod_list_call,
+    pods_of_ranks,
+)
 from tenter.launch.kubernetes.request import KubernetesRequest
 from tenter.spec import JobSpec, SpecError, lookup, processes_per_host
 
@@ -61,8 +67,6 @@ POLL_S = 2.0
 """How often the pods are listed for their logs (a new pod, a restarted container)."""
 STOP_CHECK_S = 0.25
 """How soon a stop request (Ctrl-C) is seen while the job is followed."""
-LOG_JOIN_S = 10.0
-"""How long the log streams get to deliver their last lines once the job ended."""
 
 Printer = Callable[[str], None]
 
@@ -121,7 +125,7 @@ class KubernetesBackend:
             hosts=spec.instance_count,
             procs_per_host=procs,
             job_dir=str(jobs_root(spec, tenter_home()) / job_id),
-            log_pods=_log_pods(spec, kind, job_id, procs),
+            log_pods=log_pods(spec, kind, job_id, procs),
             rank_pods=manifests.pytorch_hosts(spec, job_id) if kind == "PyTorchJob" else None,
         )
 
@@ -201,7 +205,7 @@ class KubernetesBackend:
             *(kind.group, kind.version, request.namespace, kind.plural),
             field_selector=f"metadata.name={request.job_id}",
         )
-        pods = self._pod_list_call(clients, request.kind, request.namespace, request.job_id)
+        pods = pod_list_call(clients, request.kind, request.namespace, request.job_id)
         followers = [
             Follower(name, call, retrying, seen, self.err).start()
             for name, call in (("pods", pods), ("job", job))
@@ -216,7 +220,8 @@ class KubernetesBackend:
                             clients, request.kind, request.namespace, request.job_id
                         ),
                     )
-                    return self._result(request, JobState("Failed", "Interrupted"), [], start, True)
+                    interrupted = JobState("Failed", "Interrupted")
+                    return job_result(request, interrupted, [], self.clock() - start, True)
                 try:
                     item = seen.get(timeout=STOP_CHECK_S)
                 except queue.Empty:
@@ -224,7 +229,7 @@ class KubernetesBackend:
                 if isinstance(item, BaseException):
                     raise item
                 if item.collection == "pods":
-                    self._report_pods(pod_states([item.obj], kind.log_container), known)
+                    self._report(pod_changes(pod_states([item.obj], kind.log_container), known))
                     continue
                 state = (
                     JobState("Failed", "Deleted", "the job object was deleted")
@@ -235,124 +240,26 @@ class KubernetesBackend:
                     # The pods as they are now: their last events may trail the job's.
                     final = retrying.call("listing the pods", followers[0].list)
                     states = pod_states(final, kind.log_container)
-                    self._report_pods(states, known)
-                    return self._result(request, state, states, start, False)
+                    self._report(pod_changes(states, known))
+                    return job_result(request, state, states, self.clock() - start, False)
         finally:
             for follower in followers:
                 follower.stop()
 
-    def _report_pods(self, pods: list[PodState], known: dict[str, PodState]) -> None:
-        """Say what changed: a pod's phase, a restart of its container."""
-        for pod in pods:
-            before = known.get(pod.name)
-            if before is None or before.phase != pod.phase:
-                self.err(f"pod {pod.name}: {pod.phase}")
-            if before is not None and pod.restarts > before.restarts:
-                self.err(
-                    f"pod {pod.name}: restarted ({pod.restarts}), last exit code "
-                    f"{pod.exit_code} {pod.reason}".rstrip()
-                )
-            known[pod.name] = pod
-
-    @staticmethod
-    def _pod_list_call(clients: Clients, kind: str, namespace: str, name: str) -> ListCall:
-        return functools.partial(
-            clients.core.list_namespaced_pod,
-            namespace,
-            label_selector=manifests.pod_selector(kind, name),
-        )
-
-    def _pods(self, clients: Clients, kind: str, namespace: str, name: str) -> list[PodState]:
-        response = self._pod_list_call(clients, kind, namespace, name)(_preload_content=False)
-        items = json.loads(response.data).get("items") or []
-        return pod_states(items, KINDS[kind].log_container)
-
-    def _result(
-        self,
-        request: KubernetesRequest,
-        state: JobState,
-        pods: list[PodState],
-        start: float,
-        interrupted: bool,
-    ) -> JobResult:
-        failures = [
-            Failure(
-                host=p.name,
-                rank=-1,
-                local_rank=-1,
-                pid=None,
-                exit_code=p.exit_code,
-                timestamp=p.finished or 0.0,
-                message=p.reason,
-            )
-            for p in pods
-            if p.exit_code
-        ]
-        root = min(failures, key=lambda f: f.timestamp) if failures else None
-        if state.ok:
-            code = ExitCode.OK
-        elif interrupted:
-            code = ExitCode.INTERRUPTED
-        elif state.reason == "DeadlineExceeded":
-            code = ExitCode.MAX_RUN
-        else:
-            code = ExitCode.JOB_FAILED
-        duration = self.clock() - start
-        what = f"{request.kind} {request.namespace}/{request.job_id}"
-        if state.ok:
-            summary = f"job {what} SUCCEEDED after {duration:.1f} s"
-        else:
-            verb = "INTERRUPTED (deleted)" if interrupted else "FAILED"
-            summary = f"job {what} {verb} after {duration:.1f} s"
-            detail = ": ".join(x for x in (state.reason, state.message) if x)
-            if detail:
-                summary += f"\n{detail}"
-            if root is not None:
-                summary += (
-                    f"\nroot cause: pod {root.host}: exit code {root.exit_code} "
-                    f"{root.message}".rstrip()
-                    + f"\n  logs: kubectl logs -n {request.namespace} {root.host} "
-                    f"-c {KINDS[request.kind].log_container}"
-                )
-        return JobResult(
-            job_id=request.job_id,
-            job_dir=request.job_dir,
-            exit_code=code,
-            duration_s=duration,
-            hosts=request.hosts,
-            procs_per_host=request.procs_per_host,
-            failures=failures,
-            interrupted=interrupted,
-            summary=summary,
-        )
-
     def logs(self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool) -> PodLogs:
         request = read_request(handle)
-        pods = request.log_pods if ranks is None else _pods_of_ranks(request, ranks)
-        return PodLogs(self, request, pods, tag, follow)
+        pods = request.log_pods if ranks is None else pods_of_ranks(request, ranks)
+        clients = functools.partial(self._clients, request.context)
+        return PodLogs(clients, request, pods, tag, follow, self.poll_s, self.out)
 
     def status(self, handle: JobHandle) -> JobStatus:
         namespace, kind, name = handle.scheduler_id.split("/")
         clients = self._clients(handle.details.get("context") or None)
-        info = KINDS[kind]
-        try:
-            obj = clients.custom.get_namespaced_custom_object(
-                info.group, info.version, namespace, info.plural, name
-            )
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return JobStatus(False, f"{kind} {namespace}/{name} no longer exists")
-            raise
-        state = job_state(obj)
-        detail = ": ".join(x for x in (state.reason, state.message) if x)
-        lines = [
-            f"{state.state.upper()} ({kind} {namespace}/{name}"
-            + (f": {detail})" if detail else ")")
-        ]
-        for pod in self._pods(clients, kind, namespace, name):
-            ended = f"  exit code {pod.exit_code} {pod.reason}".rstrip() if pod.exit_code else ""
-            lines.append(f"  pod {pod.name}  {pod.phase}  restarts {pod.restarts}{ended}")
-        return JobStatus(not state.finished, "\n".join(lines))
+        return job_status(clients, kind, namespace, name)
+
+    def _report(self, lines: list[str]) -> None:
+        for line in lines:
+            self.err(line)
 
     def cancel(self, handle: JobHandle) -> str:
         namespace, kind, name = handle.scheduler_id.split("/")
@@ -374,115 +281,5 @@ class KubernetesBackend:
     def find(self, name: str, namespace: str, context: str | None = None) -> JobHandle:
         """A handle for job ``name`` that tenter did not submit from this machine (any of the
         kinds tenter renders): what ``tenter k8s status|cancel`` use."""
-        clients = self._clients(context)
-        for kind in KINDS.values():
-            try:
-                clients.custom.get_namespaced_custom_object(
-                    kind.group, kind.version, namespace, kind.plural, name
-                )
-            except Exception as e:
-                if getattr(e, "status", None) == 404:
-                    continue
-                raise
-            return JobHandle(
-                self.name, name, "", f"{namespace}/{kind.kind}/{name}", {"context": context or ""}
-            )
-        raise JobNotFoundError(
-            "JOB",
-            f"no {', '.join(KINDS)} named '{name}' in namespace '{namespace}'",
-            "give the job's name as `kubectl get pytorchjobs,mpijobs,trainjobs -A` lists it, "
-            "and its --namespace",
-        )
-
-
-class PodLogs:
-    """Streams the output of the job's pods (those in ``pods``; None: all): one stream per
-    container run, so a restarted container's output is followed too. ``stop()`` reads every
-    selected pod once more, so no line of a pod that ended between two polls is lost."""
-
-    def __init__(
-        self,
-        backend: KubernetesBackend,
-        request: KubernetesRequest,
-        pods: list[str] | None,
-        tag: bool,
-        follow: bool,
-    ) -> None:
-        self._backend, self._request, self._pods, self._tag = backend, request, pods, tag
-        self._follow = follow
-        self._streams: dict[tuple[str, int], threading.Thread] = {}
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tenter-pod-logs", daemon=True)
-
-    def start(self) -> PodLogs:
-        if self._follow:
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._done.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        self._poll()
-        for thread in self._streams.values():
-            thread.join(LOG_JOIN_S)
-
-    def _run(self) -> None:
-        while not self._done.wait(self._backend.poll_s):
-            self._poll()
-
-    def _poll(self) -> None:
-        r = self._request
-        clients = self._backend._clients(r.context)
-        try:
-            pods = self._backend._pods(clients, r.kind, r.namespace, r.job_id)
-        except Exception as e:
-            if is_transient(e):
-                return  # the next poll asks again (wait reports the outage)
-            raise
-        for pod in pods:
-            wanted = self._pods is None or pod.name in self._pods
-            key = (pod.name, pod.restarts)
-            if wanted and key not in self._streams and pod.phase != "Pending":
-                self._streams[key] = self._stream(clients, pod.name)
-
-    def _stream(self, clients: Clients, pod: str) -> threading.Thread:
-        r = self._request
-        container = KINDS[r.kind].log_container
-        # MPI output already carries mpirun's [job,rank] tags; others get the pod's name.
-        prefix = f"[{pod}] " if self._tag and r.kind != "MPIJob" else ""
-
-        def follow() -> None:
-            response: Any = clients.core.read_namespaced_pod_log(
-                pod, r.namespace, container=container, follow=True, _preload_content=False
-            )
-            for raw in response:
-                self._backend.out(prefix + raw.decode(errors="replace").rstrip("\n"))
-
-        thread = threading.Thread(target=follow, name=f"logs-{pod}", daemon=True)
-        thread.start()
-        return thread
-
-
-def _log_pods(spec: JobSpec, kind: str, name: str, procs: int) -> list[str] | None:
-    """The pods holding ``logs.ranks`` (host i holds ranks i*procs...), or None for all."""
-    if kind == "MPIJob":
-        return [f"{name}-launcher"]  # mpirun gathers every rank's output there
-    if spec.logs.ranks is None or kind == "TrainJob":
-        return None  # JobSet's pod names end in a random suffix: follow them all
-    hosts = manifests.pytorch_hosts(spec, name)
-    return sorted({hosts[r // procs] for r in spec.logs.ranks})
-
-
-def _pods_of_ranks(request: KubernetesRequest, ranks: list[int]) -> list[str] | None:
-    """``tenter logs --ranks``: the PyTorchJob pods holding ``ranks``; every pod otherwise."""
-    names = request.rank_pods
-    if names is None:
-        return request.log_pods
-    return sorted(
-        {
-            names[r // request.procs_per_host]
-            for r in ranks
-            if r // request.procs_per_host < len(names)
-        }
-    )
+        scheduler_id = find_job(self._clients(context), name, namespace)
+        return JobHandle(self.name, name, "", scheduler_id, {"context": context or ""})
