@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import read_plan
-from tenter.contract.worker import REPLICA_HEALED
 from tenter.goodput.ledger import HANG, RESTART, Fault, Ledger, RunRecords, build_ledger
 from tenter.goodput.stragglers import Straggler, StragglerRule, StragglerWatch
 from tenter.jobdir import control
@@ -35,12 +34,13 @@ from tenter.jobdir.layout import (
     EVENTS_FILE,
     GOODPUT_FILE,
     INDEX_FILE,
+    PROGRESS_FILE,
     SUMMARY_FILE,
     logs_dir,
     write_atomic,
 )
 from tenter.jobdir.membership import launch_time
-from tenter.jobdir.progress import ProgressReader, RankProgress
+from tenter.jobdir.progress import ProgressReader, ProgressSummary, RankProgress
 from tenter.jobdir.records import JsonlFollower, append_line
 from tenter.jobdir.results import read_result
 
@@ -149,6 +149,10 @@ class RunReader:
     def _faults(self) -> list[Fault]:
         """Restarts and rejoins (an agent's new rendezvous round after its first), heals and
         hangs, each with the ranks it stopped."""
+        # Here, not above: the worker contract imports the spec's models, which readers of
+        # this module's light parts (`tenter status`: named_stragglers) need not load.
+        from tenter.contract.worker import REPLICA_HEALED
+
         groups: dict[int, set[str]] = defaultdict(set)
         for host in self.plan.hosts:
             groups[host.replica_group].add(host.name)
@@ -230,7 +234,12 @@ class LedgerKeeper:
         return watch.update(self.reader.arrivals, self.reader.hosts)
 
     def write(self, now: float | None = None, final_state: str | None = None) -> Ledger:
-        """Recompute the ledger and replace ``goodput.json`` with it."""
+        """Recompute the ledger and replace ``goodput.json`` with it, and ``progress.json``
+        with the ranks' progress it read (``tenter status`` reads these two files, not every
+        rank's records, while the launcher runs)."""
         ledger = self.ledger(now, final_state)
-        write_atomic(self.reader.job_dir / GOODPUT_FILE, json.dumps(ledger.to_dict(), indent=2))
+        job_dir = self.reader.job_dir
+        progress = ProgressSummary.of(self.reader.progress)
+        write_atomic(job_dir / PROGRESS_FILE, json.dumps(progress.to_dict()))
+        write_atomic(job_dir / GOODPUT_FILE, json.dumps(ledger.to_dict(), indent=2))
         return ledger
