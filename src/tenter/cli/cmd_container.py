@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from tenter.cli.options import stderr
+from tenter.cli.parsing import stderr
 from tenter.container import RecipeError, render, resolve
 
 EXIT_USAGE = 2

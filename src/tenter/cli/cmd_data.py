@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from tenter.cli.options import EXIT_USAGE, stderr
+from tenter.cli.parsing import EXIT_USAGE, stderr
 
 SHOWN_MOVES = 10
 

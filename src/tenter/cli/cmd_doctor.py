@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
-from tenter.cli.options import stderr
+from tenter.cli.parsing import stderr
 from tenter.errors import TenterError
 from tenter.spec import Problem, SpecError, load_file, lookup
 from tenter.spec.catalog import unknown_type

@@ -109,7 +109,7 @@ def _emit(text: str, out: str | None) -> None:
 
 
 def cluster_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from tenter.cli.options import stderr
+    from tenter.cli.parsing import stderr
     from tenter.errors import with_fix
     from tenter.launch.kubernetes import eksctl
     from tenter.launch.kubernetes import rules as k8s_rules

@@ -107,7 +107,7 @@ def run_collective(name: str, parser: argparse.ArgumentParser, args: argparse.Na
         opts = dataclasses.replace(opts, output_file=str(results))
 
     from tenter import session  # imports torch: only once the flags are known good
-    from tenter.cli.options import stderr
+    from tenter.cli.parsing import stderr
     from tenter.spec import load
     from tenter.spec.gpus import GPU_INSTANCE_TYPE
 

@@ -18,15 +18,13 @@ from typing import Any
 from rich.markup import escape
 
 from tenter.cli.options import (
-    EXIT_USAGE,
     SPEC_SUFFIXES,
-    FlagParser,
     add_job_arguments,
     load_job,
     record_spec,
     recorded_job,
-    stderr,
 )
+from tenter.cli.parsing import EXIT_USAGE, FlagParser, stderr
 
 
 def add_parser(sub: Any) -> None:

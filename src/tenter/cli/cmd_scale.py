@@ -100,7 +100,7 @@ def _sizes(args: argparse.Namespace) -> list[tuple[int | None, int | None]]:
 
 def run_scale(args: argparse.Namespace) -> int:
     from tenter import session
-    from tenter.cli.options import stderr
+    from tenter.cli.parsing import stderr
     from tenter.jobdir.lookup import tenter_home
     from tenter.monitor import scaling
     from tenter.spec import load_file

@@ -19,9 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from tenter import __version__
-from tenter.cli.options import EXIT_USAGE, FlagParser
+from tenter.cli.parsing import EXIT_USAGE, FlagParser
 from tenter.errors import TenterError
-from tenter.spec import SpecError
 
 COMMANDS = (
     "run",
@@ -41,7 +40,10 @@ COMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``command`` alone (its module alone imported: ``tenter status`` starts
+    in a fraction of a second), or of every command where it is None or not one of COMMANDS
+    (``tenter --help`` lists them all; a misspelt command gets argparse's choices)."""
     parser = FlagParser(
         prog="tenter",
         description="Run distributed PyTorch jobs from one spec: on this machine (simulated "
@@ -49,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tenter {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in (command,) if command in COMMANDS else COMMANDS:
         importlib.import_module(f"tenter.cli.cmd_{name}").add_parser(sub)
     return parser
 
@@ -61,16 +63,26 @@ def _print_error(text: str) -> None:
     )
 
 
+def _is_spec_error(error: ValueError) -> bool:
+    """A :class:`~tenter.spec.SpecError`, without importing the spec where no command did
+    (pydantic and the instance catalog: most of a light command's start-up)."""
+    spec_errors = sys.modules.get("tenter.spec.errors")
+    return spec_errors is not None and isinstance(error, spec_errors.SpecError)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     try:
         return int(args.func(args))
-    except SpecError as e:
-        _print_error(str(e))
-        return EXIT_USAGE
     except TenterError as e:
         _print_error(str(e))
         return int(e.exit_code)
+    except ValueError as e:
+        if not _is_spec_error(e):
+            raise
+        _print_error(str(e))
+        return EXIT_USAGE
     except BrokenPipeError:
         # `tenter plan ... | head`: the reader left; not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -34,12 +34,13 @@ from tenter.jobdir.events import Event, EventFollower, EventKind, is_kind, recor
 from tenter.jobdir.layout import (
     GOODPUT_FILE,
     INDEX_FILE,
+    PROGRESS_FILE,
     SUMMARY_FILE,
     logs_dir,
     write_atomic,
 )
 from tenter.jobdir.membership import launch_time
-from tenter.jobdir.progress import ProgressReader, RankProgress
+from tenter.jobdir.progress import ProgressReader, ProgressSummary, RankProgress
 from tenter.jobdir.records import JsonlFollower
 from tenter.jobdir.results import JobState, read_result
 
@@ -215,7 +216,12 @@ class LedgerKeeper:
         return watch.update(self.reader.arrivals, self.reader.hosts)
 
     def write(self, now: float | None = None, final_state: str | None = None) -> Ledger:
-        """Recompute the ledger and replace ``goodput.json`` with it."""
+        """Recompute the ledger and replace ``goodput.json`` with it, and ``progress.json``
+        with the ranks' progress it read (``tenter status`` reads these two files, not every
+        rank's records, while the launcher runs)."""
         ledger = self.ledger(now, final_state)
-        write_atomic(self.reader.job_dir / GOODPUT_FILE, json.dumps(ledger.to_dict(), indent=2))
+        job_dir = self.reader.job_dir
+        progress = ProgressSummary.of(self.reader.progress)
+        write_atomic(job_dir / PROGRESS_FILE, json.dumps(progress.to_dict()))
+        write_atomic(job_dir / GOODPUT_FILE, json.dumps(ledger.to_dict(), indent=2))
         return ledger

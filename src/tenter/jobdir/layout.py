@@ -6,6 +6,7 @@
 <job_dir>/handle.json                which backend holds the job and its id there
 <job_dir>/summary.json               outcome, duration, failures (written when the job ends)
 <job_dir>/goodput.json               the goodput ledger (:mod:`tenter.goodput.records`)
+<job_dir>/progress.json              the ranks' steps as the ledger last read them (tenter status)
 <job_dir>/events.jsonl               rendezvous rounds and restarts, as the agents saw them
 <job_dir>/metrics.jsonl              the live view's samples (:mod:`tenter.monitor.live`)
 <job_dir>/metrics/rank-<N>.jsonl     what rank N reported; metrics/steps/: the steps tenter counted
@@ -43,6 +44,7 @@ MEMBERSHIP_FILE = "membership.jsonl"
 HANDLE_FILE = "handle.json"
 SUMMARY_FILE = "summary.json"
 GOODPUT_FILE = "goodput.json"
+PROGRESS_FILE = "progress.json"
 EVENTS_FILE = "events.jsonl"
 METRICS_FILE = "metrics.jsonl"
 RANK_DIR = "metrics"

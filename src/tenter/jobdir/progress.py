@@ -13,13 +13,15 @@ the all-reduce's wait), else its reported steps.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenter.jobdir.layout import RANK_DIR, RANK_PREFIX, STEPS_DIR, rank_of
+from tenter.jobdir.layout import PROGRESS_FILE, RANK_DIR, RANK_PREFIX, STEPS_DIR, rank_of
 from tenter.jobdir.records import JsonlFollower
 
 Step = tuple[float, int]
@@ -174,17 +176,61 @@ def read_progress(job_dir: str | os.PathLike[str]) -> dict[int, RankProgress]:
     return ProgressReader(job_dir).read()
 
 
-def progress_line(ranks: Mapping[int, RankProgress]) -> str:
-    """``progress: 4 ranks at steps 56-57 of 100``, and ``; DDP steps counted by tenter...``
-    where no rank reports its steps: one line for ``tenter status``."""
-    at = [p.step for p in ranks.values() if p.step is not None]
-    if not at:
-        return "progress: no rank has finished a step yet"
-    low, high = min(at), max(at)
-    text = f"progress: {len(at)} ranks at step{f' {low}' if low == high else f's {low}-{high}'}"
-    totals = [p.total_steps for p in ranks.values() if p.total_steps]
-    if totals:
-        text += f" of {max(totals)}"
-    if all(p.counted_only for p in ranks.values() if p.step is not None):
-        text += "; DDP steps counted by tenter (the script does not call tenter.report)"
-    return text
+@dataclass(frozen=True)
+class ProgressSummary:
+    """The job's progress in a line's worth of figures: what ``tenter status`` prints, kept
+    by the launcher in ``progress.json`` beside its ledger so that ``status`` reads one file,
+    not every rank's records."""
+
+    ranks: int = 0
+    """Ranks that finished a step."""
+    low: int | None = None
+    high: int | None = None
+    """The lowest and highest rank's last step."""
+    total_steps: int | None = None
+    counted_only: bool = False
+    """No rank reports its steps: they are the DDP steps tenter counted."""
+
+    @classmethod
+    def of(cls, ranks: Mapping[int, RankProgress]) -> ProgressSummary:
+        at = [p.step for p in ranks.values() if p.step is not None]
+        if not at:
+            return cls()
+        totals = [p.total_steps for p in ranks.values() if p.total_steps]
+        return cls(
+            ranks=len(at),
+            low=min(at),
+            high=max(at),
+            total_steps=max(totals) if totals else None,
+            counted_only=all(p.counted_only for p in ranks.values() if p.step is not None),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProgressSummary:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+
+    def line(self) -> str:
+        """``progress: 4 ranks at steps 56-57 of 100``, and ``; DDP steps counted by
+        tenter...`` where no rank reports its steps."""
+        if not self.ranks:
+            return "progress: no rank has finished a step yet"
+        low, high = self.low, self.high
+        text = (
+            f"progress: {self.ranks} ranks at step{f' {low}' if low == high else f's {low}-{high}'}"
+        )
+        if self.total_steps:
+            text += f" of {self.total_steps}"
+        if self.counted_only:
+            text += "; DDP steps counted by tenter (the script does not call tenter.report)"
+        return text
+
+
+def kept_progress(job_dir: Path) -> ProgressSummary | None:
+    """The progress the launcher last kept (``progress.json``); None before its first pass."""
+    try:
+        return ProgressSummary.from_dict(json.loads((job_dir / PROGRESS_FILE).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Protocol
 from tenter.errors import TenterError
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
-from tenter.spec import JobSpec
-from tenter.spec.validate import KNOWN_BACKENDS
+from tenter.spec.backends import KNOWN_BACKENDS
 
 if TYPE_CHECKING:
     from tenter.contract.plan import Plan
+    from tenter.spec import JobSpec
 
 BACKENDS = {name: f"tenter.launch.{name}" for name in KNOWN_BACKENDS}
 """Backend name (the spec's list) -> package exposing ``create_backend() -> Backend``."""
@@ -83,6 +83,9 @@ class JobStatus:
     text: str
     """One line: ``RUNNING (Slurm job 12)``, ``RUNNING (launcher pid 41, 5 processes on this
     machine)``..."""
+    launcher: bool = True
+    """While running: its launcher runs too, and keeps ``goodput.json`` and ``progress.json``
+    (False: it was killed and its processes were left behind)."""
 
 
 class LogStream(Protocol):

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -34,8 +35,10 @@ from tenter.launch.processes import (
     stop_job,
 )
 from tenter.launch.signals import hold_stop_signals, is_preemption
-from tenter.launch.supervisor import Supervisor
 from tenter.spec.errors import counted
+
+if TYPE_CHECKING:
+    from tenter.launch.supervisor import Supervisor
 
 FOLLOW_POLL_S = 0.2
 """How often a process that did not launch a job looks for its summary."""
@@ -141,6 +144,7 @@ class SupervisedBackend:
                 True,
                 "RUNNING without its launcher (it was killed): "
                 f"{counted(len(procs), 'process')} left on this machine",
+                launcher=False,
             )
         return JobStatus(
             False,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tenter.spec import catalog, gpus, limits
 from tenter.spec.backend_rules import backend_problems
+from tenter.spec.backends import ISOLATING_BACKENDS, KNOWN_BACKENDS
 from tenter.spec.errors import (
     Problem,
     SpecError,
@@ -20,11 +21,6 @@ from tenter.spec.errors import (
 )
 from tenter.spec.job import JobSpec
 from tenter.spec.limits import key_path
-
-KNOWN_BACKENDS = ("local", "mpi", "slurm", "kubernetes")
-"""Launch backends this version can run."""
-ISOLATING_BACKENDS = ("local", "mpi")
-"""Backends that can run a job on isolated hosts (``isolation: network``)."""
 
 # Set per rank by the launcher; a user value would be silently overwritten.
 _RESERVED_ENV = re.compile(

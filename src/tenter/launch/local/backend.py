@@ -1,20 +1,23 @@
 """The local backend: ``instance_count`` simulated hosts on this machine, each one tenter agent
 (:mod:`tenter.launch.agent`, on torch elastic's rendezvous) with its own name, loopback
-address and SageMaker directory, supervised by :class:`~tenter.launch.local.job.LocalJob`."""
+address and SageMaker directory, supervised by :class:`~tenter.launch.local.job.LocalJob`.
+
+The planner and the supervisor are imported where a job is planned or run: ``tenter status``,
+``logs`` and ``cancel`` of a local job need neither (nor the spec's models they import)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from tenter.contract.plan import Plan
-from tenter.contract.planner import make_plan
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
-from tenter.launch.isolation import preflight
-from tenter.launch.local.job import LocalJob
-from tenter.launch.local.replica_groups import ReplicaGroupsJob
 from tenter.launch.supervised import SupervisedBackend
-from tenter.spec import JobSpec
+
+if TYPE_CHECKING:
+    from tenter.contract.plan import Plan
+    from tenter.launch.local.job import LocalJob
+    from tenter.spec import JobSpec
 
 KEEP_ALIVE_S = 1
 """Simulated hosts share a loopback: heartbeats are free, and a lost host is then dropped in
@@ -29,6 +32,8 @@ class LocalBackend(SupervisedBackend):
     name = "local"
 
     def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
+        from tenter.contract.planner import make_plan
+
         plan = make_plan(spec, job_id, tenter_home(), python_executable())
         return dataclasses.replace(
             plan, keep_alive_s=KEEP_ALIVE_S, lighthouse_heartbeat_ms=LIGHTHOUSE_HEARTBEAT_MS
@@ -36,6 +41,8 @@ class LocalBackend(SupervisedBackend):
 
     def check_ready(self, plan: Plan) -> None:
         if plan.isolation == "network":
+            from tenter.launch.isolation import preflight
+
             preflight.check_machine()
         if plan.replica_groups:
             from tenter.launch.compat import refuse_torchft_on_old_torch  # imports torch
@@ -43,4 +50,7 @@ class LocalBackend(SupervisedBackend):
             refuse_torchft_on_old_torch()
 
     def supervisor(self, plan: Plan) -> LocalJob:
+        from tenter.launch.local.job import LocalJob
+        from tenter.launch.local.replica_groups import ReplicaGroupsJob
+
         return ReplicaGroupsJob(plan) if plan.replica_groups else LocalJob(plan)
