@@ -17,8 +17,10 @@ from typing import Any
 import psutil
 import pytest
 
+from tenter.contract.torchrun import torchrun_env, worker_env
 from tenter.launch import warm as warm_pool
 from tenter.launch.processes import env_of
+from tenter.launch.warm import PER_WORKER, differing
 from tenter.runtime.warm import WAIT_FLAG
 from tests.conftest import (
     AS_A_BACKGROUND_JOB,
@@ -374,3 +376,32 @@ def test_a_job_that_resumes_has_its_template_import_the_checkpointing_first(
         pool.close()
     assert out.read_text() == f"torch=True tenter.checkpoint={resumes}\n"
     assert not (tmp_path / "spares").exists()
+
+
+def test_every_variable_the_agent_sets_per_worker_may_differ_from_the_spares() -> None:
+    """PER_WORKER follows the contract: a variable added to torchrun_env or to the agent's
+    own per-worker ones must not make every rank's environment differ from its spare's (each
+    worker would start cold)."""
+    shared = {"PATH": "/bin", "USER_VAR": "kept"}
+    one, two = (
+        worker_env(
+            shared,
+            torchrun_env(
+                rank=rank,
+                local_rank=rank,
+                group_rank=0,
+                local_world_size=2,
+                num_hosts=1,
+                master_addr="127.0.0.1",
+                master_port="29500",
+                run_id="job",
+                max_restarts=1,
+            ),
+            error_file=f"rank-{rank}.error.json",
+            watch_file=f"rank-{rank}.watch",
+        )
+        for rank in (0, 1)
+    )
+    assert differing(shared, one) <= PER_WORKER
+    assert differing(one, two) <= PER_WORKER
+    assert one["USER_VAR"] == "kept"

@@ -9,6 +9,8 @@ Kubernetes, torchrun in the pod does.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tenter.jobdir.layout import ERROR_FILE_SUFFIX, FINISHED_SUFFIX
 
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
@@ -59,3 +61,47 @@ def torchrun_env(
         "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
         "TORCHELASTIC_USE_AGENT_STORE": str(use_agent_store),
     }
+
+
+AGENT_PER_WORKER = frozenset(
+    {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE", "TENTER_WATCH_FILE"}
+)
+"""What the host agent sets for each worker beside :func:`torchrun_env`'s variables."""
+
+
+def worker_env(
+    shared: Mapping[str, str],
+    torchrun: Mapping[str, str],
+    error_file: str,
+    watch_file: str | None,
+) -> dict[str, str]:
+    """A worker's whole environment as tenter's host agent starts it: ``shared`` (every
+    worker's of the host: what the submitting shell passes on, under the plan's host
+    environment), the round's ``torchrun`` variables (:func:`torchrun_env`), and the agent's
+    own (:data:`AGENT_PER_WORKER`)."""
+    return {
+        **shared,
+        **torchrun,
+        # torchrun's agent sets it unless its own environment does.
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": shared.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+        # torch's `record` (and tenter's bootstrap) write the worker's failure there.
+        "TORCHELASTIC_ERROR_FILE": error_file,
+        **({"TENTER_WATCH_FILE": watch_file} if watch_file is not None else {}),
+    }
+
+
+def per_worker_variables() -> frozenset[str]:
+    """Every variable in which one worker's environment may differ from another's of the
+    same host: :func:`torchrun_env`'s (whatever it sets) and the agent's own."""
+    sample = torchrun_env(
+        rank=0,
+        local_rank=0,
+        group_rank=0,
+        local_world_size=1,
+        num_hosts=1,
+        master_addr="",
+        master_port="",
+        run_id="",
+        max_restarts=0,
+    )
+    return frozenset(sample) | AGENT_PER_WORKER

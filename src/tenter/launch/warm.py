@@ -41,6 +41,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tenter.contract.torchrun import per_worker_variables
 from tenter.contract.worker import BOOTSTRAP
 from tenter.launch.template import (
     ForkedProcess,
@@ -55,32 +56,12 @@ logger = logging.getLogger(__name__)
 ENABLED_ENV = "TENTER_WARM_WORKERS"
 """``0`` starts every worker fresh; unset or anything else, workers start from spares."""
 
-PER_WORKER = frozenset(
-    {
-        # torchrun's per-rank variables (tenter.contract.torchrun), read by the script or
-        # by torch.distributed when the script calls it, never at import.
-        "RANK",
-        "LOCAL_RANK",
-        "GROUP_RANK",
-        "ROLE_RANK",
-        "ROLE_NAME",
-        "LOCAL_WORLD_SIZE",
-        "WORLD_SIZE",
-        "GROUP_WORLD_SIZE",
-        "ROLE_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "TORCHELASTIC_RESTART_COUNT",
-        "TORCHELASTIC_MAX_RESTARTS",
-        "TORCHELASTIC_RUN_ID",
-        "TORCHELASTIC_USE_AGENT_STORE",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-        # tenter's agent: read by the bootstrap after the handoff.
-        "TORCHELASTIC_ERROR_FILE",
-        "TENTER_WATCH_FILE",
-    }
-)
-"""The variables in which a rank's environment may differ from its spare's."""
+PER_WORKER = per_worker_variables()
+"""The variables in which a rank's environment may differ from its spare's: torchrun's
+per-rank ones (read by the script or by torch.distributed when it is called, never at import)
+and the agent's (read by the bootstrap after the handoff). Derived from the contract
+(:func:`tenter.contract.torchrun.per_worker_variables`): a variable added there cannot turn
+every warm start cold."""
 
 PRELOAD_DELAY_S = 1.0
 """How long after the first workers started the template imports

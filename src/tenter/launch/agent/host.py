@@ -52,7 +52,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from tenter.contract.plan import HostPlan, Plan
-from tenter.contract.torchrun import torchrun_env
+from tenter.contract.torchrun import torchrun_env, worker_env
 from tenter.jobdir import layout
 from tenter.jobdir.agent_result import (
     JOINED_TOO_LATE,
@@ -357,9 +357,9 @@ class HostAgent:
         rank = round_.group_rank * plan.procs_per_host + local_rank
         job_rank = plan.job_rank(self.host, rank)
         stem = plan.log_stem(self.host.name, job_rank, self.attempt)
-        env = {
-            **self.base_env,
-            **torchrun_env(
+        env = worker_env(
+            self.base_env,
+            torchrun_env(
                 rank=rank,
                 local_rank=local_rank,
                 group_rank=round_.group_rank,
@@ -371,14 +371,9 @@ class HostAgent:
                 max_restarts=plan.max_restarts,
                 restart_count=self.restart_count,
             ),
-            # torchrun's agent sets it unless its own environment does.
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": self.base_env.get(
-                "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"
-            ),
-            # torch's `record` (and tenter's bootstrap) write the worker's failure there.
-            "TORCHELASTIC_ERROR_FILE": layout.error_file(stem),
-            **({"TENTER_WATCH_FILE": layout.watch_file(stem)} if plan.hang_timeout else {}),
-        }
+            error_file=layout.error_file(stem),
+            watch_file=layout.watch_file(stem) if plan.hang_timeout else None,
+        )
         return WorkerEntry(
             rank=job_rank,
             local_rank=local_rank,
