@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 import psutil
 
 from tenter.launch.processes import worker_preexec
+from tenter.runtime import warm_protocol as protocol
 from tenter.runtime.warm import TITLE_ROOM, WAIT_FLAG
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ class Template:
         fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         spare = ForkedProcess(self, write_end)
         try:
-            socket.send_fds(self._control, [b"fork"], [read_end])
+            socket.send_fds(self._control, [protocol.FORK], [read_end])
         except OSError:
             spare.returncode = -signal.SIGKILL  # the template died: as its spares would
             spare.close_handoff()
@@ -160,7 +161,7 @@ class Template:
             return False
         self._preloaded = True
         with contextlib.suppress(OSError):
-            self._control.send(b"preload")
+            self._control.send(protocol.PRELOAD)
         return True
 
     def pump(self, block: bool) -> None:
@@ -168,7 +169,7 @@ class Template:
         self._control.setblocking(block)
         while True:
             try:
-                message = self._control.recv(64)
+                message = self._control.recv(protocol.MAX_MESSAGE)
             except BlockingIOError:
                 return
             except OSError:
@@ -176,17 +177,15 @@ class Template:
             if not message:
                 self._lost()
                 return
-            kind, *numbers = message.split()
-            if kind == b"pid":
+            report = protocol.decode(message)
+            if isinstance(report, protocol.Forked):
                 spare = self._unforked.pop(0)
-                spare.known_pid = int(numbers[0])
-                self._forked[spare.known_pid] = spare
-            else:
-                pid, code = (int(n) for n in numbers)
-                # Every child the template reports was forked at our request; a report for
-                # one we no longer track (already ended by _lost) changes nothing.
-                if pid in self._forked:
-                    self._forked.pop(pid).returncode = code
+                spare.known_pid = report.pid
+                self._forked[report.pid] = spare
+            # Every child the template reports was forked at our request; a report for one
+            # we no longer track (already ended by _lost) changes nothing.
+            elif report.pid in self._forked:
+                self._forked.pop(report.pid).returncode = report.code
             if block:
                 return
 

@@ -3,7 +3,7 @@
 A host's warm workers come from one template, ``python -m tenter.runtime.bootstrap --warm
 MODULE...`` or a fork of the agent that becomes what that command would be (see
 :mod:`tenter.launch.warm`). With torch imported, it :func:`serve` s the agent on its stdin (a Unix
-``SOCK_SEQPACKET`` socket): each ``fork`` request comes with the read end of a pipe and
+``SOCK_SEQPACKET`` socket, :mod:`tenter.runtime.warm_protocol`): each ``fork`` request comes with the read end of a pipe and
 is answered with the pid of a spare forked from the template, its imports done; the
 template reaps its spares and tells the agent each one's exit status (``exit PID CODE``,
 ``subprocess``'s codes); ``preload`` imports the MODULEs (the agent asks once the job's first
@@ -49,6 +49,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import NoReturn
 
+from tenter.runtime import warm_protocol as protocol
 from tenter.runtime.parent_death import dies_with_parent
 
 WAIT_FLAG = "--warm"
@@ -116,10 +117,10 @@ def serve(modules: list[str], control_fd: int = 0) -> Handoff | None:
             _report_exits(control, children)
         if control.fileno() not in ready:
             continue
-        request, fds, _, _ = socket.recv_fds(control, 64, 1)
+        request, fds, _, _ = socket.recv_fds(control, protocol.MAX_MESSAGE, 1)
         if not request:
             _end(children)
-        if request == b"preload":
+        if request == protocol.PRELOAD:
             preload(modules)
             continue
         gc.freeze()  # the forks' collections leave the template's objects (and pages) alone
@@ -139,7 +140,7 @@ def serve(modules: list[str], control_fd: int = 0) -> Handoff | None:
             return receive()
         os.close(fds[0])
         children.add(pid)
-        _tell(control, b"pid %d" % pid, children)
+        _tell(control, protocol.Forked(pid), children)
 
 
 def _report_exits(control: socket.socket, children: set[int]) -> None:
@@ -151,12 +152,15 @@ def _report_exits(control: socket.socket, children: set[int]) -> None:
         if pid == 0:
             return
         children.discard(pid)
-        _tell(control, b"exit %d %d" % (pid, os.waitstatus_to_exitcode(status)), children)
+        code = os.waitstatus_to_exitcode(status)
+        _tell(control, protocol.Exited(pid, code), children)
 
 
-def _tell(control: socket.socket, message: bytes, children: set[int]) -> None:
+def _tell(
+    control: socket.socket, report: protocol.Forked | protocol.Exited, children: set[int]
+) -> None:
     try:
-        control.send(message)
+        control.send(protocol.encode(report))
     except OSError:  # the agent closed its end: the template is done
         _end(children)
 
