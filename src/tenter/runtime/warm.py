@@ -2,16 +2,16 @@
 
 A host's warm workers come from one template, ``python -m tenter.runtime.bootstrap --warm
 MODULE...`` or a fork of the agent that becomes what that command would be (see
-:mod:`tenter.launch.warm`). With torch imported, it :func:`serve` s the agent on its stdin (a Unix
-``SOCK_SEQPACKET`` socket, :mod:`tenter.runtime.warm_protocol`): each ``fork`` request comes with the read end of a pipe and
-is answered with the pid of a spare forked from the template, its imports done; the
-template reaps its spares and tells the agent each one's exit status (``exit PID CODE``,
-``subprocess``'s codes); ``preload`` imports the MODULEs (the agent asks once the job's first
-workers run). A spare reads one :class:`Handoff` from its pipe: the environment, working
-directory, output files and bootstrap arguments the agent would have given a fresh worker.
-It takes them over here and the bootstrap runs the script as a fresh worker would: what a
-start saves is interpreter start-up and ``import torch`` (seconds, paid once per host by the
-template, not by every worker at every start).
+:mod:`tenter.launch.warm`). With torch imported, it :func:`serve` s the agent on its stdin (a
+Unix ``SOCK_SEQPACKET`` socket; the messages are :mod:`tenter.runtime.warm_protocol`'s): each
+``fork`` request comes with the read end of a pipe and is answered with the pid of a spare
+forked from the template, its imports done; the template reaps its spares and tells the agent
+each one's exit status (``exit PID CODE``, ``subprocess``'s codes); ``preload`` imports the
+MODULEs (the agent asks once the job's first workers run). A spare reads one :class:`Handoff`
+from its pipe: the environment, working directory, output files and bootstrap arguments the
+agent would have given a fresh worker. It takes them over here and the bootstrap runs the script
+as a fresh worker would: what a start saves is interpreter start-up and ``import torch``
+(seconds, paid once per host by the template, not by every worker at every start).
 
 Forking a process that imported torch is what a data loader does with its workers: torch's
 thread pools (OpenMP, its intra- and inter-op pools, gloo's) are created at first use, which
