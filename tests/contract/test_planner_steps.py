@@ -117,3 +117,19 @@ def test_the_spec_alone_gives_the_rendezvous_restart_and_hang_policy() -> None:
     assert (policy["replica_groups"], policy["min_replicas"]) == (0, 0)
     etcd = spec_of(elastic={"rendezvous": {"backend": "etcd", "endpoint": "10.9.9.9:2379"}})
     assert job_policy(etcd, 3)["rdzv_backend"] == "etcd-v2"
+
+
+def test_the_plan_says_what_the_agents_may_do_not_which_backend_runs_them() -> None:
+    """Capabilities as plan fields: restarts within the round where a gone host is known at
+    once (fixed membership; the local launcher, which declares lost hosts), and a SIGTERM
+    that asks for a preemption where a scheduler sends it (not from the local launcher)."""
+    elastic = {"min_hosts": 2, "max_hosts": 4}
+
+    def capabilities(spec: JobSpec) -> tuple[bool, bool]:
+        policy = job_policy(spec, 3)
+        return policy["restart_in_round"], policy["sigterm_preempts"]
+
+    assert capabilities(spec_of()) == (True, False)
+    assert capabilities(spec_of(elastic=elastic)) == (True, False)
+    assert capabilities(spec_of(backend="slurm")) == (True, True)
+    assert capabilities(spec_of(backend="slurm", elastic=elastic)) == (False, True)

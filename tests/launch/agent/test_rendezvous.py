@@ -36,7 +36,12 @@ def _plan(tmp_path: Path, **fields: Any) -> Plan:
 def _join_all(plan: Plan, server: dist.TCPStore) -> list[rendezvous.Round]:
     with ThreadPoolExecutor(len(plan.hosts)) as pool:
         return list(
-            pool.map(lambda h: rendezvous.join_planned(plan, h, str(server.port)), plan.hosts)
+            pool.map(
+                lambda h: rendezvous.join_planned(
+                    plan, h, rendezvous.endpoint(plan, str(server.port))
+                ),
+                plan.hosts,
+            )
         )
 
 
@@ -91,4 +96,4 @@ def test_a_host_whose_group_rank_0_never_comes_gives_up_at_the_join_timeout(
     plan = _plan(tmp_path, elastic={"rendezvous": {"join_timeout": 1}})
     server = _serve(plan)
     with pytest.raises(RendezvousTimeoutError, match=r"join_timeout \(1 s\)"):
-        rendezvous.join_planned(plan, plan.hosts[1], str(server.port))
+        rendezvous.join_planned(plan, plan.hosts[1], rendezvous.endpoint(plan, str(server.port)))

@@ -33,12 +33,17 @@ def job_policy(spec: JobSpec, per_group: int) -> dict[str, Any]:
     """The plan's fields that the spec alone gives: rendezvous, restarts, hangs, limits."""
     elastic, ft = spec.elastic, spec.fault_tolerance
     stragglers = spec.stragglers
+    min_hosts, max_hosts = elastic.min_hosts or per_group, elastic.max_hosts or per_group
+    # The local launcher declares lost hosts, and preempts the job itself.
+    launcher_watches_hosts = spec.backend == "local"
     return {
         # torch's name for the etcd backend of its dynamic rendezvous (the one that orders
         # hosts by address, as c10d does).
         "rdzv_backend": "etcd-v2" if elastic.rendezvous.backend == "etcd" else "c10d",
-        "min_hosts": elastic.min_hosts or per_group,
-        "max_hosts": elastic.max_hosts or per_group,
+        "min_hosts": min_hosts,
+        "max_hosts": max_hosts,
+        "restart_in_round": min_hosts == max_hosts or launcher_watches_hosts,
+        "sigterm_preempts": not launcher_watches_hosts,
         "join_timeout": elastic.rendezvous.join_timeout,
         "last_call_timeout": elastic.rendezvous.last_call_timeout,
         "max_restarts": elastic.max_restarts,

@@ -139,11 +139,7 @@ class HostAgent:
         self.round: rendezvous.Round | None = None
         self.group = WorkerGroup([])
         self.crashed_at_exit: list[WorkerFailure] = []
-        # Restarts within the round (in_round) where a host that is gone is known at once:
-        # always for a fixed membership (which cannot go on without it), and for an elastic
-        # one where the launcher declares lost hosts (a local job's); elsewhere torch's
-        # rendezvous decides who goes on, once the gone host's heartbeats expire.
-        self._in_round = plan.min_hosts == plan.max_hosts or plan.backend == "local"
+        self._in_round = plan.restart_in_round
         self._planned_round = planned_round
         self._stopping = stopping_marker(plan.job_dir, host.name)
         self._preempting = False

@@ -63,11 +63,18 @@ SHARED_STORE_OPT_OUT = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 """torch's switch that stops its rendezvous handler serving a store on all interfaces."""
 
 
-def create_handler(plan: Plan, host: HostPlan, rdzv_port: str) -> RendezvousHandler:
-    """The host's handler of the job's (or its replica group's) rendezvous."""
+def endpoint(plan: Plan, rdzv_port: str) -> str:
+    """Where the job's rendezvous is: the plan's endpoint with the port the launcher (or the
+    first host's agent) serves the store on. Resolved once per agent, here."""
+    return resolve(plan.rdzv_endpoint, {RDZV_PORT: rdzv_port})
+
+
+def create_handler(plan: Plan, host: HostPlan, at: str) -> RendezvousHandler:
+    """The host's handler of the job's (or its replica group's) rendezvous at ``at``
+    (:func:`endpoint`)."""
     params = RendezvousParameters(
         backend=plan.rdzv_backend,
-        endpoint=resolve(plan.rdzv_endpoint, {RDZV_PORT: rdzv_port}),
+        endpoint=at,
         run_id=plan.run_id(host),
         min_nodes=plan.min_hosts,
         max_nodes=plan.max_hosts,
@@ -151,11 +158,11 @@ def planned(plan: Plan) -> bool:
     return plan.rdzv_backend == "c10d" and plan.min_hosts == plan.max_hosts
 
 
-def join_planned(plan: Plan, host: HostPlan, rdzv_port: str) -> Round:
-    """The job's first round as the plan has it (see the module's doc): blocks until group
-    rank 0 has published the workers' store, at most the rendezvous' join timeout."""
-    endpoint = resolve(plan.rdzv_endpoint, {RDZV_PORT: rdzv_port})
-    store_addr, _, store_port = endpoint.rpartition(":")
+def join_planned(plan: Plan, host: HostPlan, at: str) -> Round:
+    """The job's first round as the plan has it (see the module's doc), its store at ``at``
+    (:func:`endpoint`): blocks until group rank 0 has published the workers' store, at most
+    the rendezvous' join timeout."""
+    store_addr, _, store_port = at.rpartition(":")
     timeout = datetime.timedelta(seconds=plan.join_timeout)
     # A client of the job's store: the launcher may start serving it after this agent.
     client = TCPStore(store_addr.strip("[]"), int(store_port), is_master=False, timeout=timeout)

@@ -22,7 +22,6 @@ from types import FrameType
 
 from torch.distributed.elastic.rendezvous import RendezvousError
 
-from tenter.contract.placeholders import RDZV_PORT, resolve
 from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir.agent_result import AgentResult, HostState, write_result
 from tenter.jobdir.control import request_preemption
@@ -47,7 +46,7 @@ def _install_stop_handlers(plan: Plan, host: HostPlan) -> None:
     the workers are stopped as that SIGTERM would have."""
     for sig in AGENT_SIGNALS:
         signal.signal(sig, _stop)
-    if plan.backend == "local" or not plan.preemption_grace:
+    if not plan.sigterm_preempts or not plan.preemption_grace:
         return
 
     def preempt(signum: int, frame: FrameType | None) -> None:
@@ -59,13 +58,12 @@ def _install_stop_handlers(plan: Plan, host: HostPlan) -> None:
     signal.signal(signal.SIGTERM, preempt)
 
 
-def _explain(error: Exception, plan: Plan, rdzv_port: str) -> str:
+def _explain(error: Exception, plan: Plan, endpoint: str) -> str:
     """What went wrong, naming the rendezvous endpoint and the underlying cause."""
     text = f"{type(error).__name__}: {error}"
     if error.__cause__ is not None:
         text += f" (cause: {str(error.__cause__)[:300]})"
     if isinstance(error, RendezvousError):
-        endpoint = resolve(plan.rdzv_endpoint, {RDZV_PORT: rdzv_port})
         text = f"rendezvous ({plan.rdzv_backend} at {endpoint}) failed: {text}"
         if plan.rdzv_backend == "etcd-v2":
             text += (
@@ -79,14 +77,15 @@ def run_host(
     plan: Plan, host: HostPlan, rdzv_port: str, workers_env: dict[str, str], pool: WarmPool | None
 ) -> int:
     """Join the rendezvous, run the host's workers and write its result; 0 if it succeeded."""
+    endpoint = rendezvous.endpoint(plan, rdzv_port)
     # The agent serves the workers' store itself, on the host's address (see rendezvous).
     os.environ[rendezvous.SHARED_STORE_OPT_OUT] = "1"
     handler = None
     try:
         _install_stop_handlers(plan, host)
-        handler = rendezvous.create_handler(plan, host, rdzv_port)
+        handler = rendezvous.create_handler(plan, host, endpoint)
         planned = (
-            functools.partial(rendezvous.join_planned, plan, host, rdzv_port)
+            functools.partial(rendezvous.join_planned, plan, host, endpoint)
             if rendezvous.planned(plan)
             else None
         )
@@ -99,7 +98,7 @@ def run_host(
         result = AgentResult(HostState.STOPPED, [], str(e))
     except Exception as e:  # rendezvous timeouts and the like: report, don't just die
         logger.exception("agent of %s failed", host.name)
-        result = AgentResult(HostState.ERROR, [], _explain(e, plan, rdzv_port))
+        result = AgentResult(HostState.ERROR, [], _explain(e, plan, endpoint))
     finally:
         for sig in AGENT_SIGNALS:  # what is left is this host's own cleanup
             signal.signal(sig, signal.SIG_IGN)
