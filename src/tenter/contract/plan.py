@@ -107,16 +107,10 @@ class Plan:
     preemption_grace: int = 30
     """Seconds a preempted job gets for its final checkpoint (the spec's checkpoint field)."""
     restart_in_round: bool = False
-    """A host that is gone is known at once, so the agents restart their workers within the
-    round, without it (:mod:`tenter.launch.agent.in_round`): a job of fixed membership, which
-    cannot go on without it, and a job whose launcher declares lost hosts (the local
-    backend's). Otherwise torch's rendezvous decides who goes on, once the gone host's
-    heartbeats expire."""
+    """Agents restart within the round (a gone host is known at once: fixed membership, or
+    the local launcher, which declares lost hosts; :mod:`tenter.launch.agent.in_round`)."""
     sigterm_preempts: bool = False
-    """A SIGTERM to a host's agent asks for a preemption (a scheduler's, on its nodes: Slurm's
-    ``scancel`` or a preemption), which the workers get ``preemption_grace`` to end; where it
-    does not (the local backend, whose launcher preempts the job itself), SIGTERM stops the
-    workers at once, as every stop signal does."""
+    """A SIGTERM to an agent is a scheduler's preemption (Slurm's): ``preemption_grace`` to end."""
     stragglers: dict[str, float] = field(default_factory=dict)
     """The straggler rule (window, windows, ratio, min_excess_s); empty: no detection."""
     launcher: list[str] = field(default_factory=list)
