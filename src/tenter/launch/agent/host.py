@@ -37,9 +37,7 @@ A host waiting to join uses none (torchrun's "membership changes do not count as
 from __future__ import annotations
 
 import enum
-import json
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,8 +50,6 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from tenter.contract.plan import HostPlan, Plan
-from tenter.contract.torchrun import torchrun_env, worker_env
-from tenter.jobdir import layout
 from tenter.jobdir.agent_result import (
     JOINED_TOO_LATE,
     AgentResult,
@@ -61,20 +57,15 @@ from tenter.jobdir.agent_result import (
     WorkerFailure,
 )
 from tenter.jobdir.control import (
-    control_dir,
     lost_hosts,
     preemption_requested,
-    rank_kill_reply,
-    rank_kill_request,
     stopping_marker,
 )
 from tenter.jobdir.events import EventKind, record_event
-from tenter.jobdir.layout import write_atomic
-from tenter.jobdir.records import record_worker_logs
 from tenter.launch.agent import in_round, rendezvous
-from tenter.launch.agent.workers import GroupState, WorkerEntry, WorkerGroup, start_worker
+from tenter.launch.agent.entries import KillRequests, record_round, worker_entries
+from tenter.launch.agent.workers import GroupState, WorkerGroup, start_worker, stop_telling
 from tenter.launch.console import read_index
-from tenter.launch.signals import STOP_SIGNALS
 from tenter.launch.warm import WarmPool
 
 logger = logging.getLogger(__name__)
@@ -144,8 +135,7 @@ class HostAgent:
         self._stopping = stopping_marker(plan.job_dir, host.name)
         self._preempting = False
         """The job is being preempted: the workers got SIGTERM and end by themselves."""
-        self._control_mtime: int | None = None
-        """The control folder's mtime when the agent last read its requests."""
+        self._kill_requests = KillRequests(plan.job_dir, host.name)
 
     @property
     def remaining_restarts(self) -> int:
@@ -185,7 +175,7 @@ class HostAgent:
             self.pool.fill_when_due()
         if self._preempting or preemption_requested(self.plan.job_dir):
             return self._preempted()
-        self._take_kill_requests()
+        self._kill_requests.take(self.group)
         state, failures = self.group.poll()
         if state is GroupState.SUCCEEDED:
             assert self.round is not None, "workers run only within a round"
@@ -210,27 +200,6 @@ class HostAgent:
             logger.info("%d hosts wait to join; restarting the workers", waiting)
             self._restart_in_new_round()
         return None
-
-    def _take_kill_requests(self) -> None:
-        """``tenter fault JOB kill --rank N`` for a rank of this host's: SIGKILL its worker, as
-        a crash would end it (the restart that follows is the job's). One ``stat`` of the
-        control folder per look; its requests are read only when it changed."""
-        folder = control_dir(self.plan.job_dir)
-        try:
-            mtime = os.stat(folder).st_mtime_ns
-        except OSError:
-            return
-        if mtime == self._control_mtime:
-            return
-        self._control_mtime = mtime
-        for rank in self.group.ranks():
-            request = rank_kill_request(self.plan.job_dir, rank)
-            if request.exists():
-                pid = self.group.kill_rank(rank)
-                logger.info("fault: rank %d (pid %s) killed (SIGKILL) on request", rank, pid)
-                reply = {"host": self.host.name, "pid": pid}
-                write_atomic(rank_kill_reply(self.plan.job_dir, rank), json.dumps(reply))
-                request.unlink(missing_ok=True)
 
     def _preempted(self) -> AgentResult | None:
         """A preemption: every worker gets SIGTERM at once, as torchrun passes it on (a script
@@ -316,84 +285,17 @@ class HostAgent:
         self.round = round_
         self.restart_count = round_.restart_count
         self.attempt += 1
-        hosts = round_.hosts
-        self._event(
-            EventKind.RENDEZVOUS,
-            group_rank=round_.group_rank,
-            hosts=hosts,
-            world_size=hosts * self.plan.procs_per_host,
-            attempt=self.attempt,
-            restarts_in_round=round_.restarts,
-            restart_count=round_.restart_count,
-            planned=round_.planned,
+        record_round(self.plan, self.host, round_, self.attempt)
+        entries = worker_entries(
+            self.plan, self.host, self.base_env, round_, self.attempt, self.restart_count
         )
-        if round_.workers_store is not None:
-            self._event(EventKind.WORKERS_STORE, attempt=self.attempt, port=round_.master_port)
-        entries = [self.entry(round_, local) for local in range(self.plan.procs_per_host)]
-        logs = layout.logs_dir(self.plan.job_dir)
-        for entry in entries:
-            record_worker_logs(
-                logs,
-                layout.rank_stem(entry.stdout, layout.STDOUT_SUFFIX),
-                entry.rank,
-                entry.local_rank,
-                self.host.name,
-                self.attempt,
-                hosts * self.plan.procs_per_host,
-            )
         self.group = WorkerGroup([start_worker(entry, self.pool) for entry in entries])
         if self.pool is not None:
             self.pool.workers_started()
         self.state = AgentState.RUNNING
 
-    def entry(self, round_: rendezvous.Round, local_rank: int) -> WorkerEntry:
-        """Worker ``local_rank`` of this host in ``round_``: the plan's command and directory,
-        the contract's torchrun variables for the round, this attempt's files."""
-        plan = self.plan
-        rank = round_.group_rank * plan.procs_per_host + local_rank
-        job_rank = plan.job_rank(self.host, rank)
-        stem = plan.log_stem(self.host.name, job_rank, self.attempt)
-        env = worker_env(
-            self.base_env,
-            torchrun_env(
-                rank=rank,
-                local_rank=local_rank,
-                group_rank=round_.group_rank,
-                local_world_size=plan.procs_per_host,
-                num_hosts=round_.hosts,
-                master_addr=round_.master_addr,
-                master_port=str(round_.master_port),
-                run_id=plan.run_id(self.host),
-                max_restarts=plan.max_restarts,
-                restart_count=self.restart_count,
-            ),
-            error_file=layout.error_file(stem),
-            watch_file=layout.watch_file(stem) if plan.hang_timeout else None,
-        )
-        return WorkerEntry(
-            rank=job_rank,
-            local_rank=local_rank,
-            argv=plan.command,
-            env=env,
-            cwd=plan.cwd,
-            stdout=layout.stdout_file(stem),
-            stderr=layout.stderr_file(stem),
-            error_file=layout.error_file(stem),
-        )
-
     def _stop_workers(self, sig: signal.Signals) -> None:
-        """Stop the workers, telling them it is a stop, not a preemption; further stop
-        signals are ignored meanwhile, so that the SIGKILL after the grace period is never
-        skipped (a script that traps SIGTERM would otherwise outlive its agent)."""
-        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (*STOP_SIGNALS, signal.SIGALRM)}
-        self._stopping.parent.mkdir(exist_ok=True)
-        self._stopping.touch()
-        try:
-            self.group.stop(sig)
-        finally:
-            self._stopping.unlink(missing_ok=True)
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        stop_telling(self.group, sig, self._stopping)
         self.crashed_at_exit += self.group.crashed_at_exit
         self.group = WorkerGroup([])
 

@@ -18,10 +18,12 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tenter.contract.torchrun import finished_marker
 from tenter.jobdir.agent_result import WorkerFailure
 from tenter.launch.processes import STOP_GRACE_S, worker_preexec
+from tenter.launch.signals import STOP_SIGNALS
 from tenter.launch.template import ForkedProcess
 from tenter.launch.warm import WarmPool
 
@@ -155,6 +157,22 @@ class WorkerGroup:
                 # The worker leads its session's process group: its children go with it.
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(worker.proc.pid, sig)
+
+
+def stop_telling(group: WorkerGroup, sig: signal.Signals, stopping: Path) -> None:
+    """Stop ``group``'s workers, telling them by the ``stopping`` marker that it is a stop,
+    not a preemption; further stop signals are ignored meanwhile, so that the SIGKILL after
+    the grace period is never skipped (a script that traps SIGTERM would otherwise outlive its
+    agent)."""
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (*STOP_SIGNALS, signal.SIGALRM)}
+    stopping.parent.mkdir(exist_ok=True)
+    stopping.touch()
+    try:
+        group.stop(sig)
+    finally:
+        stopping.unlink(missing_ok=True)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _failure(worker: Worker, code: int) -> WorkerFailure:

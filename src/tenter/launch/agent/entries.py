@@ -1,0 +1,130 @@
+"""What the agent starts in a round and what it is asked to kill: each worker of the host as a
+:class:`WorkerEntry` (the plan's command and directory; the environment the agent was started
+with, the round's torchrun variables and the agent's own, composed by
+:func:`tenter.contract.torchrun.worker_env`; this attempt's files), and ``tenter fault JOB
+kill --rank N`` requests (:class:`KillRequests`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+
+from tenter.contract.plan import HostPlan, Plan
+from tenter.contract.torchrun import torchrun_env, worker_env
+from tenter.jobdir import layout
+from tenter.jobdir.control import control_dir, rank_kill_reply, rank_kill_request
+from tenter.jobdir.events import EventKind, record_event
+from tenter.jobdir.layout import write_atomic
+from tenter.jobdir.records import record_worker_logs
+from tenter.launch.agent.rendezvous import Round
+from tenter.launch.agent.workers import WorkerEntry, WorkerGroup
+
+logger = logging.getLogger(__name__)
+
+
+def record_round(plan: Plan, host: HostPlan, round_: Round, attempt: int) -> None:
+    """The round this host's workers start in, for the launcher (and where this host serves
+    the workers' store)."""
+    record_event(
+        plan.job_dir,
+        EventKind.RENDEZVOUS,
+        host=host.name,
+        group_rank=round_.group_rank,
+        hosts=round_.hosts,
+        world_size=round_.hosts * plan.procs_per_host,
+        attempt=attempt,
+        restarts_in_round=round_.restarts,
+        restart_count=round_.restart_count,
+        planned=round_.planned,
+    )
+    if round_.workers_store is not None:
+        record_event(
+            plan.job_dir,
+            EventKind.WORKERS_STORE,
+            host=host.name,
+            attempt=attempt,
+            port=round_.master_port,
+        )
+
+
+def worker_entries(
+    plan: Plan,
+    host: HostPlan,
+    shared_env: Mapping[str, str],
+    round_: Round,
+    attempt: int,
+    restart_count: int,
+) -> list[WorkerEntry]:
+    """This host's workers in ``round_`` (``restart_count``: the job's group restarts before
+    it), their log files recorded for ``attempt``; ``shared_env``: every worker's environment
+    but its rank's variables."""
+    entries = []
+    world_size = round_.hosts * plan.procs_per_host
+    for local_rank in range(plan.procs_per_host):
+        rank = round_.group_rank * plan.procs_per_host + local_rank
+        job_rank = plan.job_rank(host, rank)
+        stem = plan.log_stem(host.name, job_rank, attempt)
+        torchrun = torchrun_env(
+            rank=rank,
+            local_rank=local_rank,
+            group_rank=round_.group_rank,
+            local_world_size=plan.procs_per_host,
+            num_hosts=round_.hosts,
+            master_addr=round_.master_addr,
+            master_port=str(round_.master_port),
+            run_id=plan.run_id(host),
+            max_restarts=plan.max_restarts,
+            restart_count=restart_count,
+        )
+        watch_file = layout.watch_file(stem) if plan.hang_timeout else None
+        entry = WorkerEntry(
+            rank=job_rank,
+            local_rank=local_rank,
+            argv=plan.command,
+            env=worker_env(shared_env, torchrun, layout.error_file(stem), watch_file),
+            cwd=plan.cwd,
+            stdout=layout.stdout_file(stem),
+            stderr=layout.stderr_file(stem),
+            error_file=layout.error_file(stem),
+        )
+        record_worker_logs(
+            layout.logs_dir(plan.job_dir),
+            layout.rank_stem(entry.stdout, layout.STDOUT_SUFFIX),
+            job_rank,
+            local_rank,
+            host.name,
+            attempt,
+            world_size,
+        )
+        entries.append(entry)
+    return entries
+
+
+class KillRequests:
+    """``tenter fault JOB kill --rank N`` for a rank of this host's: SIGKILL its worker, as a
+    crash would end it (the restart that follows is the job's). One ``stat`` of the control
+    folder per look; its requests are read only when it changed."""
+
+    def __init__(self, job_dir: str, host: str) -> None:
+        self._job_dir, self._host = job_dir, host
+        self._mtime: int | None = None
+        """The control folder's mtime when its requests were last read."""
+
+    def take(self, group: WorkerGroup) -> None:
+        try:
+            mtime = os.stat(control_dir(self._job_dir)).st_mtime_ns
+        except OSError:
+            return
+        if mtime == self._mtime:
+            return
+        self._mtime = mtime
+        for rank in group.ranks():
+            request = rank_kill_request(self._job_dir, rank)
+            if request.exists():
+                pid = group.kill_rank(rank)
+                logger.info("fault: rank %d (pid %s) killed (SIGKILL) on request", rank, pid)
+                reply = {"host": self._host, "pid": pid}
+                write_atomic(rank_kill_reply(self._job_dir, rank), json.dumps(reply))
+                request.unlink(missing_ok=True)
