@@ -6,6 +6,8 @@
 - :mod:`~tenter.launch.agent.host`: the state machine (rendezvous, run, restart, finish);
 - :mod:`~tenter.launch.agent.rendezvous`: a rendezvous round through torch's handler, and the
   workers' store, bound to the host's address;
+- :mod:`~tenter.launch.agent.entries`: each worker as it is started (its environment composed
+  by :func:`tenter.contract.torchrun.worker_env`), the round's events, kill requests;
 - :mod:`~tenter.launch.agent.workers`: starting, watching and stopping the workers;
 - :mod:`~tenter.jobdir.agent_result`: the report the launcher reads (the job directory's).
 
