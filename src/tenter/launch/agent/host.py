@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -390,7 +391,11 @@ class HostAgent:
         """Stop the workers, telling them it is a stop, not a preemption; further stop
         signals are ignored meanwhile, so that the SIGKILL after the grace period is never
         skipped (a script that traps SIGTERM would otherwise outlive its agent)."""
-        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (*STOP_SIGNALS, signal.SIGALRM)}
+        # Only the main thread can set handlers: agents run as threads of one process in a
+        # rehearsal (tenter.rehearsal.pack), whose process takes the stop signals itself.
+        on_main = threading.current_thread() is threading.main_thread()
+        held = (*STOP_SIGNALS, signal.SIGALRM) if on_main else ()
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in held}
         self._stopping.parent.mkdir(exist_ok=True)
         self._stopping.touch()
         try:
