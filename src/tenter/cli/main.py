@@ -38,6 +38,7 @@ COMMANDS = (
     "report",
     "scale",
     "data",
+    "rehearse",
 )
 
 
