@@ -24,7 +24,7 @@ from tenter.rehearsal.plan import rehearsal_plan
 from tenter.rehearsal.table import rows, scale_line
 
 SPEC = Path(__file__).parents[1] / "examples" / "digits" / "job.yaml"
-HANG_TIMEOUT = 3
+HANG_TIMEOUT = 10
 EXTRAPOLATE = (4000, 16000)
 
 

@@ -21,9 +21,12 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--hosts", type=int, required=True, help="simulated hosts")
     parser.add_argument("--procs-per-host", type=int, default=8, help="ranks per host (8)")
     parser.add_argument("--step-s", type=float, default=0.5, help="a light rank's step (0.5 s)")
-    parser.add_argument("--hang-timeout", type=int, default=3, help="seconds (3)")
+    parser.add_argument("--hang-timeout", type=int, default=10, help="seconds (10)")
+    parser.add_argument("--hosts-per-pack", type=int, default=64, help="agents per process (64)")
     parser.add_argument(
-        "--hosts-per-pack", type=int, default=64, help="agents per process (64)"
+        "--elastic",
+        action="store_true",
+        help="min_hosts one fewer than --hosts (through torch's rendezvous): adds a host's loss",
     )
     parser.add_argument(
         "--bound", type=float, default=120.0, help="seconds each phase may take at most (120)"
@@ -46,7 +49,7 @@ def rehearse(args: argparse.Namespace) -> int:
             least = 2 if flag == "--hosts" else 1
             raise TenterError(flag, f"{value} is too few", f"give at least {least}")
     plan = rehearsal_plan(
-        args.spec, args.hosts, args.procs_per_host, args.step_s, args.hang_timeout
+        args.spec, args.hosts, args.procs_per_host, args.step_s, args.hang_timeout, args.elastic
     )
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"rehearsing {args.hosts} hosts x {args.procs_per_host} ranks: {plan.job_dir}")

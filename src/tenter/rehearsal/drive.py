@@ -124,7 +124,8 @@ class Rehearsal:
         try:
             self._launch()
             self._kill_a_rank()
-            self._lose_a_host()
+            if self.plan.min_hosts < len(self.plan.hosts):  # a fixed membership stops
+                self._lose_a_host()
             self._steady_state()
             self._hang()
         finally:
@@ -143,7 +144,9 @@ class Rehearsal:
     def _launch(self) -> None:
         started = time.monotonic()
         self.job.start()
-        handle = JobHandle("local", self.plan.job_id, self.plan.job_dir, process_identity(os.getpid()))
+        handle = JobHandle(
+            "local", self.plan.job_id, self.plan.job_dir, process_identity(os.getpid())
+        )
         handle.write()
 
         def launcher() -> None:
@@ -151,7 +154,11 @@ class Rehearsal:
 
         self._launcher = threading.Thread(target=launcher, name="tenter-launcher", daemon=True)
         self._launcher.start()
-        _wait("every rank at its first step", _stepping(self.plan, self.figures.ranks, set()), self.bound_s)
+        _wait(
+            "every rank at its first step",
+            _stepping(self.plan, self.figures.ranks, set()),
+            self.bound_s,
+        )
         self.figures.seconds["first_step"] = time.monotonic() - started
         time.sleep(1.0)  # the packs save their counts every 0.5 s
         self._count_requests("launch")
@@ -160,7 +167,11 @@ class Rehearsal:
         old = _pids(self.plan)
         started = time.monotonic()
         kill_rank(self.plan.job_dir, self.figures.ranks // 2)
-        _wait("every rank stepping after a rank's kill", _stepping(self.plan, self.figures.ranks, old), self.bound_s)
+        _wait(
+            "every rank stepping after a rank's kill",
+            _stepping(self.plan, self.figures.ranks, old),
+            self.bound_s,
+        )
         self.figures.seconds["kill"] = time.monotonic() - started
         time.sleep(1.0)
         self._count_requests("kill")
@@ -170,7 +181,11 @@ class Rehearsal:
         started = time.monotonic()
         commands.lose_host(self.plan.job_dir, self.plan.hosts[-1].name)
         left = self.figures.ranks - self.plan.procs_per_host
-        _wait("the other hosts' ranks stepping after a host's loss", _stepping(self.plan, left, old), self.bound_s)
+        _wait(
+            "the other hosts' ranks stepping after a host's loss",
+            _stepping(self.plan, left, old),
+            self.bound_s,
+        )
         self.figures.seconds["host_lost"] = time.monotonic() - started
         time.sleep(1.0)
         self._count_requests("host_lost")

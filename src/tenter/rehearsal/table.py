@@ -27,7 +27,9 @@ def rows(figures: Figures, hang_timeout: float) -> list[tuple[str, str, str]]:
     for key, (what, target) in TARGETS.items():
         if key in figures.seconds:
             bound = hang_timeout + 5 if key == "hang_named" else target
-            out.append((what, f"{figures.seconds[key]:.2f} s", _target(figures.seconds[key], bound)))
+            out.append(
+                (what, f"{figures.seconds[key]:.2f} s", _target(figures.seconds[key], bound))
+            )
     for key, (what, target) in STEADY.items():
         if key in figures.steady:
             out.append((what, f"{figures.steady[key]:.3g}", _target(figures.steady[key], target)))
