@@ -46,15 +46,16 @@ def _target(value: float, bound: float | None) -> str:
 
 
 def scale_line(figures: Figures) -> str:
+    nan = float("nan")
     s, steady, req = figures.seconds, figures.steady, figures.store_requests
     per_host = max(req.values(), default=0.0)
     return (
         f"scale hosts={figures.hosts} ranks={figures.ranks} "
-        f"first_step_s={s.get('first_step', float('nan')):.2f} kill_s={s.get('kill', float('nan')):.2f} "
-        f"host_lost_s={s.get('host_lost', float('nan')):.2f} "
-        f"hang_named_s={s.get('hang_named', float('nan')):.2f} "
-        f"launcher_core={steady.get('launcher_core', float('nan')):.3f} "
-        f"launcher_rss_mb={steady.get('launcher_rss_mb', float('nan')):.0f} "
-        f"status_s={steady.get('status_s', float('nan')):.2f} "
+        f"first_step_s={s.get('first_step', nan):.2f} kill_s={s.get('kill', nan):.2f} "
+        f"host_lost_s={s.get('host_lost', nan):.2f} "
+        f"hang_named_s={s.get('hang_named', nan):.2f} "
+        f"launcher_core={steady.get('launcher_core', nan):.3f} "
+        f"launcher_rss_mb={steady.get('launcher_rss_mb', nan):.0f} "
+        f"status_s={steady.get('status_s', nan):.2f} "
         f"store_requests_per_host={per_host:.1f}"
     )
