@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from tenter.rehearsal.drive import Rehearsal
-from tenter.rehearsal.plan import rehearsal_plan
+from tenter.rehearsal.plan import MAX_RESTARTS, rehearsal_plan
 
 SPEC = Path(__file__).parents[2] / "examples" / "digits" / "job.yaml"
 HOSTS, PROCS = 64, 8
@@ -17,20 +17,27 @@ HOSTS, PROCS = 64, 8
 def test_rehearsal_at_64_hosts_names_every_fault() -> None:
     started = time.monotonic()
     plan = rehearsal_plan(SPEC, HOSTS, PROCS, step_s=0.5, hang_timeout=10)
-    figures = Rehearsal(plan, hosts_per_pack=64, bound_s=50).run()
-    assert time.monotonic() - started <= 60 * 2  # the CI bound on a machine not shared: 60 s
+    figures = Rehearsal(plan, hosts_per_pack=64, bound_s=40, steady=False).run()
+    assert time.monotonic() - started <= 60
     assert set(figures.seconds) == {"first_step", "kill", "hang_named"}
     job_dir = Path(plan.job_dir)
     summary = json.loads((job_dir / "summary.json").read_text())
-    assert summary["state"] == "failed" and summary["exit_code"] != 0
-    assert summary["hosts"] == HOSTS
+    assert summary["state"] == "hang" and summary["exit_code"] != 0
+    assert (summary["hosts"], summary["procs_per_host"]) == (HOSTS, PROCS)
+    assert "straggler" not in summary["summary"]  # the light ranks step in lockstep
     ledger = json.loads((job_dir / "goodput.json").read_text())
-    assert ledger["restarts"] == 1, ledger  # the rank's kill
+    assert ledger["ranks"] == HOSTS * PROCS
+    assert ledger["parts"]["fault"] > 0 and ledger["lost_steps"] > 0  # the rank's kill
     assert ledger["parts"]["hang"] > 0
-    # The failure report: the killed rank's attempt recorded its SIGKILL.
-    events = (job_dir / "events.jsonl").read_text()
-    assert events.count('"event": "restart"') >= HOSTS
-    # The hang report names the stopped rank, stopped.
-    assert "suspect: rank 1 on algo-1" in figures.hang_report
-    assert "its process is stopped" in figures.hang_report
+    # The kill: every host restarted its workers once, in the round (a restart used).
+    events = [json.loads(line) for line in (job_dir / "events.jsonl").open()]
+    restarts = [e for e in events if e["event"] == "restart"]
+    assert sorted(e["host"] for e in restarts) == sorted(h.name for h in plan.hosts)
+    assert all(e["used"] and e["remaining"] == MAX_RESTARTS - 1 for e in restarts)
+    # The failure report is the hang's: it names the stopped rank, stopped, and no other.
+    assert summary["summary"].count("suspect:") == 1
+    suspects = [line for line in figures.hang_report.splitlines() if "suspect:" in line]
+    assert len(suspects) == 1, suspects
+    assert "suspect: rank 1 on algo-1" in suspects[0]
+    assert "its process is stopped" in suspects[0]
     assert figures.store_requests["launch"] > 0

@@ -1,9 +1,12 @@
 """The rehearsal's commands to its light ranks and agents: files in the job's control folder
 (:func:`tenter.jobdir.control.control_dir`), beside tenter's own requests, so that a rank
-reads them with the one ``stat`` a step it makes anyway (:mod:`tenter.rehearsal.rank`)."""
+reads them with the one ``stat`` a step it makes anyway (:mod:`tenter.rehearsal.rank`); and
+the rehearsal's own folder in the job directory (:data:`FOLDER`): each round's first step,
+the store's counts (:mod:`tenter.rehearsal.store_count`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tenter.jobdir.control import control_dir, made_control_dir
@@ -12,6 +15,7 @@ HANG_FILE = "rehearsal-hang"
 SLOW_PREFIX = "rehearsal-slow-"
 FINISH_FILE = "rehearsal-finish"
 LOSE_PREFIX = "rehearsal-lose-"
+FOLDER = "rehearsal"
 
 
 def _read(path: Path) -> str | None:
@@ -21,14 +25,19 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def hang(job_dir: str, culprit: int) -> None:
-    """Every rank but ``culprit`` enters an all-reduce it never leaves."""
-    (made_control_dir(job_dir) / HANG_FILE).write_text(str(culprit))
+def hang(job_dir: str, culprit: int, culprit_step: int) -> None:
+    """Every rank but ``culprit``, stopped after its step ``culprit_step``, enters the
+    all-reduce of the next step, which it never leaves."""
+    (made_control_dir(job_dir) / HANG_FILE).write_text(f"{culprit} {culprit_step}")
 
 
-def hang_culprit(job_dir: str) -> int | None:
+def hang_culprit(job_dir: str) -> tuple[int, int] | None:
+    """The culprit of a hang and its last step, if one was asked."""
     text = _read(control_dir(job_dir) / HANG_FILE)
-    return int(text) if text else None
+    if not text:
+        return None
+    rank, step = text.split()
+    return int(rank), int(step)
 
 
 def slow(job_dir: str, rank: int, factor: float) -> None:
@@ -57,3 +66,21 @@ def lose_host(job_dir: str, host: str) -> None:
 
 def host_to_lose(job_dir: str, host: str) -> bool:
     return (control_dir(job_dir) / f"{LOSE_PREFIX}{host}").exists()
+
+
+def round_start(job_dir: str, round_key: str, proposed: int) -> int:
+    """The clock tick at which the round ``round_key`` started: the first of its ranks to
+    ask sets it to ``proposed``, the others read it."""
+    path = Path(job_dir) / FOLDER / f"round-{round_key}"
+    if (text := _read(path)) is not None:
+        return int(text)
+    path.parent.mkdir(exist_ok=True)
+    mine = path.with_name(f".{path.name}.{os.getpid()}")
+    mine.write_text(str(proposed))
+    try:
+        os.link(mine, path)  # whole, and only if no other rank set it first
+    except FileExistsError:
+        pass
+    finally:
+        mine.unlink()
+    return int(path.read_text())

@@ -42,6 +42,8 @@ from tenter.rehearsal import commands, store_count
 from tenter.rehearsal.job import RehearsalJob
 
 POLL_S = 0.1
+CULPRIT = 1
+"""The rank the hang phase stops."""
 STEADY_S = 5.0
 
 
@@ -112,8 +114,12 @@ def _timed(action: Callable[[], object]) -> float:
 
 
 class Rehearsal:
-    def __init__(self, plan: Plan, hosts_per_pack: int, bound_s: float) -> None:
+    def __init__(
+        self, plan: Plan, hosts_per_pack: int, bound_s: float, steady: bool = True
+    ) -> None:
         self.plan, self.bound_s = plan, bound_s
+        self.steady = steady
+        """Whether to measure the steady state (phase 4), some seconds at any size."""
         self.job = RehearsalJob(plan, hosts_per_pack)
         self.figures = Figures(len(plan.hosts), len(plan.hosts) * plan.procs_per_host)
         self._requests: dict[int, int] = {}
@@ -126,12 +132,14 @@ class Rehearsal:
             self._kill_a_rank()
             if self.plan.min_hosts < len(self.plan.hosts):  # a fixed membership stops
                 self._lose_a_host()
-            self._steady_state()
+            if self.steady:
+                self._steady_state()
             self._hang()
         finally:
             self._stop.set()
             if self._launcher is not None:
                 self._launcher.join()
+            self.job.end_packs(self.bound_s)
         return self.figures
 
     def _count_requests(self, phase: str) -> None:
@@ -221,11 +229,12 @@ class Rehearsal:
         subprocess.run(tenter, check=True, capture_output=True, timeout=self.bound_s)
 
     def _hang(self) -> None:
-        culprit = next(p for p in hang.read_progress(self.plan) if p.rank == 1)
+        culprit = next(p for p in hang.read_progress(self.plan) if p.rank == CULPRIT)
         report = Path(self.plan.job_dir) / layout.HANG_REPORT_FILE
         started = time.monotonic()
         os.kill(culprit.pid, signal.SIGSTOP)
-        commands.hang(self.plan.job_dir, culprit.rank)
+        stopped = next(p for p in hang.read_progress(self.plan) if p.pid == culprit.pid)
+        commands.hang(self.plan.job_dir, CULPRIT, stopped.step)
         bound = (self.plan.hang_timeout or 0) + self.bound_s
         _wait("the hang report", report.exists, bound)
         self.figures.seconds["hang_named"] = time.monotonic() - started

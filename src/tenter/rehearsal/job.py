@@ -88,3 +88,15 @@ class RehearsalJob(LocalJob):
             for host in hosts[first : first + count]:
                 self._agent_logs[host.index] = str(log_path)
                 self.procs.append(HostProc(pack, host))  # type: ignore[arg-type]
+
+    def end_packs(self, timeout_s: float) -> None:
+        """Wait for the packs to exit (the job ends once every host's agent wrote its
+        result, which its pack does a little before it exits); SIGKILL any still running
+        after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        for pack in self.packs:
+            try:
+                pack.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pack.kill()
+                pack.wait()

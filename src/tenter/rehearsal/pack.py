@@ -8,6 +8,8 @@ host is "lost" (:func:`tenter.rehearsal.commands.lose_host`) as a machine dies: 
 SIGKILLed, its agent ends without a result (the launcher's proxy then reads SIGKILL,
 :mod:`tenter.rehearsal.job`). A SIGTERM to the pack stops every agent as a SIGTERM to each
 agent process would. The store requests each host makes are counted (:mod:`.store_count`).
+Each agent's ranks come from its warm pool (tenter's own), whose template is a light rank's
+(:class:`LightPool`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from types import FrameType
 from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir.agent_result import AgentResult, write_result
 from tenter.jobdir.control import control_dir
+from tenter.jobdir.layout import spares_tmp_dir
+from tenter.launch.warm import WarmPool
 from tenter.rehearsal import commands, store_count
 
 logger = logging.getLogger(__name__)
@@ -38,6 +42,21 @@ class HostLost(Exception):
 
 def lost_marker(host: HostPlan) -> Path:
     return Path(host.dir) / LOST_MARKER
+
+
+class LightPool(WarmPool):
+    """A host's warm pool (:mod:`tenter.launch.warm`, unchanged in what it does with spares)
+    whose template is ``python -m tenter.rehearsal.rank --warm``: spares that become light
+    ranks. Its template is a fresh process (the pack's threads rule out forking the pack),
+    and has nothing to preload."""
+
+    def __init__(self, plan: Plan, host: HostPlan, env: dict[str, str]) -> None:
+        tmp_dir = spares_tmp_dir(plan.job_dir, host.name)
+        super().__init__(plan.command[0], plan.procs_per_host, env, plan.cwd, tmp_dir, ())
+        self.command = list(plan.command)
+
+    def preload(self) -> None:
+        """Nothing to import: the spares forked first are kept."""
 
 
 def run_agent(plan: Plan, host: HostPlan, rdzv_port: str, stop: threading.Event) -> None:
@@ -75,7 +94,9 @@ def run_agent(plan: Plan, host: HostPlan, rdzv_port: str, stop: threading.Event)
         if rendezvous.planned(plan)
         else None
     )
-    agent = RehearsalAgent(plan, host, handler, env, None, planned)
+    pool = LightPool(plan, host, env)
+    pool.fill()
+    agent = RehearsalAgent(plan, host, handler, env, pool, planned)
     try:
         result = agent.run()
         result = AgentResult(result.state, [*result.failures, *agent.finished_then_crashed()])
@@ -85,6 +106,8 @@ def run_agent(plan: Plan, host: HostPlan, rdzv_port: str, stop: threading.Event)
     except Exception as e:  # as run_host: report, don't just die
         logger.exception("agent of %s failed", host.name)
         result = AgentResult("ERROR", [], f"{type(e).__name__}: {e}")
+    finally:
+        pool.close()
     handler.shutdown()
     write_result(host.dir, result)
     if store is not None:

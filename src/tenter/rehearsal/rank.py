@@ -9,18 +9,26 @@ commands (:mod:`tenter.rehearsal.commands`, one ``stat`` of the control folder a
 
 - a host the launcher declared lost: the rank fails as a peer's broken connection would fail
   it (its error file says ``Connection closed by peer``), as a real collective would;
-- a hang: every rank but the culprit enters an all-reduce it never leaves (the culprit is
-  SIGSTOPped by the rehearsal, so it never enters it);
-- a slow-down factor for one rank (a straggler);
+- a hang: every rank but the culprit enters the all-reduce after the culprit's last step and
+  never leaves it (the culprit is SIGSTOPped by the rehearsal, so it never enters it);
+- a slow-down factor for one rank (a straggler: it ends each step ``factor - 1`` step
+  times after the others);
 - finish: the rank returns after its step, as a script that is done.
 
 A kill is tenter's own (``tenter fault JOB kill --rank N``: the agent SIGKILLs the rank).
+
+``python -m tenter.rehearsal.rank --warm`` is a host's template of light ranks, as the
+bootstrap's ``--warm`` is of torch workers (:mod:`tenter.runtime.warm`'s protocol, served to
+the agent's real :class:`~tenter.launch.warm.WarmPool`, :class:`tenter.rehearsal.pack.LightPool`):
+a group restart of 512 ranks is 512 forks of a few milliseconds, not 512 interpreter starts
+(20-30 ms of CPU each, which on 2 cores outlasted the hang timeout).
 """
 
 from __future__ import annotations
 
 import faulthandler
 import json
+import math
 import os
 import signal
 import sys
@@ -32,6 +40,7 @@ from tenter.jobdir.control import control_dir, lost_hosts
 from tenter.jobdir.records import BufferedLines
 from tenter.monitor import reporter
 from tenter.rehearsal import commands
+from tenter.runtime import warm
 from tenter.runtime.progress_record import EXITING, ProgressRecord
 
 STEP_ENV = "TENTER_REHEARSAL_STEP_S"
@@ -56,12 +65,14 @@ class LightRank:
         self.control = control_dir(self.job_dir)
         self.control_mtime = 0
         self.slow = 1.0
+        round_key = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.round_start = commands.round_start(
+            self.job_dir, round_key, math.floor(time.time() / self.step_s)
+        )
 
     def run(self) -> int:
-        step = 0
         while True:
-            time.sleep(self.step_s * self.slow)
-            step += 1
+            step = self._next_step()
             if self.record is not None:
                 self.record.step = step
                 self.record.write("step")
@@ -70,6 +81,16 @@ class LightRank:
             code = self._obey(step)
             if code is not None:
                 return code
+
+    def _next_step(self) -> int:
+        """Wait for the next step, and its number. A real job's all-reduce a step keeps its
+        ranks in lockstep; light ranks keep it by the clock: every rank of a round ends its
+        step n at the round's first tick (:func:`commands.round_start`) plus n steps (a rank
+        that starts late joins at the step then due), a slowed rank that much later."""
+        now = time.time()
+        tick = math.floor(now / self.step_s) + 1
+        time.sleep(tick * self.step_s - now + (self.slow - 1) * self.step_s)
+        return tick - self.round_start
 
     def _obey(self, step: int) -> int | None:
         """The rehearsal's commands, when the control folder changed: an exit code to end."""
@@ -83,9 +104,9 @@ class LightRank:
         if lost_hosts(self.job_dir) - self.lost_at_start:
             self._fail_as_peer("Connection closed by peer: a host of the job was lost")
             return 1
-        culprit = commands.hang_culprit(self.job_dir)
-        if culprit is not None and culprit != self.rank:
-            self._block_in_collective(step)
+        hang = commands.hang_culprit(self.job_dir)
+        if hang is not None and hang[0] != self.rank:
+            self._block_in_collective(hang[1] + 1)
         self.slow = commands.slow_factor(self.job_dir, self.rank)
         if commands.finish_requested(self.job_dir):
             self.steps.flush()
@@ -96,9 +117,13 @@ class LightRank:
         return None
 
     def _block_in_collective(self, step: int) -> None:
-        """Enter an all-reduce the culprit never joins: the process waits until stopped."""
+        """Enter step ``step``'s all-reduce, which the culprit never joins: the process waits
+        until stopped. Light ranks step each at its own pace; a real job's all-reduce a step
+        keeps every rank within a step of the others, so every waiting rank is where that
+        lockstep puts it: at the collective after the culprit's last step."""
         if self.record is not None:
-            self.record.seq = step + 1
+            self.record.step = step
+            self.record.seq = step
             self.record.op = "all_reduce"
             self.record.write("entered")
         self.steps.flush()
@@ -112,9 +137,14 @@ class LightRank:
         print(message, file=sys.stderr, flush=True)
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    if argv[:1] == [warm.WAIT_FLAG]:
+        handoff = warm.serve([])  # returns in a forked spare only
+        if handoff is None:  # no rank needed it
+            return 0
+        warm.become(handoff)
     return LightRank(dict(os.environ)).run()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from tenter.jobdir.layout import write_atomic
+from tenter.rehearsal.commands import FOLDER
 
 REQUESTS = (
     "add", "append", "check", "compare_set", "delete_key", "get", "multi_get", "multi_set",
     "num_keys", "set", "wait",
 )  # fmt: skip
-FOLDER = "rehearsal"
 
 _counts: Counter[int] = Counter()
 _this = threading.local()
