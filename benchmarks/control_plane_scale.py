@@ -12,6 +12,7 @@ parts (store requests, the launcher's CPU), assuming each host's agent has cores
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import sys
@@ -59,7 +60,7 @@ def measure(hosts: int, procs: int, bound_s: float) -> Figures | None:
 def figures_of(f: Figures) -> dict[str, float]:
     return {
         **f.seconds,
-        **{k: v for k, v in f.steady.items()},
+        **f.steady,
         "store_requests_per_host": max(f.store_requests.values(), default=0.0),
     }
 
@@ -90,7 +91,7 @@ def main() -> int:
         print(scale_line(f), flush=True)
         measured[hosts] = figures_of(f)
     sizes = sorted(measured)
-    for a, b in zip(sizes, sizes[1:], strict=False):
+    for a, b in itertools.pairwise(sizes):
         slopes = " ".join(
             f"{k}={slope((a, measured[a][k]), (b, measured[b][k])):.2f}"
             for k in measured[b]
@@ -101,10 +102,10 @@ def main() -> int:
         a, b = sizes[-2], sizes[-1]
         print("extrapolation (each agent on cores of its own; the store and launcher serial):")
         for key in ("store_requests_per_host", "launcher_core", "status_s"):
-            k = slope((a, measured[a][key]), (b, measured[b][key]))
+            rate = slope((a, measured[a][key]), (b, measured[b][key]))
             for hosts in EXTRAPOLATE:
-                value = measured[b][key] * (hosts / b) ** k if not math.isnan(k) else float("nan")
-                print(f"  {key} at {hosts} hosts: {value:.3g} (slope {k:.2f} from {a}->{b})")
+                value = measured[b][key] * (hosts / b) ** rate
+                print(f"  {key} at {hosts} hosts: {value:.3g} (slope {rate:.2f} from {a}->{b})")
             total = measured[b][key] * b if key == "store_requests_per_host" else None
             if total is not None:
                 print(f"  store requests in the worst phase at {b} hosts: {total:.0f}")

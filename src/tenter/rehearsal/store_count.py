@@ -1,9 +1,8 @@
 """Counting the store requests each host's agent makes, in a pack of agents
-(:mod:`tenter.rehearsal.pack`): every public request method of torch's ``Store`` (which
-``TCPStore`` and ``PrefixStore`` inherit, and which the agents, torch's rendezvous handler
-and tenter's in-round restart call from Python) is wrapped to add one to the calling
-thread's host. Saved as ``rehearsal/store-<first host>.json`` in the job directory: host
-index to requests so far (:func:`requests_by_host` sums the packs')."""
+(:mod:`tenter.rehearsal.pack`): every public request method of torch's ``Store`` is wrapped
+(:func:`tenter.rehearsal.compat.wrap_store_requests`) to add one to the calling thread's
+host. Saved as ``rehearsal/store-<first host>.json`` in the job directory: host index to
+requests so far (:func:`requests_by_host` sums the packs')."""
 
 from __future__ import annotations
 
@@ -16,12 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tenter.jobdir.layout import write_atomic
+from tenter.rehearsal import compat
 from tenter.rehearsal.commands import FOLDER
-
-REQUESTS = (
-    "add", "append", "check", "compare_set", "delete_key", "get", "multi_get", "multi_set",
-    "num_keys", "set", "wait",
-)  # fmt: skip
 
 _counts: Counter[int] = Counter()
 _this = threading.local()
@@ -43,10 +38,7 @@ def _counted(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def install(job_dir: str, first_host: int) -> None:
     global _file
-    import torch.distributed as dist
-
-    for name in REQUESTS:
-        setattr(dist.Store, name, _counted(getattr(dist.Store, name)))
+    compat.wrap_store_requests(_counted)
     _file = Path(job_dir) / FOLDER / f"store-{first_host}.json"
     _file.parent.mkdir(exist_ok=True)
 
