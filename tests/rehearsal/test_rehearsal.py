@@ -9,6 +9,8 @@ from pathlib import Path
 
 from tenter.rehearsal.drive import Rehearsal
 from tenter.rehearsal.plan import MAX_RESTARTS, rehearsal_plan
+from tenter.rehearsal.table import scale_line
+from tests.conftest import assert_nothing_left
 
 SPEC = Path(__file__).parents[2] / "examples" / "digits" / "job.yaml"
 HOSTS, PROCS = 64, 8
@@ -16,8 +18,9 @@ HOSTS, PROCS = 64, 8
 
 def test_rehearsal_at_64_hosts_names_every_fault() -> None:
     started = time.monotonic()
-    plan = rehearsal_plan(SPEC, HOSTS, PROCS, step_s=0.5, hang_timeout=10)
+    plan = rehearsal_plan(SPEC, HOSTS, PROCS, step_s=0.5, hang_timeout=5)
     figures = Rehearsal(plan, hosts_per_pack=64, bound_s=40, steady=False).run()
+    print(scale_line(figures))
     assert time.monotonic() - started <= 60
     assert set(figures.seconds) == {"first_step", "kill", "hang_named"}
     job_dir = Path(plan.job_dir)
@@ -41,3 +44,4 @@ def test_rehearsal_at_64_hosts_names_every_fault() -> None:
     assert "suspect: rank 1 on algo-1" in suspects[0]
     assert "its process is stopped" in suspects[0]
     assert figures.store_requests["launch"] > 0
+    assert_nothing_left(job_dir)

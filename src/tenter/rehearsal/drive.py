@@ -17,6 +17,7 @@ Store requests are counted per host per phase (:mod:`tenter.rehearsal.store_coun
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -143,6 +144,9 @@ class Rehearsal:
         return self.figures
 
     def _count_requests(self, phase: str) -> None:
+        ended, packs = time.time(), len(self.job.packs)
+        saved = functools.partial(store_count.saved_since, self.plan.job_dir, packs, ended)
+        _wait("the packs' store counts", saved, self.bound_s)
         now = store_count.requests_by_host(self.plan.job_dir)
         deltas = [count - self._requests.get(host, 0) for host, count in now.items()]
         self._requests = now
@@ -168,7 +172,6 @@ class Rehearsal:
             self.bound_s,
         )
         self.figures.seconds["first_step"] = time.monotonic() - started
-        time.sleep(1.0)  # the packs save their counts every 0.5 s
         self._count_requests("launch")
 
     def _kill_a_rank(self) -> None:
@@ -181,7 +184,6 @@ class Rehearsal:
             self.bound_s,
         )
         self.figures.seconds["kill"] = time.monotonic() - started
-        time.sleep(1.0)
         self._count_requests("kill")
 
     def _lose_a_host(self) -> None:
@@ -195,7 +197,6 @@ class Rehearsal:
             self.bound_s,
         )
         self.figures.seconds["host_lost"] = time.monotonic() - started
-        time.sleep(1.0)
         self._count_requests("host_lost")
 
     def _steady_state(self) -> None:

@@ -48,6 +48,16 @@ def save() -> None:
         write_atomic(_file, json.dumps({str(k): v for k, v in _counts.items() if k >= 0}))
 
 
+def saved_since(job_dir: str, packs: int, since: float) -> bool:
+    """Whether each of the ``packs`` packs saved its counts since the time ``since``
+    (each saves them every half second)."""
+    try:
+        times = [p.stat().st_mtime for p in (Path(job_dir) / FOLDER).glob("store-*.json")]
+    except OSError:  # replaced meanwhile: look again
+        return False
+    return len(times) >= packs and min(times) >= since
+
+
 def requests_by_host(job_dir: str) -> dict[int, int]:
     """Every pack's counts so far: host index to store requests."""
     found: dict[int, int] = {}
