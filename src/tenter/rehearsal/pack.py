@@ -28,7 +28,7 @@ from tenter.jobdir.agent_result import AgentResult, write_result
 from tenter.jobdir.control import control_dir
 from tenter.jobdir.layout import spares_tmp_dir
 from tenter.launch.warm import WarmPool
-from tenter.rehearsal import commands, rank, store_count
+from tenter.rehearsal import commands, store_count
 
 logger = logging.getLogger(__name__)
 
@@ -44,18 +44,12 @@ def lost_marker(host: HostPlan) -> Path:
     return Path(host.dir) / LOST_MARKER
 
 
-def agent_env(plan: Plan, host: HostPlan) -> dict[str, str]:
-    """The environment of ``host``'s agent, and so of its workers."""
-    return {**os.environ, **plan.host_env(host)}
-
-
 class LightPool(WarmPool):
     """A host's warm pool (:mod:`tenter.launch.warm`, unchanged in what it does with spares)
-    whose template serves as ``python -m tenter.rehearsal.rank --warm`` does: spares that
-    become light ranks. The template is a fork of the pack made before its threads start
-    (:meth:`WarmPool.fork_template`, as an agent's): the pack's imports (torch among them,
-    which a light rank never calls) are shared, not paid again by each host; one started
-    again is a fresh ``python -m tenter.rehearsal.rank --warm``. It has nothing to preload."""
+    whose template is ``python -m tenter.rehearsal.rank --warm``: spares that become light
+    ranks. Its template is a fresh process of a few MB, not a fork of the pack as an agent's
+    is: forks of a process that imported torch cost the kernel more (at 64 x 8, 28 s of
+    system CPU against 13 s, the first step 25 s against 13 s). It has nothing to preload."""
 
     def __init__(self, plan: Plan, host: HostPlan, env: dict[str, str]) -> None:
         tmp_dir = spares_tmp_dir(plan.job_dir, host.name)
@@ -66,9 +60,7 @@ class LightPool(WarmPool):
         """Nothing to import: the spares forked first are kept."""
 
 
-def run_agent(
-    plan: Plan, host: HostPlan, rdzv_port: str, pool: LightPool, stop: threading.Event
-) -> None:
+def run_agent(plan: Plan, host: HostPlan, rdzv_port: str, stop: threading.Event) -> None:
     """One host's agent, as :func:`tenter.launch.agent.run.run_host` runs it, but the signals
     (the pack's) and a host lost (no result, as a dead machine writes none)."""
     from tenter.launch.agent import job_store, rendezvous
@@ -95,7 +87,7 @@ def run_agent(
                     raise HostLost(host.name)
 
     store_count.this_thread_is(host.index)
-    env = agent_env(plan, host)
+    env = {**os.environ, **plan.host_env(host)}
     store, port = job_store.start(plan, host) if plan.store_on_first_host else (None, rdzv_port)
     handler = rendezvous.create_handler(plan, host, str(port))
     planned = (
@@ -103,6 +95,7 @@ def run_agent(
         if rendezvous.planned(plan)
         else None
     )
+    pool = LightPool(plan, host, env)
     pool.fill()
     agent = RehearsalAgent(plan, host, handler, env, pool, planned)
     try:
@@ -126,16 +119,11 @@ def main(argv: list[str]) -> int:
     plan_path, rdzv_port, first, count = argv[:4]
     plan = Plan.from_json(Path(plan_path).read_text())
     hosts = plan.hosts[int(first) : int(first) + int(count)]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)s %(message)s")
     # The agents' own workers' store opt-out, as run_host sets it.
-    from tenter.launch.agent import rendezvous  # torch: before the templates' forks
+    from tenter.launch.agent import rendezvous
 
     os.environ[rendezvous.SHARED_STORE_OPT_OUT] = "1"
-    pools = {}
-    for host in hosts:  # before any thread or logging of this process, as the agent's
-        pools[host.index] = pool = LightPool(plan, host, agent_env(plan, host))
-        if (template := pool.fork_template()) is not None:
-            sys.exit(rank.main(template))  # this process is now the host's template
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)s %(message)s")
     store_count.install(plan.job_dir, int(first))
     stop = threading.Event()
 
@@ -146,10 +134,7 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, stopping)
     threads = [
         threading.Thread(
-            target=run_agent,
-            args=(plan, host, rdzv_port, pools[host.index], stop),
-            name=host.name,
-            daemon=True,
+            target=run_agent, args=(plan, host, rdzv_port, stop), name=host.name, daemon=True
         )
         for host in hosts
     ]
