@@ -43,8 +43,8 @@ def test_rehearsal_at_64_hosts_names_every_fault(monkeypatch: pytest.MonkeyPatch
     assert sorted(e["host"] for e in restarts) == sorted(h.name for h in plan.hosts)
     assert all(e["used"] and e["remaining"] == MAX_RESTARTS - 1 for e in restarts)
     # The failure report is the hang's: it names the stopped rank, stopped, and no other.
-    assert summary["summary"].count("suspect:") == 1
-    suspects = [line for line in figures.hang_report.splitlines() if "suspect:" in line]
+    assert summary["summary"].count("\nsuspect: ") == 1
+    suspects = [line for line in figures.hang_report.splitlines() if line.startswith("suspect: ")]
     assert len(suspects) == 1, suspects
     assert "suspect: rank 1 on algo-1" in suspects[0]
     assert "its process is stopped" in suspects[0]
