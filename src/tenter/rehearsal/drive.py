@@ -46,6 +46,7 @@ POLL_S = 0.1
 CULPRIT = 1
 """The rank the hang phase stops."""
 STEADY_S = 5.0
+STEADY_PHASE = "steady"
 
 
 class RehearsalFailed(Exception):
@@ -64,6 +65,12 @@ class Figures:
     steady: dict[str, float] = field(default_factory=dict)
     result: JobResult | None = None
     hang_report: str = ""
+
+    def worst_phase_requests(self) -> float:
+        """Store requests per host (mean) in the phase that made the most: launch, kill or
+        host lost (the steady state's grow with its length, not the job's size)."""
+        phases = [n for phase, n in self.store_requests.items() if phase != STEADY_PHASE]
+        return max(phases, default=0.0)
 
 
 def _wait(what: str, done: Callable[[], bool], bound_s: float) -> float:
@@ -218,7 +225,7 @@ class Rehearsal:
         steady["live_view_s"] = _timed(view.poll)
         steady["ledger_stragglers_s"] = _timed(self._ledger_and_stragglers)
         steady["status_s"] = _timed(self._status)
-        self._count_requests("steady")
+        self._count_requests(STEADY_PHASE)
 
     def _ledger_and_stragglers(self) -> None:
         keeper = LedgerKeeper(self.plan.job_dir)

@@ -47,8 +47,8 @@ def _target(value: float, bound: float | None) -> str:
 
 def scale_line(figures: Figures) -> str:
     nan = float("nan")
-    s, steady, req = figures.seconds, figures.steady, figures.store_requests
-    per_host = max(req.values(), default=0.0)
+    s, steady = figures.seconds, figures.steady
+    per_host = figures.worst_phase_requests()
     return (
         f"scale hosts={figures.hosts} ranks={figures.ranks} "
         f"first_step_s={s.get('first_step', nan):.2f} kill_s={s.get('kill', nan):.2f} "
