@@ -89,7 +89,7 @@ class LightRank:
         that starts late joins at the step then due), a slowed rank that much later."""
         now = time.time()
         tick = math.floor(now / self.step_s) + 1
-        time.sleep(tick * self.step_s - now + (self.slow - 1) * self.step_s)
+        time.sleep(max(0.0, tick * self.step_s - now + (self.slow - 1) * self.step_s))
         return tick - self.round_start
 
     def _obey(self, step: int) -> int | None:
@@ -118,9 +118,9 @@ class LightRank:
 
     def _block_in_collective(self, step: int) -> None:
         """Enter step ``step``'s all-reduce, which the culprit never joins: the process waits
-        until stopped. Light ranks step each at its own pace; a real job's all-reduce a step
-        keeps every rank within a step of the others, so every waiting rank is where that
-        lockstep puts it: at the collective after the culprit's last step."""
+        until stopped. A rank reads the command after its own step, which may be a step past
+        the culprit's: every waiting rank is put where a real all-reduce would hold it, at
+        the collective after the culprit's last step."""
         if self.record is not None:
             self.record.step = step
             self.record.seq = step
