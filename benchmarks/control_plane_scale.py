@@ -78,7 +78,14 @@ def main() -> int:
     parser.add_argument("--procs-per-host", type=int, default=8)
     parser.add_argument("--bound", type=float, default=180.0)
     args = parser.parse_args()
-    os.environ.setdefault("TENTER_HOME", tempfile.mkdtemp(prefix="tenter-scale-"))
+    if "TENTER_HOME" in os.environ:
+        return run(args)
+    with tempfile.TemporaryDirectory(prefix="tenter-scale-") as home:  # the job directories
+        os.environ["TENTER_HOME"] = home
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
     measured: dict[int, dict[str, float]] = {}
     for hosts in (int(h) for h in args.hosts.split(",")):
         f = measure(hosts, args.procs_per_host, args.bound)
