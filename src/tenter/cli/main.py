@@ -37,6 +37,7 @@ COMMANDS = (
     "report",
     "scale",
     "data",
+    "rehearse",
 )
 
 

@@ -22,11 +22,8 @@ from __future__ import annotations
 import atexit
 import faulthandler
 import functools
-import json
-import mmap
 import os
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,10 +32,8 @@ import torch.distributed as dist
 
 from tenter.jobdir import layout
 from tenter.runtime import flight_recorder
+from tenter.runtime.progress_record import EXITING, ProgressRecord
 
-RECORD_BYTES = 4096
-STARTED, EXITING = "started", "exiting"
-"""The states before any progress and after the last (tenter.launch.hang reads them)."""
 COLLECTIVES = (
     "all_reduce",
     "all_gather",
@@ -58,33 +53,6 @@ COLLECTIVES = (
     "broadcast_object_list",
     "monitored_barrier",
 )
-
-
-class ProgressRecord:
-    def __init__(self, path: str) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.ftruncate(fd, RECORD_BYTES)
-        self._map = mmap.mmap(fd, RECORD_BYTES)
-        os.close(fd)
-        self.seq = 0
-        self.step = 0
-        self.op = ""
-        self.sizes: list[list[int]] = []
-        self.write(STARTED)
-
-    def write(self, state: str) -> None:
-        data = json.dumps(
-            {
-                "pid": os.getpid(),
-                "time": time.time(),
-                "state": state,
-                "op": self.op,
-                "seq": self.seq,
-                "sizes": self.sizes,
-                "step": self.step,
-            }
-        ).encode()[: RECORD_BYTES - 1]
-        self._map[: len(data) + 1] = data + b"\n"
 
 
 def _sizes(args: tuple[Any, ...]) -> list[list[int]]:

@@ -15,6 +15,7 @@ import enum
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -164,7 +165,11 @@ def stop_telling(group: WorkerGroup, sig: signal.Signals, stopping: Path) -> Non
     not a preemption; further stop signals are ignored meanwhile, so that the SIGKILL after
     the grace period is never skipped (a script that traps SIGTERM would otherwise outlive its
     agent)."""
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (*STOP_SIGNALS, signal.SIGALRM)}
+    # Only the main thread can set handlers: agents run as threads of one process in a
+    # rehearsal (tenter.rehearsal.pack), whose process takes the stop signals itself.
+    on_main = threading.current_thread() is threading.main_thread()
+    held = (*STOP_SIGNALS, signal.SIGALRM) if on_main else ()
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in held}
     stopping.parent.mkdir(exist_ok=True)
     stopping.touch()
     try:

@@ -1,0 +1,1 @@
+"""``tenter rehearse``: a job's real control plane at scale on one machine (docs/scale.md)."""

@@ -1,0 +1,251 @@
+"""The rehearsal's phases, timed: tenter's launcher (:class:`~tenter.rehearsal.job.RehearsalJob`)
+runs the job in a thread of this process while this drives it as faults would, and reads
+what happened through tenter's own readers (the hang module's progress records, the ledger,
+the live view, ``tenter status``).
+
+1. launch → every rank at its first step;
+2. one rank killed (``tenter fault kill --rank``'s path) → every rank stepping again (a new
+   process each: the in-round restart);
+3. one host lost (its agent and ranks gone at once) → the rest stepping again;
+4. steady state: the launcher thread's CPU (share of a core) and the process's RSS, bytes and
+   files written to the job directory per second, one live-view refresh, one ledger and
+   straggler pass, ``tenter status``;
+5. one rank SIGSTOPped (the others wait in an all-reduce) → the hang report naming it.
+
+Store requests are counted per host per phase (:mod:`tenter.rehearsal.store_count`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from tenter.contract.plan import Plan
+from tenter.goodput.records import LedgerKeeper
+from tenter.goodput.stragglers import StragglerRule, find_stragglers
+from tenter.jobdir import layout
+from tenter.jobdir.handle import JobHandle
+from tenter.jobdir.results import JobResult
+from tenter.launch import hang
+from tenter.launch.isolation.faults import kill_rank
+from tenter.launch.processes import process_identity
+from tenter.rehearsal import commands, store_count
+from tenter.rehearsal.job import RehearsalJob
+
+POLL_S = 0.1
+CULPRIT = 1
+"""The rank the hang phase stops."""
+STEADY_S = 5.0
+STEADY_PHASE = "steady"
+
+
+class RehearsalFailed(Exception):
+    """A phase did not reach its end within its bound."""
+
+
+@dataclass
+class Figures:
+    hosts: int
+    ranks: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Phase name to seconds: first_step, kill, host_lost, hang_named."""
+    store_requests: dict[str, float] = field(default_factory=dict)
+    """Phase name to store requests per host (mean; max in ``store_requests_max``)."""
+    store_requests_max: dict[str, int] = field(default_factory=dict)
+    steady: dict[str, float] = field(default_factory=dict)
+    result: JobResult | None = None
+    hang_report: str = ""
+
+    def worst_phase_requests(self) -> float:
+        """Store requests per host (mean) in the phase that made the most: launch, kill or
+        host lost (the steady state's grow with its length, not the job's size)."""
+        phases = [n for phase, n in self.store_requests.items() if phase != STEADY_PHASE]
+        return max(phases, default=0.0)
+
+
+def _wait(what: str, done: Callable[[], bool], bound_s: float) -> float:
+    """Seconds until ``done()``; RehearsalFailed past ``bound_s``."""
+    started = time.monotonic()
+    while not done():
+        if time.monotonic() - started > bound_s:
+            raise RehearsalFailed(f"{what}: not within {bound_s:g} s")
+        time.sleep(POLL_S)
+    return time.monotonic() - started
+
+
+def _stepping(plan: Plan, ranks: int, old_pids: set[int]) -> Callable[[], bool]:
+    """Every one of ``ranks`` ranks has stepped in a process not among ``old_pids``."""
+
+    def check() -> bool:
+        progress = hang.read_progress(plan)
+        fresh = [p for p in progress if p.pid not in old_pids and p.step > 0]
+        return len(fresh) >= ranks
+
+    return check
+
+
+def _pids(plan: Plan) -> set[int]:
+    return {p.pid for p in hang.read_progress(plan)}
+
+
+def _thread_cpu_s(native_id: int) -> float:
+    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _job_dir_usage(job_dir: str) -> tuple[int, int]:
+    size = files = 0
+    for root, _, names in os.walk(job_dir):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            files += 1
+    return size, files
+
+
+def _timed(action: Callable[[], object]) -> float:
+    started = time.monotonic()
+    action()
+    return time.monotonic() - started
+
+
+class Rehearsal:
+    def __init__(
+        self, plan: Plan, hosts_per_pack: int, bound_s: float, steady: bool = True
+    ) -> None:
+        self.plan, self.bound_s = plan, bound_s
+        self.steady = steady
+        """Whether to measure the steady state (phase 4), some seconds at any size."""
+        self.job = RehearsalJob(plan, hosts_per_pack)
+        self.figures = Figures(len(plan.hosts), len(plan.hosts) * plan.procs_per_host)
+        self._requests: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._launcher: threading.Thread | None = None
+
+    def run(self) -> Figures:
+        try:
+            self._launch()
+            self._kill_a_rank()
+            if self.plan.min_hosts < len(self.plan.hosts):  # a fixed membership stops
+                self._lose_a_host()
+            if self.steady:
+                self._steady_state()
+            self._hang()
+        finally:
+            self._stop.set()
+            if self._launcher is not None:
+                self._launcher.join()
+            self.job.end_packs(self.bound_s)
+        return self.figures
+
+    def _count_requests(self, phase: str) -> None:
+        ended, packs = time.time(), len(self.job.packs)
+        saved = functools.partial(store_count.saved_since, self.plan.job_dir, packs, ended)
+        _wait("the packs' store counts", saved, self.bound_s)
+        now = store_count.requests_by_host(self.plan.job_dir)
+        deltas = [count - self._requests.get(host, 0) for host, count in now.items()]
+        self._requests = now
+        self.figures.store_requests[phase] = sum(deltas) / max(1, len(deltas))
+        self.figures.store_requests_max[phase] = max(deltas, default=0)
+
+    def _launch(self) -> None:
+        started = time.monotonic()
+        self.job.start()
+        handle = JobHandle(
+            "local", self.plan.job_id, self.plan.job_dir, process_identity(os.getpid())
+        )
+        handle.write()
+
+        def launcher() -> None:
+            self.figures.result = self.job.wait(self._stop)
+
+        self._launcher = threading.Thread(target=launcher, name="tenter-launcher", daemon=True)
+        self._launcher.start()
+        _wait(
+            "every rank at its first step",
+            _stepping(self.plan, self.figures.ranks, set()),
+            self.bound_s,
+        )
+        self.figures.seconds["first_step"] = time.monotonic() - started
+        self._count_requests("launch")
+
+    def _kill_a_rank(self) -> None:
+        old = _pids(self.plan)
+        started = time.monotonic()
+        kill_rank(self.plan.job_dir, self.figures.ranks // 2)
+        _wait(
+            "every rank stepping after a rank's kill",
+            _stepping(self.plan, self.figures.ranks, old),
+            self.bound_s,
+        )
+        self.figures.seconds["kill"] = time.monotonic() - started
+        self._count_requests("kill")
+
+    def _lose_a_host(self) -> None:
+        old = _pids(self.plan)
+        started = time.monotonic()
+        commands.lose_host(self.plan.job_dir, self.plan.hosts[-1].name)
+        left = self.figures.ranks - self.plan.procs_per_host
+        _wait(
+            "the other hosts' ranks stepping after a host's loss",
+            _stepping(self.plan, left, old),
+            self.bound_s,
+        )
+        self.figures.seconds["host_lost"] = time.monotonic() - started
+        self._count_requests("host_lost")
+
+    def _steady_state(self) -> None:
+        from tenter.monitor.live import LiveView
+
+        assert self._launcher is not None and self._launcher.native_id is not None
+        me = psutil.Process()
+        size0, files0 = _job_dir_usage(self.plan.job_dir)
+        cpu0, wall0 = _thread_cpu_s(self._launcher.native_id), time.monotonic()
+        time.sleep(STEADY_S)
+        cpu1, wall1 = _thread_cpu_s(self._launcher.native_id), time.monotonic()
+        size1, files1 = _job_dir_usage(self.plan.job_dir)
+        steady = self.figures.steady
+        steady["launcher_core"] = (cpu1 - cpu0) / (wall1 - wall0)
+        steady["launcher_rss_mb"] = me.memory_info().rss / 2**20
+        steady["job_dir_bytes_per_s"] = (size1 - size0) / (wall1 - wall0)
+        steady["job_dir_files_per_s"] = (files1 - files0) / (wall1 - wall0)
+        view = LiveView(self.plan, live=False)
+        steady["live_view_s"] = _timed(view.poll)
+        steady["ledger_stragglers_s"] = _timed(self._ledger_and_stragglers)
+        steady["status_s"] = _timed(self._status)
+        self._count_requests(STEADY_PHASE)
+
+    def _ledger_and_stragglers(self) -> None:
+        keeper = LedgerKeeper(self.plan.job_dir)
+        keeper.ledger()
+        find_stragglers(keeper.reader.arrivals, keeper.reader.hosts, StragglerRule())
+
+    def _status(self) -> None:
+        tenter = [sys.executable, "-m", "tenter", "status", self.plan.job_dir]
+        subprocess.run(tenter, check=True, capture_output=True, timeout=self.bound_s)
+
+    def _hang(self) -> None:
+        culprit = next(p for p in hang.read_progress(self.plan) if p.rank == CULPRIT)
+        report = Path(self.plan.job_dir) / layout.HANG_REPORT_FILE
+        started = time.monotonic()
+        os.kill(culprit.pid, signal.SIGSTOP)
+        stopped = next(p for p in hang.read_progress(self.plan) if p.pid == culprit.pid)
+        commands.hang(self.plan.job_dir, CULPRIT, stopped.step)
+        bound = (self.plan.hang_timeout or 0) + self.bound_s
+        _wait("the hang report", report.exists, bound)
+        self.figures.seconds["hang_named"] = time.monotonic() - started
+        self.figures.hang_report = report.read_text()
+        assert self._launcher is not None
+        self._launcher.join(timeout=self.bound_s)

@@ -1,0 +1,56 @@
+"""The rehearsal's plan: the job's own spec at the asked size, on the local backend, whose ranks
+are light ranks (:mod:`tenter.rehearsal.rank`) instead of the job's script."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from tenter.contract.plan import Plan
+from tenter.contract.planner import new_job_id
+from tenter.launch.local.backend import LocalBackend
+from tenter.rehearsal.rank import STEP_ENV
+from tenter.spec.load import load_file
+
+MAX_RESTARTS = 3
+"""A rank's kill and a host's loss use one each."""
+
+
+def rehearsal_plan(
+    spec_file: Path,
+    hosts: int,
+    procs_per_host: int,
+    step_s: float,
+    hang_timeout: int,
+    elastic: bool = False,
+) -> Plan:
+    overrides = {
+        "backend": "local",
+        "instance_count": 2,
+        "processes_per_host": 1,
+        # Fixed membership by default (its first round is planned: no round of torch's
+        # rendezvous, which at 64 handlers did not form in 2 minutes here); ``elastic``: one
+        # host fewer may go on (a lost host's phase), through torch's rendezvous.
+        "elastic": {
+            "min_hosts": 1,
+            "max_restarts": MAX_RESTARTS,
+            "hang_timeout": hang_timeout,
+            "max_hosts": 2,
+            "on_hang": "stop",
+        },
+    }
+    spec, _ = load_file(spec_file, overrides)
+    # Checked at a size this machine's capacity rule allows (it counts a torch worker's
+    # 256 MiB per rank), then sized up: a light rank needs a few MiB (docs/scale.md).
+    least = hosts - 1 if elastic else hosts
+    sized = spec.elastic.model_copy(update={"min_hosts": least, "max_hosts": hosts})
+    spec = spec.model_copy(
+        update={"instance_count": hosts, "processes_per_host": procs_per_host, "elastic": sized}
+    )
+    plan = LocalBackend().dryrun(spec, new_job_id(f"rehearse-{spec.name}"))
+    return dataclasses.replace(
+        plan,
+        command=[sys.executable, "-m", "tenter.rehearsal.rank"],
+        env={**plan.env, STEP_ENV: str(step_s)},
+    )

@@ -1,0 +1,69 @@
+"""Counting the store requests each host's agent makes, in a pack of agents
+(:mod:`tenter.rehearsal.pack`): every public request method of torch's ``Store`` is wrapped
+(:func:`tenter.rehearsal.compat.wrap_store_requests`) to add one to the calling thread's
+host. Saved as ``rehearsal/store-<first host>.json`` in the job directory: host index to
+requests so far (:func:`requests_by_host` sums the packs')."""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tenter.jobdir.layout import write_atomic
+from tenter.rehearsal import compat
+from tenter.rehearsal.commands import FOLDER
+
+_counts: Counter[int] = Counter()
+_this = threading.local()
+_file: Path | None = None
+
+
+def this_thread_is(host_index: int) -> None:
+    _this.host = host_index
+
+
+def _counted(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        _counts[getattr(_this, "host", -1)] += 1
+        return method(*args, **kwargs)
+
+    return counted
+
+
+def install(job_dir: str, first_host: int) -> None:
+    global _file
+    compat.wrap_store_requests(_counted)
+    _file = Path(job_dir) / FOLDER / f"store-{first_host}.json"
+    _file.parent.mkdir(exist_ok=True)
+
+
+def save() -> None:
+    if _file is not None:
+        write_atomic(_file, json.dumps({str(k): v for k, v in _counts.items() if k >= 0}))
+
+
+def saved_since(job_dir: str, packs: int, since: float) -> bool:
+    """Whether each of the ``packs`` packs saved its counts since the time ``since``
+    (each saves them every half second)."""
+    try:
+        times = [p.stat().st_mtime for p in (Path(job_dir) / FOLDER).glob("store-*.json")]
+    except OSError:  # replaced meanwhile: look again
+        return False
+    return len(times) >= packs and min(times) >= since
+
+
+def requests_by_host(job_dir: str) -> dict[int, int]:
+    """Every pack's counts so far: host index to store requests."""
+    found: dict[int, int] = {}
+    for path in (Path(job_dir) / FOLDER).glob("store-*.json"):
+        try:
+            found.update({int(k): v for k, v in json.loads(path.read_text()).items()})
+        except (OSError, ValueError):
+            continue  # a pack replaced it meanwhile: the next look reads it
+    return found

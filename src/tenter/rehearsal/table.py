@@ -1,0 +1,61 @@
+"""The rehearsal's table and its one-line form (``scale hosts=H ranks=R ...``)."""
+
+from __future__ import annotations
+
+from tenter.rehearsal.drive import Figures
+
+TARGETS = {
+    "first_step": ("launch -> every rank at its first step", 30.0),
+    "kill": ("one rank killed -> every rank stepping again", 5.0),
+    "host_lost": ("one host lost -> the rest stepping again", 5.0),
+    "hang_named": ("one rank stopped -> the hang report naming it", None),
+}
+STEADY = {
+    "launcher_core": ("launcher CPU (share of a core)", 0.25),
+    "launcher_rss_mb": ("launcher process RSS (MB)", 1024.0),
+    "job_dir_bytes_per_s": ("job directory bytes written per s", None),
+    "job_dir_files_per_s": ("job directory files created per s", None),
+    "live_view_s": ("one live-view refresh (s)", None),
+    "ledger_stragglers_s": ("one ledger and straggler pass (s)", None),
+    "status_s": ("tenter status (s)", 1.0),
+}
+
+
+def rows(figures: Figures, hang_timeout: float) -> list[tuple[str, str, str]]:
+    """(what, measured, target) rows."""
+    out = []
+    for key, (what, target) in TARGETS.items():
+        if key in figures.seconds:
+            bound = hang_timeout + 5 if key == "hang_named" else target
+            out.append(
+                (what, f"{figures.seconds[key]:.2f} s", _target(figures.seconds[key], bound))
+            )
+    for key, (what, target) in STEADY.items():
+        if key in figures.steady:
+            out.append((what, f"{figures.steady[key]:.3g}", _target(figures.steady[key], target)))
+    for phase, mean in figures.store_requests.items():
+        worst = figures.store_requests_max.get(phase, 0)
+        out.append((f"store requests per host: {phase}", f"{mean:.1f} (max {worst})", ""))
+    return out
+
+
+def _target(value: float, bound: float | None) -> str:
+    if bound is None:
+        return ""
+    return f"<= {bound:g}: {'ok' if value <= bound else 'MISSED'}"
+
+
+def scale_line(figures: Figures) -> str:
+    nan = float("nan")
+    s, steady = figures.seconds, figures.steady
+    per_host = figures.worst_phase_requests()
+    return (
+        f"scale hosts={figures.hosts} ranks={figures.ranks} "
+        f"first_step_s={s.get('first_step', nan):.2f} kill_s={s.get('kill', nan):.2f} "
+        f"host_lost_s={s.get('host_lost', nan):.2f} "
+        f"hang_named_s={s.get('hang_named', nan):.2f} "
+        f"launcher_core={steady.get('launcher_core', nan):.3f} "
+        f"launcher_rss_mb={steady.get('launcher_rss_mb', nan):.0f} "
+        f"status_s={steady.get('status_s', nan):.2f} "
+        f"store_requests_per_host={per_host:.1f}"
+    )

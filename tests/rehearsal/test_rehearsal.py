@@ -1,0 +1,52 @@
+"""The rehearsal at 64 hosts x 8 ranks: tenter's real launcher and agents over light ranks; the
+summary, the ledger, the failure report and the hang report are right at that size."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tenter.rehearsal.drive import Rehearsal
+from tenter.rehearsal.plan import MAX_RESTARTS, rehearsal_plan
+from tenter.rehearsal.table import scale_line
+from tests.conftest import assert_nothing_left
+
+SPEC = Path(__file__).parents[2] / "examples" / "digits" / "job.yaml"
+HOSTS, PROCS = 64, 8
+
+
+def test_rehearsal_at_64_hosts_names_every_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stopped rank holds its host's stop for the grace period (SIGTERM does not end a
+    # stopped process): shorter in the agents, whose packs read it at their start.
+    monkeypatch.setenv("TENTER_STOP_GRACE_S", "2")
+    started = time.monotonic()
+    plan = rehearsal_plan(SPEC, HOSTS, PROCS, step_s=0.5, hang_timeout=5)
+    figures = Rehearsal(plan, hosts_per_pack=64, bound_s=40, steady=False).run()
+    print(scale_line(figures))
+    assert time.monotonic() - started <= 60
+    assert set(figures.seconds) == {"first_step", "kill", "hang_named"}
+    job_dir = Path(plan.job_dir)
+    summary = json.loads((job_dir / "summary.json").read_text())
+    assert summary["state"] == "hang" and summary["exit_code"] != 0
+    assert (summary["hosts"], summary["procs_per_host"]) == (HOSTS, PROCS)
+    assert "straggler" not in summary["summary"]  # the light ranks step in lockstep
+    ledger = json.loads((job_dir / "goodput.json").read_text())
+    assert ledger["ranks"] == HOSTS * PROCS
+    assert ledger["parts"]["fault"] > 0 and ledger["lost_steps"] > 0  # the rank's kill
+    assert ledger["parts"]["hang"] > 0
+    # The kill: every host restarted its workers once, in the round (a restart used).
+    events = [json.loads(line) for line in (job_dir / "events.jsonl").open()]
+    restarts = [e for e in events if e["event"] == "restart"]
+    assert sorted(e["host"] for e in restarts) == sorted(h.name for h in plan.hosts)
+    assert all(e["used"] and e["remaining"] == MAX_RESTARTS - 1 for e in restarts)
+    # The failure report is the hang's: it names the stopped rank, stopped, and no other.
+    assert summary["summary"].count("\nsuspect: ") == 1
+    suspects = [line for line in figures.hang_report.splitlines() if line.startswith("suspect: ")]
+    assert len(suspects) == 1, suspects
+    assert "suspect: rank 1 on algo-1" in suspects[0]
+    assert "its process is stopped" in suspects[0]
+    assert figures.store_requests["launch"] > 0
+    assert_nothing_left(job_dir)
