@@ -38,6 +38,7 @@ from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
 from tenter.launch import hang
 from tenter.launch.isolation.faults import kill_rank
+from tenter.launch.output import create_job_dir
 from tenter.launch.processes import process_identity
 from tenter.rehearsal import commands, store_count
 from tenter.rehearsal.job import RehearsalJob
@@ -162,6 +163,7 @@ class Rehearsal:
 
     def _launch(self) -> None:
         started = time.monotonic()
+        create_job_dir(self.plan)  # as a backend's submit does
         self.job.start()
         handle = JobHandle(
             "local", self.plan.job_id, self.plan.job_dir, process_identity(os.getpid())

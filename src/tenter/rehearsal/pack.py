@@ -89,9 +89,10 @@ def run_agent(plan: Plan, host: HostPlan, rdzv_port: str, stop: threading.Event)
     store_count.this_thread_is(host.index)
     env = {**os.environ, **plan.host_env(host)}
     store, port = job_store.start(plan, host) if plan.store_on_first_host else (None, rdzv_port)
-    handler = rendezvous.create_handler(plan, host, str(port))
+    at = rendezvous.endpoint(plan, str(port))
+    handler = rendezvous.create_handler(plan, host, at)
     planned = (
-        functools.partial(rendezvous.join_planned, plan, host, str(port))
+        functools.partial(rendezvous.join_planned, plan, host, at)
         if rendezvous.planned(plan)
         else None
     )
