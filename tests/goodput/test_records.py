@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tenter.errors import ExitCode
-from tenter.goodput.records import LedgerKeeper, record_checkpoint
+from tenter.goodput.keeper import LedgerKeeper, record_checkpoint
 from tenter.goodput.stragglers import StragglerRule, find_stragglers
 from tenter.jobdir.layout import rank_file
 from tenter.jobdir.results import JobResult, write_result

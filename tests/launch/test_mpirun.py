@@ -331,7 +331,7 @@ def test_a_rank_mpirun_saw_killed_is_reported_as_its_agent_would(tenter_home: Pa
     # through the agents' own writer, and reads it back as on every backend.
     from tenter.jobdir import layout
     from tenter.jobdir.agent_result import read_result
-    from tenter.jobdir.records import record_worker_logs
+    from tenter.jobdir.line_files import record_worker_logs
     from tenter.launch.mpi.backend import MpiJob
     from tenter.launch.output import create_job_dir
     from tenter.launch.report import collect_failures

@@ -9,7 +9,7 @@ from tenter.contract.plan import Plan
 from tenter.jobdir import layout
 from tenter.launch import api
 from tenter.launch.output import create_job_dir
-from tenter.monitor.records import rank_file
+from tenter.monitor.metrics_files import rank_file
 from tenter.spec import load
 
 SCRIPTS = Path(__file__).parent / "scripts"

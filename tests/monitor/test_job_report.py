@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tenter.jobdir.results import JobResult, write_result
 from tenter.monitor.job_report import step_times, throughput_timeline
-from tenter.monitor.records import Sample
+from tenter.monitor.metrics_files import Sample
 from tests.conftest import tenter
 from tests.monitor.helpers import T0, fake_job, launched_at
 

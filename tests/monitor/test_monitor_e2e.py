@@ -10,7 +10,7 @@ import pytest
 from tenter import session
 from tenter.launch import api
 from tenter.monitor.live import LiveView
-from tenter.monitor.records import read_metrics, read_rank_samples
+from tenter.monitor.metrics_files import read_metrics, read_rank_samples
 from tenter.spec import load
 from tests.conftest import assert_nothing_left
 from tests.monitor.helpers import SCRIPTS

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tenter.goodput.records import LedgerKeeper, record_straggler
+from tenter.goodput.keeper import LedgerKeeper, record_straggler
 from tenter.goodput.stragglers import Straggler
 from tenter.monitor.live import LiveView
 from tenter.monitor.prometheus import metric_name

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tenter.monitor.records import Sample
+from tenter.monitor.metrics_files import Sample
 from tenter.monitor.scaling import compare, measure
 from tests.conftest import REPO, tenter
 

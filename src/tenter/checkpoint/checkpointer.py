@@ -57,7 +57,7 @@ from tenter.checkpoint.run_state import (
 )
 from tenter.checkpoint.state import set_rng_state, snapshot
 from tenter.checkpoint.writer import AsyncWriter
-from tenter.goodput.records import record_checkpoint
+from tenter.goodput.keeper import record_checkpoint
 from tenter.jobdir.layout import CHECKPOINTS_DIR
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
 from tenter.runtime import steps

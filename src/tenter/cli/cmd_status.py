@@ -83,7 +83,7 @@ def show_status(args: argparse.Namespace) -> int:
 def ledger_from_ranks(job_dir: Path) -> tuple[Ledger, ProgressSummary]:
     """The ledger and progress as of now, from every rank's records (what the launcher keeps,
     where there is no launcher to keep it)."""
-    from tenter.goodput.records import LedgerKeeper
+    from tenter.goodput.keeper import LedgerKeeper
 
     keeper = LedgerKeeper(job_dir)
     return keeper.ledger(), ProgressSummary.of(keeper.reader.progress)

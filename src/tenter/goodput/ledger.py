@@ -19,7 +19,7 @@ gets one part:
 
 The job's ledger is the mean over the ranks that reported of each part, summed over the runs
 of a preempted job and its resumes, so the parts add up to the wall time exactly; goodput is
-``productive / wall``. Nothing here reads a file or a clock: :mod:`tenter.goodput.records`
+``productive / wall``. Nothing here reads a file or a clock: :mod:`tenter.goodput.keeper`
 gathers the inputs from the job directory.
 """
 

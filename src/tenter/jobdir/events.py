@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.jobdir.layout import EVENTS_FILE
-from tenter.jobdir.records import JsonlFollower, append_line, read_lines
+from tenter.jobdir.line_files import JsonlFollower, append_line, read_lines
 
 Event = dict[str, Any]
 """One line of the file, as read: ``"event"`` (an :class:`EventKind`'s value), ``"time"``

@@ -5,7 +5,7 @@
 <job_dir>/membership.jsonl           the launch, and each host that joined since (.membership)
 <job_dir>/handle.json                which backend holds the job and its id there
 <job_dir>/summary.json               outcome, duration, failures (written when the job ends)
-<job_dir>/goodput.json               the goodput ledger (:mod:`tenter.goodput.records`)
+<job_dir>/goodput.json               the goodput ledger (:mod:`tenter.goodput.keeper`)
 <job_dir>/progress.json              the ranks' steps as the ledger last read them (tenter status)
 <job_dir>/events.jsonl               rendezvous rounds and restarts, as the agents saw them
 <job_dir>/metrics.jsonl              the live view's samples (:mod:`tenter.monitor.live`)
@@ -69,7 +69,7 @@ REPLICA_STEP_FILE = "replica-{group}.step"
 (:mod:`tenter.runtime.ft`), read by the launcher when the group is lost."""
 SPARES_DIR = "spares"
 """Under it, per host: the temporary directory of the host's warm spares
-(:mod:`tenter.launch.warm`), removed when the host's agent ends."""
+(:mod:`tenter.launch.agent.spares`), removed when the host's agent ends."""
 ETC_DIR = "etc"
 """An isolated job's hosts' own ``/etc`` files."""
 AGENT_RESULT_FILE = "agent-result.json"

@@ -6,7 +6,7 @@
 ``plan.json`` is the request as launched, written once and never again; the hosts that
 ``tenter join`` added since are here (the plan's spare hosts, in order), and every reader
 that needs the hosts as they are now reads both (:func:`tenter.contract.plan.read_plan`).
-The launch line is the ledger's start of the job (:mod:`tenter.goodput.records`).
+The launch line is the ledger's start of the job (:mod:`tenter.goodput.keeper`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tenter.jobdir.layout import MEMBERSHIP_FILE, PLAN_FILE
-from tenter.jobdir.records import append_line, read_lines
+from tenter.jobdir.line_files import append_line, read_lines
 
 LAUNCH_EVENT = "launch"
 JOIN_EVENT = "join"

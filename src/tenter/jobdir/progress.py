@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tenter.jobdir.layout import PROGRESS_FILE, RANK_DIR, RANK_PREFIX, STEPS_DIR, rank_of
-from tenter.jobdir.records import JsonlFollower
+from tenter.jobdir.line_files import JsonlFollower
 
 Step = tuple[float, int]
 """(time, step number)."""

@@ -19,7 +19,7 @@ from typing import TextIO
 
 from tenter.jobdir import layout
 from tenter.jobdir.events import Event, EventFollower, EventKind, is_kind
-from tenter.jobdir.records import read_lines
+from tenter.jobdir.line_files import read_lines
 from tenter.spec.errors import counted
 
 POLL_S = 0.1

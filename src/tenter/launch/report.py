@@ -21,8 +21,8 @@ from typing import Any
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import finished_marker
+from tenter.goodput.keeper import LedgerKeeper
 from tenter.goodput.ledger import Ledger, summary_line
-from tenter.goodput.records import LedgerKeeper
 from tenter.jobdir import layout
 from tenter.jobdir.agent_result import HostState, WorkerFailure
 from tenter.jobdir.agent_result import read_result as read_agent_result

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tenter.goodput.keeper import LedgerKeeper, named_stragglers
 from tenter.goodput.ledger import PARTS, Ledger, job_timelines, run_end, summary_line
-from tenter.goodput.records import LedgerKeeper, named_stragglers
 from tenter.goodput.stragglers import Straggler
 from tenter.jobdir.events import EventFollower
 from tenter.jobdir.layout import GOODPUT_FILE

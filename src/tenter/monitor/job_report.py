@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import read_plan
-from tenter.goodput.records import named_stragglers
+from tenter.goodput.keeper import named_stragglers
 from tenter.jobdir import layout
 from tenter.jobdir.events import read_events
 from tenter.jobdir.progress import RankProgress, Step, read_progress
 from tenter.launch.console import read_index
 from tenter.monitor.goodput_report import goodput_section
-from tenter.monitor.records import Sample, read_metrics
+from tenter.monitor.metrics_files import Sample, read_metrics
 from tenter.monitor.snapshot import format_bytes, format_duration
 from tenter.spec.errors import counted
 

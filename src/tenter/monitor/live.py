@@ -80,7 +80,7 @@ class _WorkerProcesses:
             return None
         if "RANK" in env:
             return int(env["RANK"])
-        # A warm worker (tenter.launch.warm) keeps the environment it started with, without
+        # A warm worker (tenter.launch.agent.spares) keeps the environment it started with, without
         # its rank's variables, in /proc; once it became a rank, its stdout is the rank's log.
         try:
             stdout = os.path.basename(os.readlink(f"/proc/{proc.pid}/fd/1"))

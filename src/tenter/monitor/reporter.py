@@ -27,7 +27,7 @@ import time
 from typing import SupportsFloat
 
 from tenter.jobdir.layout import rank_file, worker_rank
-from tenter.jobdir.records import BufferedLines as Reporter
+from tenter.jobdir.line_files import BufferedLines as Reporter
 
 _reporter: Reporter | None = None
 _checked = False

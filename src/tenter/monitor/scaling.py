@@ -21,7 +21,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tenter.monitor.records import Sample, read_rank_samples
+from tenter.monitor.metrics_files import Sample, read_rank_samples
 from tenter.monitor.snapshot import format_duration
 
 WARMUP_FRACTION = 0.1

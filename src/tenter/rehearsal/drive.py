@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from tenter.contract.plan import Plan
-from tenter.goodput.records import LedgerKeeper
+from tenter.goodput.keeper import LedgerKeeper
 from tenter.goodput.stragglers import StragglerRule, find_stragglers
 from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle

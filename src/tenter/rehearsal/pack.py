@@ -27,7 +27,7 @@ from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir.agent_result import AgentResult, HostState, write_result
 from tenter.jobdir.control import control_dir
 from tenter.jobdir.layout import spares_tmp_dir
-from tenter.launch.warm import WarmPool
+from tenter.launch.agent.spares import WarmPool
 from tenter.rehearsal import commands, store_count
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def lost_marker(host: HostPlan) -> Path:
 
 
 class LightPool(WarmPool):
-    """A host's warm pool (:mod:`tenter.launch.warm`, unchanged in what it does with spares)
+    """A host's warm pool (:mod:`tenter.launch.agent.spares`, unchanged in what it does with spares)
     whose template is ``python -m tenter.rehearsal.rank --warm``: spares that become light
     ranks. Its template is a fresh process of a few MB, not a fork of the pack as an agent's
     is: forks of a process that imported torch cost the kernel more (at 64 x 8, 28 s of

@@ -18,8 +18,9 @@ commands (:mod:`tenter.rehearsal.commands`, one ``stat`` of the control folder a
 A kill is tenter's own (``tenter fault JOB kill --rank N``: the agent SIGKILLs the rank).
 
 ``python -m tenter.rehearsal.rank --warm`` is a host's template of light ranks, as the
-bootstrap's ``--warm`` is of torch workers (:mod:`tenter.runtime.warm`'s protocol, served to
-the agent's real :class:`~tenter.launch.warm.WarmPool`, :class:`tenter.rehearsal.pack.LightPool`):
+bootstrap's ``--warm`` is of torch workers (:mod:`tenter.runtime.warm`'s protocol, served
+to the agent's real :class:`~tenter.launch.agent.spares.WarmPool`,
+:class:`tenter.rehearsal.pack.LightPool`):
 a group restart of 512 ranks is 512 forks of a few milliseconds, not 512 interpreter starts
 (20-30 ms of CPU each, which on 2 cores outlasted the hang timeout).
 """
@@ -37,7 +38,7 @@ from pathlib import Path
 
 from tenter.jobdir import layout
 from tenter.jobdir.control import control_dir, lost_hosts
-from tenter.jobdir.records import BufferedLines
+from tenter.jobdir.line_files import BufferedLines
 from tenter.monitor import reporter
 from tenter.rehearsal import commands
 from tenter.runtime import warm

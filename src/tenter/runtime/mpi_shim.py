@@ -38,7 +38,7 @@ from pathlib import Path
 from tenter.contract.plan import Plan
 from tenter.contract.torchrun import torchrun_env
 from tenter.jobdir import layout
-from tenter.jobdir.records import record_worker_logs
+from tenter.jobdir.line_files import record_worker_logs
 from tenter.runtime.parent_death import dies_with_parent
 
 PLAN_ENV = "TENTER_PLAN"

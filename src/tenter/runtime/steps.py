@@ -36,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.hooks import RemovableHandle
 
 from tenter.jobdir.layout import rank_steps_file
-from tenter.jobdir.records import BufferedLines
+from tenter.jobdir.line_files import BufferedLines
 
 LOOK_FOR_DDP = 10_000
 """Module calls after which a script that has not run a DDP module is assumed to have none."""

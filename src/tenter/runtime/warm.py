@@ -2,8 +2,8 @@
 
 A host's warm workers come from one template, ``python -m tenter.runtime.bootstrap --warm
 MODULE...`` or a fork of the agent that becomes what that command would be (see
-:mod:`tenter.launch.warm`). With torch imported, it :func:`serve` s the agent on its stdin (a
-Unix ``SOCK_SEQPACKET`` socket; the messages are :mod:`tenter.runtime.warm_protocol`'s): each
+:mod:`tenter.launch.agent.spares`). With torch imported, it :func:`serve` s the agent on its
+stdin (a Unix ``SOCK_SEQPACKET`` socket; the messages are :mod:`tenter.runtime.warm_protocol`'s): each
 ``fork`` request comes with the read end of a pipe and is answered with the pid of a spare
 forked from the template, its imports done; the template reaps its spares and tells the agent
 each one's exit status (``exit PID CODE``, ``subprocess``'s codes); ``preload`` imports the
@@ -31,7 +31,7 @@ initial environment as the kernel shows it (``/proc/PID/environ``) is the templa
 agent's, where the template is its fork), and modules the template imported (torch; the
 agent's, where it is its fork) were imported before the rank's variables were set;
 the agent only hands a spare a rank whose variables differ from its own in ones read after
-start-up (:data:`tenter.launch.warm.PER_WORKER`).
+start-up (:data:`tenter.launch.agent.spares.PER_WORKER`).
 """
 
 from __future__ import annotations

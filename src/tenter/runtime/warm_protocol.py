@@ -2,7 +2,7 @@
 socket (one message a packet): the agent's requests (:data:`FORK`, which carries the read end
 of the spare's handoff pipe, and :data:`PRELOAD`) and the template's reports (:class:`Forked`,
 :class:`Exited`). The template's side is :mod:`tenter.runtime.warm`, the agent's
-:mod:`tenter.launch.template`; both speak through this module only."""
+:mod:`tenter.launch.agent.template`; both speak through this module only."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from tenter.jobdir import layout
 from tenter.jobdir.control import control_dir, rank_kill_reply, rank_kill_request
 from tenter.jobdir.events import EventKind, record_event
 from tenter.jobdir.layout import write_atomic
-from tenter.jobdir.records import record_worker_logs
+from tenter.jobdir.line_files import record_worker_logs
 from tenter.launch.agent.rendezvous import Round
 from tenter.launch.agent.workers import WorkerEntry, WorkerGroup
 

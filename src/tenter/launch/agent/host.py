@@ -64,9 +64,9 @@ from tenter.jobdir.control import (
 from tenter.jobdir.events import EventKind, record_event
 from tenter.launch.agent import in_round, rendezvous
 from tenter.launch.agent.entries import KillRequests, record_round, worker_entries
+from tenter.launch.agent.spares import WarmPool
 from tenter.launch.agent.workers import GroupState, WorkerGroup, start_worker, stop_telling
 from tenter.launch.console import read_index
-from tenter.launch.warm import WarmPool
 
 logger = logging.getLogger(__name__)
 

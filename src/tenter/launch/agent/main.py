@@ -2,7 +2,7 @@
 of a job.
 
 The agent reads its host's part of the plan, imports torch (for the rendezvous), then forks
-its host's warm template (:mod:`tenter.launch.warm`) from itself: the template starts with
+its host's warm template (:mod:`tenter.launch.agent.spares`) from itself: the template starts with
 torch imported, and the host pays one import of torch, not two side by side (seconds each;
 4-5 s for a CUDA build on the H100 machine, on the same cores as the other hosts' on a
 machine of simulated hosts). The fork comes before the agent configures its logging or starts
@@ -26,7 +26,7 @@ import sys
 
 from tenter.contract.plan import Plan
 from tenter.jobdir.layout import spares_tmp_dir
-from tenter.launch.warm import ENABLED_ENV, WarmPool, enabled
+from tenter.launch.agent.spares import ENABLED_ENV, WarmPool, enabled
 
 logger = logging.getLogger(__name__)
 

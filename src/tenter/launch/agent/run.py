@@ -27,8 +27,8 @@ from tenter.jobdir.agent_result import AgentResult, HostState, write_result
 from tenter.jobdir.control import request_preemption
 from tenter.launch.agent import rendezvous
 from tenter.launch.agent.host import HostAgent, StopSignal
+from tenter.launch.agent.spares import WarmPool
 from tenter.launch.signals import STOP_SIGNALS
-from tenter.launch.warm import WarmPool
 
 AGENT_SIGNALS = (*STOP_SIGNALS, signal.SIGQUIT)
 """The signals that stop the agent: torchrun's (``TORCHELASTIC_SIGNALS_TO_HANDLE``)."""

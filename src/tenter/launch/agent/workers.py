@@ -4,7 +4,7 @@ Each worker is started exactly as the plan's rank entry says (the plan's command
 directory, the host's environment plus the contract's per-rank variables, its output and
 error files), in a session of its own (as torch's agent does: a stop reaches the worker's
 whole process group), with default dispositions for the stop signals whatever the agent's own,
-and SIGKILLed by the kernel if its agent dies. A warm spare (:mod:`tenter.launch.warm`)
+and SIGKILLed by the kernel if its agent dies. A warm spare (:mod:`tenter.launch.agent.spares`)
 stands in for a fresh process when it can.
 """
 
@@ -23,10 +23,10 @@ from pathlib import Path
 
 from tenter.contract.torchrun import finished_marker
 from tenter.jobdir.agent_result import WorkerFailure
+from tenter.launch.agent.spares import WarmPool
+from tenter.launch.agent.template import ForkedProcess
 from tenter.launch.processes import STOP_GRACE_S, worker_preexec
 from tenter.launch.signals import STOP_SIGNALS
-from tenter.launch.template import ForkedProcess
-from tenter.launch.warm import WarmPool
 
 STOP_POLL_S = 0.02
 """How often a stop checks whether the workers have exited."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tenter.contract.plan import Plan
-from tenter.goodput.records import record_hang
+from tenter.goodput.keeper import record_hang
 from tenter.jobdir import layout
 from tenter.jobdir.results import JobState
 from tenter.launch import flight_recorder, hang

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from tenter.contract.plan import Plan
-from tenter.goodput.records import LedgerKeeper, record_straggler
+from tenter.goodput.keeper import LedgerKeeper, record_straggler
 from tenter.goodput.stragglers import Straggler, StragglerRule
 from tenter.jobdir.results import JobState
 from tenter.launch.console import say

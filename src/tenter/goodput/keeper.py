@@ -39,9 +39,9 @@ from tenter.jobdir.layout import (
     logs_dir,
     write_atomic,
 )
+from tenter.jobdir.line_files import JsonlFollower
 from tenter.jobdir.membership import launch_time
 from tenter.jobdir.progress import ProgressReader, ProgressSummary, RankProgress
-from tenter.jobdir.records import JsonlFollower
 from tenter.jobdir.results import JobState, read_result
 
 

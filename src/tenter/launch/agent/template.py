@@ -1,7 +1,7 @@
 """A host's warm template as its agent sees it: the process (a fork of the agent, or a fresh
 ``python -m tenter.runtime.bootstrap --warm``), the socket the agent asks it over, and the
 spares it forks (:class:`ForkedProcess`, the agent's worker handle). What the pool does with
-them is :mod:`tenter.launch.warm`; the template's own side is :mod:`tenter.runtime.warm`."""
+them is :mod:`tenter.launch.agent.spares`; the template's own side is :mod:`tenter.runtime.warm`."""
 
 from __future__ import annotations
 

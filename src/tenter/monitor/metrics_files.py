@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tenter.jobdir.layout import METRICS_FILE, rank_file
+from tenter.jobdir.line_files import JsonlFollower
 from tenter.jobdir.progress import Sample, read_progress
-from tenter.jobdir.records import JsonlFollower
 
 __all__ = [
     "JsonlFollower",

@@ -13,7 +13,7 @@ starts any thread (:meth:`WarmPool.fork_template`): one import of torch per host
 workers are spares. A template started again (the first died), or one of an agent that runs
 inside a Slurm node's entry (whose initial environment is Slurm's), is a fresh process,
 started before the agent imports torch where it can be. The template, its socket and its
-spares as the agent sees them are :mod:`tenter.launch.template`. Used spares are forked
+spares as the agent sees them are :mod:`tenter.launch.agent.template`. Used spares are forked
 again at once; :data:`PRELOAD_DELAY_S` after the first workers started, the template also imports
 :data:`tenter.runtime.warm.PRELOAD` (torch.distributed.checkpoint), for the spares it forks
 from then on. The template's temporary directory (``TMPDIR``, which its spares keep until
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from tenter.contract.torchrun import per_worker_variables
 from tenter.contract.worker import BOOTSTRAP
-from tenter.launch.template import (
+from tenter.launch.agent.template import (
     ForkedProcess,
     ForkedTemplate,
     Template,
