@@ -201,9 +201,29 @@ def process_state(pid: int) -> str:
         return "gone"
 
 
-def _suspicions(
-    p: RankProgress, progress: list[RankProgress], state: str, answered: bool
-) -> list[str]:
+@dataclass(frozen=True)
+class _Front:
+    """Where the furthest ranks are, reckoned once for a report (not once per rank: a
+    report of N ranks stays O(N))."""
+
+    seq: int
+    seq_ranks: str
+    step: int
+    step_ranks: str
+
+    @staticmethod
+    def of(progress: list[RankProgress]) -> _Front:
+        seq = max((q.seq for q in progress), default=0)
+        step = max((q.step for q in progress), default=0)
+        return _Front(
+            seq,
+            _ranges([q.rank for q in progress if q.seq == seq]),
+            step,
+            _ranges([q.rank for q in progress if q.step == step]),
+        )
+
+
+def _suspicions(p: RankProgress, front: _Front, state: str, answered: bool) -> list[str]:
     """Why rank ``p`` may be what the others wait for."""
     why: list[str] = []
     if p.state == EXITING:
@@ -212,14 +232,12 @@ def _suspicions(
         why.append("its process is stopped (SIGSTOP or a debugger): it cannot run at all")
     elif not answered:
         why.append(f"it did not answer the stack request within {STACKS_WAIT_S:.0f} s")
-    latest_seq = max(q.seq for q in progress)
-    if p.seq < latest_seq:
-        others = _ranges([q.rank for q in progress if q.seq == latest_seq])
-        why.append(f"behind: {p.op or 'no collective'} #{p.seq}, ranks {others} at #{latest_seq}")
-    latest_step = max(q.step for q in progress)
-    if p.step < latest_step:
-        others = _ranges([q.rank for q in progress if q.step == latest_step])
-        why.append(f"behind: step {p.step}, ranks {others} at step {latest_step}")
+    if p.seq < front.seq:
+        why.append(
+            f"behind: {p.op or 'no collective'} #{p.seq}, ranks {front.seq_ranks} at #{front.seq}"
+        )
+    if p.step < front.step:
+        why.append(f"behind: step {p.step}, ranks {front.step_ranks} at step {front.step}")
     return why
 
 
@@ -248,9 +266,10 @@ def report(
         lines.append(f"rank {p.rank} on {p.host}: {where}, {now - p.time:.1f} s ago; now at:")
         lines += [f"    {frame}" for frame in _innermost_frames(stacks.get(p.rank, ""))]
     suspects = 0
+    front = _Front.of(progress)
     for p in progress:
         state = states.get(p.rank, "unknown")
-        why = _suspicions(p, progress, state, p.rank in stacks)
+        why = _suspicions(p, front, state, p.rank in stacks)
         if why:
             suspects += 1
             lines.append(
@@ -258,8 +277,7 @@ def report(
             )
     if not suspects:
         lines.append("no suspect: every rank answered and all are at the same collective and step")
-    lines.append(
-        "every rank's stacks: "
-        + ", ".join(sorted({Path(layout.stacks_file(p.stem)).name for p in progress}))
-    )
+    # One line whatever the ranks: a glob, not every file's name (8,192 names at scale).
+    dirs = sorted({str(Path(layout.stacks_file(p.stem)).parent) for p in progress})
+    lines.append(f"every rank's stacks: {', '.join(dirs)}/*.stacks ({len(progress)} ranks)")
     return "\n".join(lines)

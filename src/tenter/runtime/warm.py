@@ -3,9 +3,10 @@
 A host's warm workers come from one template, ``python -m tenter.runtime.bootstrap --warm
 MODULE...`` or a fork of the agent that becomes what that command would be (see
 :mod:`tenter.launch.agent.spares`). With torch imported, it :func:`serve` s the agent on its
-stdin (a Unix ``SOCK_SEQPACKET`` socket; the messages are :mod:`tenter.runtime.warm_protocol`'s): each
-``fork`` request comes with the read end of a pipe and is answered with the pid of a spare
-forked from the template, its imports done; the template reaps its spares and tells the agent
+stdin (a Unix ``SOCK_SEQPACKET`` socket; the messages are
+:mod:`tenter.runtime.warm_protocol`'s): each ``fork`` request comes with the read end of a
+pipe and is answered with the pid of a spare forked from the template, its imports done;
+the template reaps its spares and tells the agent
 each one's exit status (``exit PID CODE``, ``subprocess``'s codes); ``preload`` imports the
 MODULEs (the agent asks once the job's first workers run). A spare reads one :class:`Handoff`
 from its pipe: the environment, working directory, output files and bootstrap arguments the
