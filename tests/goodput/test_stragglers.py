@@ -88,6 +88,16 @@ def test_find_stragglers_counts_only_latest_attempt():
     assert [s.rank for s in find_stragglers(before, HOSTS, RULE)] == [1]
 
 
+def test_find_stragglers_ignores_ranks_that_do_not_wait_for_each_other():
+    # torchft's replica groups training apart: group 1 started 2 s late and steps at the
+    # same pace; its "busy" time is a whole step, group 0's negative (it never waits).
+    steps = {
+        0: [(0.1 * k, k) for k in range(1, 41)],
+        1: [(2.0 + 0.1 * k, k) for k in range(1, 41)],
+    }
+    assert find_stragglers(steps, {0: "algo-1", 1: "algo-2"}, RULE) == []
+
+
 def test_median_without_is_the_median_of_the_others():
     rng = random.Random(1)
     for n in range(2, 12):

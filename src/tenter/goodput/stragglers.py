@@ -19,7 +19,8 @@ is slow in that window when it is above ``ratio`` times that AND more than ``min
 seconds above it (small steps jitter by scheduling alone). Slow in ``windows`` consecutive
 windows, it is named. Medians make one late step (a checkpoint, a page fault) count for
 nothing; the two thresholds and the consecutive windows make a balanced job stay unflagged.
-Only the steps of the ranks' latest attempt count (a restart starts afresh).
+Only the steps of the ranks' latest attempt count (a restart starts afresh). Ranks that do
+not wait for one another (the others' busy time at or below zero) are never compared.
 """
 
 from __future__ import annotations
@@ -193,7 +194,13 @@ class StragglerWatch:
             ordered_medians = sorted(medians.values())
             for rank, mine in medians.items():
                 others = _median_without(ordered_medians, mine)
-                slow = mine > rule.ratio * others and mine - others > rule.min_excess_s
+                # The others' busy time at or below 0: they arrived before this rank had
+                # finished the step before, so they do not wait for it (torchft's replica
+                # groups training apart, a late group jumping to its peers' step): no lock-step,
+                # nothing to compare.
+                slow = (
+                    others > 0 and mine > rule.ratio * others and mine - others > rule.min_excess_s
+                )
                 self._streak[rank] = self._streak.get(rank, 0) + 1 if slow else 0
                 if self._streak[rank] >= rule.windows and rank not in self.named:
                     step = window[-1][0]
