@@ -23,12 +23,14 @@ def fake_job(hosts: int = 2, procs: int = 2, *, step_s: dict[int, float] | None 
         {
             "entry_point": "reporting.py",
             "source_dir": str(SCRIPTS),
-            "instance_count": hosts,
-            "processes_per_host": procs,
+            "instance_count": 1,
+            "processes_per_host": 1,
         },
         SCRIPTS,
     )
-    plan = api.dryrun(spec)
+    # Sized up once checked: made-up ranks need none of the memory the capacity rule counts.
+    sized = {"instance_count": hosts, "processes_per_host": procs}
+    plan = api.dryrun(spec.model_copy(update=sized))
     create_job_dir(plan)
     index = Path(plan.job_dir) / "logs" / "index.jsonl"
     for host in plan.hosts:

@@ -108,3 +108,21 @@ def test_render_draws_a_row_per_rank_and_the_progress() -> None:
         " algo-2      3   running     11          16       2.0 s   0.09091       -     - " in text
     )
     assert "step 11/100 (11 %)  112 samples/s  ETA 89.0 s" in text
+
+
+def blank_out(path: Path) -> None:
+    """Overwrite every byte of ``path`` but its line ends with spaces, in place: a reader that
+    reads the file again from the start finds blank lines, one that follows it nothing new."""
+    path.write_bytes(bytes(b if b == ord("\n") else ord(" ") for b in path.read_bytes()))
+
+
+def test_a_refresh_reads_only_the_lines_appended_since_the_previous_one() -> None:
+    view = view_at(T0 + 30)
+    first = {r.rank: (r.host, r.state, r.step, r.samples) for r in view.poll().ranks}
+    job_dir = Path(view.plan.job_dir)
+    for path in [job_dir / "logs" / "index.jsonl", *(job_dir / "metrics").glob("rank-*.jsonl")]:
+        blank_out(path)
+    with rank_file(view.plan.job_dir, 0).open("a") as fp:
+        fp.write(json.dumps({"time": T0 + 11, "step": 12, "samples": 32}) + "\n")
+    second = {r.rank: (r.host, r.state, r.step, r.samples) for r in view.poll().ranks}
+    assert second == first | {0: ("algo-1", "running", 12, 32 * 12)}

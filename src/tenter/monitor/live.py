@@ -39,8 +39,9 @@ from rich.live import Live
 from tenter.contract.plan import Plan
 from tenter.jobdir import layout
 from tenter.jobdir.layout import METRICS_FILE
+from tenter.jobdir.line_files import JsonlFollower
 from tenter.jobdir.progress import ProgressReader, RankProgress
-from tenter.launch.console import read_index, say
+from tenter.launch.console import say
 from tenter.monitor.goodput_report import GoodputFeed
 from tenter.monitor.gpu import GpuUsage, Nvml, open_nvml
 from tenter.monitor.snapshot import RankStatus, Snapshot, render, status_line
@@ -143,6 +144,11 @@ class LiveView:
         self._started = clock()
         self._last_status = self._started
         self._progress = ProgressReader(plan.job_dir, window_s=WINDOW_S)
+        # Followed, not read again each refresh: a long job's restarts grow the index.
+        self._index = JsonlFollower(layout.logs_dir(plan.job_dir) / layout.INDEX_FILE)
+        self._entries: dict[int, dict[str, Any]] = {}
+        """Each rank's latest log entry (a restart's entry replaces the last)."""
+        self._planned = {r.rank: h.name for h in plan.hosts for r in h.ranks}
         self._goodput = GoodputFeed(Path(plan.job_dir))
         self._processes = _WorkerProcesses(plan.job_id)
         self._nvml: Nvml | None = None
@@ -214,12 +220,9 @@ class LiveView:
 
     def _sample(self) -> Snapshot:
         now = self._clock()
-        entries: dict[int, dict[str, Any]] = {}
-        for opened in read_index(
-            self.plan.job_dir
-        ):  # in order: a restart's entry replaces the last
-            entries[int(str(opened["rank"]))] = opened
-        planned = {r.rank: h.name for h in self.plan.hosts for r in h.ranks}
+        for opened in self._index.read_new():
+            self._entries[int(str(opened["rank"]))] = opened
+        entries, planned = self._entries, self._planned
         usage = self._processes.sample()
         gpu: dict[int, GpuUsage] = {}
         if self._nvml is not None:
