@@ -17,6 +17,7 @@ import pytest
 
 from tenter.errors import ExitCode
 from tenter.launch import report
+from tenter.runtime.compat import FLIGHT_RECORDER_BUFFER_VAR
 from tests.conftest import (
     SCRIPTS,
     Background,
@@ -180,6 +181,34 @@ def test_a_stopped_rank_is_named_as_the_suspect(tmp_path: Path) -> None:
     hang = (job.job_dir / "hang-report.txt").read_text()
     assert f"suspect: rank 1 on algo-2 (pid {frozen}, stopped): its process is stopped" in hang
     assert "suspect: rank 0" not in hang
+    assert_nothing_left(job.job_dir)
+
+
+REPORT_AFTER_VERDICT_S = 2.0
+"""The hang check's period (0.5 s) and the live ranks' stacks, with margin for a loaded
+machine: a report that waited out the stopped rank's stacks (3 s) or a dump it cannot write,
+or dumps no rank records (2 s), comes 5 s after the verdict."""
+
+
+def test_the_hang_report_waits_for_no_rank_that_cannot_answer(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        "loop.py",
+        instance_count=2,
+        processes_per_host=1,
+        environment={FLIGHT_RECORDER_BUFFER_VAR: "0"},  # no rank has a flight recorder
+        elastic={"hang_timeout": 3},
+    )
+    job = Background("run", str(spec))
+    job.wait_for("step 5 rank 0", "step 5 rank 1")
+    os.kill(printed_pid(job.lines, "step 5 rank 1"), signal.SIGSTOP)
+    out = job.finish()
+    assert job.proc.returncode == ExitCode.HANG, out
+    records = [w.read_text().split("\n", 1)[0] for w in job.job_dir.rglob("*.watch")]
+    verdict = max(json.loads(r)["time"] for r in records) + 3  # the last progress + timeout
+    reported = (job.job_dir / "hang-report.txt").stat().st_mtime
+    assert reported - verdict <= REPORT_AFTER_VERDICT_S, f"{reported - verdict:.1f} s\n{out}"
+    assert not list(job.job_dir.rglob("*.fr.pkl"))
     assert_nothing_left(job.job_dir)
 
 

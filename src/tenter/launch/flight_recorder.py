@@ -34,22 +34,16 @@ def request_dumps(job_dir: str) -> float:
     return path.stat().st_mtime
 
 
-def collect_dumps(stems: dict[int, str], since: float, wait_s: float) -> dict[int, dict[str, Any]]:
-    """The dumps written after ``since``, by rank, waiting up to ``wait_s`` for all of them."""
-    deadline = time.monotonic() + wait_s
-    out: dict[int, dict[str, Any]] = {}
-    while True:
-        for rank, stem in stems.items():
-            path = flight_recorder_dump(stem)
-            if rank in out or not path.exists() or path.stat().st_mtime < since:
-                continue
-            try:
-                out[rank] = pickle.loads(path.read_bytes())
-            except (OSError, pickle.UnpicklingError, EOFError):
-                continue
-        if len(out) == len(stems) or time.monotonic() >= deadline:
-            return out
-        time.sleep(0.05)
+def read_dumps(stems: dict[int, str], since: float, dumps: dict[int, dict[str, Any]]) -> None:
+    """One pass: the dumps written after ``since`` (by rank, from ``stems``) into ``dumps``."""
+    for rank, stem in stems.items():
+        path = flight_recorder_dump(stem)
+        if rank in dumps or not path.exists() or path.stat().st_mtime < since:
+            continue
+        try:
+            dumps[rank] = pickle.loads(path.read_bytes())
+        except (OSError, pickle.UnpicklingError, EOFError):
+            continue
 
 
 def _describe(entry: dict[str, Any]) -> str:

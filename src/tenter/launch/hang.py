@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import signal
-import time
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -84,6 +83,8 @@ class RankProgress:
     op: str
     seq: int
     step: int
+    recorder: bool = False
+    """Whether it has a flight recorder to dump (:mod:`tenter.runtime.flight_recorder`)."""
 
 
 def current_entries(entries: list[dict[str, object]], lost: set[str]) -> list[dict[str, object]]:
@@ -120,6 +121,7 @@ def read_progress(plan: Plan) -> list[RankProgress]:
                 op=data["op"],
                 seq=data["seq"],
                 step=data["step"],
+                recorder=bool(data.get("recorder")),
             )
         )
     return out
@@ -171,26 +173,24 @@ def _innermost_frames(stacks: str, count: int = 3) -> list[str]:
     return (own or frames)[:count]
 
 
-def collect_stacks(progress: list[RankProgress]) -> dict[int, str]:
-    """Ask every rank for its stacks and wait (up to STACKS_WAIT_S) until each has written
-    them whole; a rank that has not by then is reported with what it wrote."""
-    asked = [p for p in progress if p.state != EXITING]  # no stack dump left to answer
+def ask_for_stacks(progress: list[RankProgress]) -> list[RankProgress]:
+    """SIGUSR1 to every rank with a stack dump left to answer (not one exiting); those asked."""
+    asked = [p for p in progress if p.state != EXITING]
     for p in asked:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGUSR1)
-    deadline = time.monotonic() + STACKS_WAIT_S
-    stacks: dict[int, str] = {}
-    complete: set[int] = set()
-    while True:
-        for p in asked:
-            path = Path(layout.stacks_file(p.stem))
-            if p.rank not in complete and path.exists() and path.stat().st_size:
-                stacks[p.rank] = path.read_text(errors="replace")
-                if is_complete(stacks[p.rank]):
-                    complete.add(p.rank)
-        if len(complete) == len(asked) or time.monotonic() >= deadline:
-            return stacks
-        time.sleep(0.05)
+    return asked
+
+
+def read_stacks(ranks: list[RankProgress], stacks: dict[int, str], complete: set[int]) -> None:
+    """One pass over the ranks' stacks files: what each wrote into ``stacks``, and the ranks
+    that have written theirs whole into ``complete``."""
+    for p in ranks:
+        path = Path(layout.stacks_file(p.stem))
+        if p.rank not in complete and path.exists() and path.stat().st_size:
+            stacks[p.rank] = path.read_text(errors="replace")
+            if is_complete(stacks[p.rank]):
+                complete.add(p.rank)
 
 
 def process_state(pid: int) -> str:
@@ -199,6 +199,15 @@ def process_state(pid: int) -> str:
         return str(psutil.Process(pid).status())
     except psutil.Error:
         return "gone"
+
+
+STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+"""The states of a process that cannot run at all (SIGSTOP or a debugger)."""
+
+
+def can_answer(state: str) -> bool:
+    """Whether a process in ``state`` (:func:`process_state`) can still answer a request."""
+    return state not in (*STOPPED, "gone")
 
 
 @dataclass(frozen=True)
@@ -228,7 +237,7 @@ def _suspicions(p: RankProgress, front: _Front, state: str, answered: bool) -> l
     why: list[str] = []
     if p.state == EXITING:
         return why
-    if state in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+    if state in STOPPED:
         why.append("its process is stopped (SIGSTOP or a debugger): it cannot run at all")
     elif not answered:
         why.append(f"it did not answer the stack request within {STACKS_WAIT_S:.0f} s")

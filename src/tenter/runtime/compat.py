@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import urllib.request
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -33,12 +34,21 @@ NCCL_DUMP_FILE_VAR = NCCL_DUMP_FILE_VARS[0 if _FR_NAMES else 1]
 """The name this torch reads without a warning."""
 
 
+def _dump_function() -> Callable[[], bytes] | None:
+    """``_dump_fr_trace`` covers gloo and NCCL (torch 2.13; older versions had
+    ``_dump_nccl_trace``, NCCL only); None where this torch has no recorder API."""
+    dump = getattr(c10d, "_dump_fr_trace", None)  # [torch 2.8+] gloo and NCCL
+    return dump or getattr(c10d, "_dump_nccl_trace", None)  # [torch 2.7] NCCL only
+
+
+def has_flight_recorder_api() -> bool:
+    return _dump_function() is not None
+
+
 def dump_flight_recorder() -> bytes | None:
     """Every process group's recorded collectives (a pickle), or None where this torch has no
-    recorder API. ``_dump_fr_trace`` covers gloo and NCCL (torch 2.13; older versions had
-    ``_dump_nccl_trace``, NCCL only)."""
-    dump = getattr(c10d, "_dump_fr_trace", None)  # [torch 2.8+] gloo and NCCL
-    dump = dump or getattr(c10d, "_dump_nccl_trace", None)  # [torch 2.7] NCCL only
+    recorder API (:func:`_dump_function`) or no process group."""
+    dump = _dump_function()
     if dump is None:
         return None
     if not (dist.is_available() and dist.is_initialized()):

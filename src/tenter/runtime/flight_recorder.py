@@ -8,7 +8,9 @@ behind. :func:`enable` (the watchdog, before the script creates its process grou
 NCCL's own dump on a timeout at the rank's log stem. A daemon thread waits for the launcher's
 request (``control/flight-recorder``, newer than the last dump) and writes the recorder to
 ``<stem>.fr.pkl``; a thread, since the main thread is then blocked in a collective. Checking
-costs a ``stat`` every :data:`POLL_S`.
+costs a ``stat`` every :data:`POLL_S`. A rank without a recorder (this torch has none, or the
+job sets its buffer to 0) serves none, and its progress record says so: the launcher does not
+wait for its dump.
 """
 
 from __future__ import annotations
@@ -26,16 +28,21 @@ from tenter.runtime.compat import (
     NCCL_DUMP_FILE_VARS,
     NCCL_DUMP_VARS,
     dump_flight_recorder,
+    has_flight_recorder_api,
 )
 
 BUFFER_ENTRIES = 2000
 POLL_S = 0.5
 
 
-def enable(stem: str, job_dir: str) -> None:
+def enable(stem: str, job_dir: str) -> bool:
+    """Whether the rank records (and so answers the launcher's request): not where this torch
+    has no recorder, nor where the job's environment sets its buffer to 0 entries."""
     # One name each, the one this torch reads: setting both makes every rank warn.
     if not any(name in os.environ for name in FLIGHT_RECORDER_BUFFER_VARS):
         os.environ[FLIGHT_RECORDER_BUFFER_VAR] = str(BUFFER_ENTRIES)
+    if not (has_flight_recorder_api() and _buffer_entries() > 0):
+        return False
     for name, value in NCCL_DUMP_VARS.items():
         os.environ.setdefault(name, value)
     if not any(name in os.environ for name in NCCL_DUMP_FILE_VARS):
@@ -46,6 +53,15 @@ def enable(stem: str, job_dir: str) -> None:
     )
     thread.name = "tenter-flight-recorder"
     thread.start()
+    return True
+
+
+def _buffer_entries() -> int:
+    value = next(os.environ[name] for name in FLIGHT_RECORDER_BUFFER_VARS if name in os.environ)
+    try:
+        return int(value)
+    except ValueError:
+        return BUFFER_ENTRIES  # not known to be off: the launcher waits for it, within a bound
 
 
 def _serve(request: Path, dump: Path) -> None:

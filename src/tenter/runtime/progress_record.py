@@ -15,7 +15,9 @@ STARTED, EXITING = "started", "exiting"
 
 
 class ProgressRecord:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, recorder: bool = False) -> None:
+        """``recorder``: whether the rank has a flight recorder to dump on the launcher's
+        request (the hang report waits for the dumps of those ranks only)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         os.ftruncate(fd, RECORD_BYTES)
         self._map = mmap.mmap(fd, RECORD_BYTES)
@@ -24,6 +26,7 @@ class ProgressRecord:
         self.step = 0
         self.op = ""
         self.sizes: list[list[int]] = []
+        self.recorder = recorder
         self.write(STARTED)
 
     def write(self, state: str) -> None:
@@ -36,6 +39,7 @@ class ProgressRecord:
                 "seq": self.seq,
                 "sizes": self.sizes,
                 "step": self.step,
+                "recorder": self.recorder,
             }
         ).encode()[: RECORD_BYTES - 1]
         self._map[: len(data) + 1] = data + b"\n"

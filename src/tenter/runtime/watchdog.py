@@ -74,9 +74,10 @@ def _watched(record: ProgressRecord, name: str, fn: Callable[..., Any]) -> Calla
 
 def install(path: str) -> None:
     job_dir = os.environ.get("TENTER_JOB_DIR")
-    if job_dir:
-        flight_recorder.enable(layout.rank_stem(path, layout.WATCH_SUFFIX), job_dir)
-    record = ProgressRecord(path)
+    recorder = bool(job_dir) and flight_recorder.enable(
+        layout.rank_stem(path, layout.WATCH_SUFFIX), str(job_dir)
+    )
+    record = ProgressRecord(path, recorder)
     for name in COLLECTIVES:
         if hasattr(dist, name):
             setattr(dist, name, _watched(record, name, getattr(dist, name)))

@@ -16,13 +16,11 @@ from tenter.contract.plan import Plan
 from tenter.goodput.keeper import record_hang
 from tenter.jobdir import layout
 from tenter.jobdir.results import JobState
-from tenter.launch import flight_recorder, hang
+from tenter.launch import flight_recorder, hang, hang_replies
 from tenter.launch.console import say
 
 CHECK_S = 0.5
 """How often the ranks' progress records are read."""
-FLIGHT_RECORDER_WAIT_S = 2.0
-"""How long the hang report waits for the ranks' flight recorders, after their stacks."""
 
 
 class HangWatcher:
@@ -57,13 +55,9 @@ class HangWatcher:
 
     def _report(self, progress: list[hang.RankProgress]) -> str:
         """The ranks' stacks and states, then the culprits their flight recorders name."""
-        asked = flight_recorder.request_dumps(self.plan.job_dir)
-        stacks = hang.collect_stacks(progress)
-        states = {p.rank: hang.process_state(p.pid) for p in progress}
-        text = hang.report(progress, stacks, time.time(), states)
-        answering = {p.rank: p.stem for p in progress if p.state != hang.EXITING}
-        dumps = flight_recorder.collect_dumps(answering, asked, FLIGHT_RECORDER_WAIT_S)
-        found = flight_recorder.culprits(dumps, {p.rank: p.host for p in progress})
+        replies = hang_replies.gather(progress, self.plan.job_dir)
+        text = hang.report(progress, replies.stacks, time.time(), replies.states)
+        found = flight_recorder.culprits(replies.dumps, {p.rank: p.host for p in progress})
         return "\n".join([text, *found])
 
     def _restart_workers(self) -> None:
