@@ -134,7 +134,7 @@ class _Held:
 
 
 def measure(pipe: Pipeline, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, int]:
-    info = parallel.rank_info()
+    info = parallel.rank_info(pipe.mesh)
     x, y = (t.chunk(info.dp_size)[info.dp_rank] for t in batch)
     # The first step also infers the stages' shapes (a forward of its own): not counted.
     pipe.step(x, target=y)

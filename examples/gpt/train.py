@@ -72,7 +72,7 @@ def main() -> None:
     data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
 
     mesh = parallel.mesh(pp=args.pp, tp=args.tp)
-    info = parallel.rank_info()
+    info = parallel.rank_info(mesh)
     torch.manual_seed(args.seed)  # every rank builds the same model, then keeps its stages
     model = gpt(len(chars), args.seq, args.dim, args.layers, args.heads)
     per_replica = args.batch_size // info.dp_size

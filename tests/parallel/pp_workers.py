@@ -142,7 +142,7 @@ def train_pipelined(rank: int, size: int, scenarios: dict[str, dict[str, Any]]) 
     for name, scenario in scenarios.items():
         work = WORKLOADS[scenario.get("workload", "mlp")]
         mesh = parallel.mesh(**scenario.get("mesh", {}))
-        info = parallel.rank_info()
+        info = parallel.rank_info(mesh)
         example = work.make_batches(1)[0][0][: BATCH // info.dp_size]
         pipe = parallel.pipeline(
             work.make_model(0),
@@ -187,7 +187,7 @@ def _train_steps(
     sched: torch.optim.lr_scheduler.LRScheduler,
     batches: list[tuple[torch.Tensor, torch.Tensor]],
 ) -> list[float]:
-    info = parallel.rank_info()
+    info = parallel.rank_info(pipe.mesh)
     losses = []
     for x, y in batches:
         xs, ys = x.chunk(info.dp_size)[info.dp_rank], y.chunk(info.dp_size)[info.dp_rank]

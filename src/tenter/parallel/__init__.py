@@ -15,9 +15,10 @@ configured by the job's ``distribution`` (SageMaker's model-parallel parameters,
         loss = pipe.step(inputs, target=targets)   # the global mean loss on the last stage
         optimizer.step()
         optimizer.zero_grad()
-    parallel.rank_info()            # pp_rank, dp_rank, tp_rank and the sizes
+    parallel.rank_info(mesh)        # pp_rank, dp_rank, tp_rank and the sizes
 
-Explicit arguments override what the job's distribution says. See docs/parallel.md.
+Explicit arguments override what the job's distribution says. No state is kept here: every
+helper is handed the mesh (as torchtitan hands its ``ParallelDims``). See docs/parallel.md.
 """
 
 from __future__ import annotations
@@ -72,17 +73,6 @@ __all__ = [
 ]
 
 
-@dataclass
-class _Current:
-    """What mesh() decided, for pipeline()'s defaults and the rank helpers."""
-
-    config: ParallelConfig | None = None
-    dims: ParallelDims | None = None
-
-
-_current = _Current()
-
-
 def config(
     *,
     pp: int | None = None,
@@ -131,7 +121,6 @@ def mesh(
     dims = cfg.dims(dist.get_world_size(), device_type)
     if cfg.random_seed is not None:
         torch.manual_seed(cfg.random_seed)
-    _current.config, _current.dims = cfg, dims
     return dims.mesh
 
 
@@ -180,7 +169,8 @@ def pipeline(
     mixed_precision: MixedPrecision | None = None,
 ) -> Pipeline:
     """:func:`tenter.parallel.pipeline.build_pipeline`, with every argument left ``None``
-    taken from the job's distribution (the config :func:`mesh` used).
+    taken from the job's distribution (:func:`from_env`; :func:`mesh`'s arguments override
+    only the degrees, which ``device_mesh`` carries).
 
     ``partition``: ``"auto"`` (measured time blended with parameters by ``memory_weight``),
     ``"time"``, ``"params"``, or a list of blocks per stage. ``memory_cap``: the most
@@ -188,7 +178,7 @@ def pipeline(
     registered for its type (:func:`tp_plan`). ``activation_checkpointing``: recompute each
     block's activations in backward; ``offload_activations``: keep saved activations in host
     memory; ``mixed_precision="bf16"``: FSDP2 computes in bf16, reduces in fp32."""
-    cfg = _current.config or config()
+    cfg = from_env()
     return build_pipeline(
         blocks,
         device_mesh,
@@ -228,14 +218,9 @@ class RankInfo:
     dp_shard_rank: int
 
 
-def rank_info(device_mesh: DeviceMesh | None = None) -> RankInfo:
-    """This rank's coordinates in ``device_mesh`` (default: the one :func:`mesh` built)."""
-    if device_mesh is not None:
-        dims = dims_of(device_mesh)
-    else:
-        if _current.dims is None:
-            raise RuntimeError("no mesh yet: call tenter.parallel.mesh() first")
-        dims = _current.dims
+def rank_info(device_mesh: DeviceMesh) -> RankInfo:
+    """This rank's coordinates in ``device_mesh`` (the one :func:`mesh` returned)."""
+    dims = dims_of(device_mesh)
     rank = dist.get_rank()
     c = dims.coords(rank)
     return RankInfo(
@@ -252,28 +237,28 @@ def rank_info(device_mesh: DeviceMesh | None = None) -> RankInfo:
     )
 
 
-def pp_rank() -> int:
-    return rank_info().pp_rank
+def pp_rank(device_mesh: DeviceMesh) -> int:
+    return rank_info(device_mesh).pp_rank
 
 
-def pp_size() -> int:
-    return rank_info().pp_size
+def pp_size(device_mesh: DeviceMesh) -> int:
+    return rank_info(device_mesh).pp_size
 
 
-def dp_rank() -> int:
-    return rank_info().dp_rank
+def dp_rank(device_mesh: DeviceMesh) -> int:
+    return rank_info(device_mesh).dp_rank
 
 
-def dp_size() -> int:
-    return rank_info().dp_size
+def dp_size(device_mesh: DeviceMesh) -> int:
+    return rank_info(device_mesh).dp_size
 
 
-def tp_rank() -> int:
-    return rank_info().tp_rank
+def tp_rank(device_mesh: DeviceMesh) -> int:
+    return rank_info(device_mesh).tp_rank
 
 
-def tp_size() -> int:
-    return rank_info().tp_size
+def tp_size(device_mesh: DeviceMesh) -> int:
+    return rank_info(device_mesh).tp_size
 
 
 def describe(pipe: Pipeline) -> str:
