@@ -4,7 +4,6 @@ summary, the ledger, the failure report and the hang report are right at that si
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,11 @@ def test_rehearsal_at_64_hosts_names_every_fault(monkeypatch: pytest.MonkeyPatch
     # The stopped rank holds its host's stop for the grace period (SIGTERM does not end a
     # stopped process): shorter in the agents, whose packs read it at their start.
     monkeypatch.setenv("TENTER_STOP_GRACE_S", "2")
-    started = time.monotonic()
     plan = rehearsal_plan(SPEC, HOSTS, PROCS, step_s=0.5, hang_timeout=5)
     figures = Rehearsal(plan, hosts_per_pack=64, bound_s=40, steady=False).run()
+    # Each phase is bounded (bound_s); how long they take is the benchmark's to say
+    # (benchmarks/control_plane_scale.py, docs/scale.md), not this test's.
     print(scale_line(figures))
-    assert time.monotonic() - started <= 60
     assert set(figures.seconds) == {"first_step", "kill", "hang_named"}
     job_dir = Path(plan.job_dir)
     summary = json.loads((job_dir / "summary.json").read_text())
