@@ -9,6 +9,7 @@ machine, refused with a clear message elsewhere), and Ctrl-C/SIGTERM, which canc
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from tenter.contract.plan import read_plan
@@ -22,6 +23,7 @@ from tenter.monitor.live import LiveView
 from tenter.monitor.prometheus import check_metrics_dependency
 from tenter.spec import JobSpec, SpecError
 from tenter.spec.limits import port_problem
+from tenter.spec.secrets import missing_secrets
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,10 @@ def submit(
     """Start ``request`` on its backend; returns at once."""
     backend = get_backend(request.backend)
     check_watch(backend, watch)
+    if request.plan is not None:  # Kubernetes' secrets are the cluster's
+        missing = missing_secrets(request.plan.secrets, os.environ)
+        if missing:
+            raise SpecError(missing)
     # Every backend keeps the job's directory here (Slurm's on the shared file system).
     check_output_dir(request.job_dir)
     if detach:

@@ -103,6 +103,10 @@ def _type_figures(plan: Plan) -> dict[str, tuple[str, int]]:
     return {"SM_NUM_GPUS": (name, itype.gpus), "SM_NUM_CPUS": (name, itype.cpus)}
 
 
+SECRET_SHOWN = "<secret: this environment's value at launch>"
+"""What ``tenter plan`` shows for a secret: its value is taken when the job starts."""
+
+
 def render_command(argv: list[str]) -> str:
     """An argv as a shell command, one option per line (mpirun's can be hundreds long)."""
     lines = [shlex.quote(argv[0])]
@@ -150,6 +154,7 @@ def render(plan: Plan) -> str:
     for name, text in sorted(plan.files.items()):
         lines += ["", f"file {name}:", text.rstrip("\n")]
     lines += ["", "environment of every process:", *_env_lines(common, "  ", figures)]
+    lines += [f"  {name}={SECRET_SHOWN}" for name in plan.secrets]
     for host in plan.hosts:
         group = f"  replica group {host.replica_group}" if plan.replica_groups else ""
         gpus = "" if host.gpus is None else f"  GPUs {','.join(host.gpus) or 'none'}"
@@ -179,8 +184,9 @@ def render_rank(plan: Plan, rank: int) -> str:
                         f"stdout      {planned.stdout}",
                         f"stderr      {planned.stderr}",
                         f"error file  {planned.error_file}",
-                        f"environment ({counted(len(env), 'variable')}):",
+                        f"environment ({counted(len(env) + len(plan.secrets), 'variable')}):",
                         *(f"  {k}={v}" for k, v in sorted(env.items())),
+                        *(f"  {name}={SECRET_SHOWN}" for name in plan.secrets),
                     ]
                 )
     last = plan.world_size - 1

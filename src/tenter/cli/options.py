@@ -75,6 +75,14 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable"
     )
     job.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass variable NAME from this environment to every process, its value written "
+        "nowhere (the spec's secrets; the flags replace the spec's list)",
+    )
+    job.add_argument(
         "--hp", action="append", default=[], metavar="KEY=VALUE", help="hyperparameter"
     )
     job.add_argument(
@@ -141,6 +149,8 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
         out["mpirun"] = {"hostfile": _absolute(args.hostfile, "--hostfile")}
     if args.env:
         out["environment"] = _pairs(args.env, "--env")
+    if args.secret:
+        out["secrets"] = list(args.secret)
     if args.hp:
         out["hyperparameters"] = _pairs(args.hp, "--hp")
     if args.channel:

@@ -143,6 +143,9 @@ class Plan:
     common_rank_env: dict[str, str] = field(default_factory=dict)
     """torch's variables equal on every rank (``WORLD_SIZE``, ``MASTER_ADDR``...); each
     :class:`RankPlan` holds the rest."""
+    secrets: list[str] = field(default_factory=list)
+    """The names of the variables every process takes from the launcher's environment (the
+    spec's ``secrets``): their values are in no plan, file or command line."""
     host_files: dict[str, str] = field(default_factory=dict)
     """Files every host writes under its ``dir`` (host placeholders filled in as in ``env``)."""
 

@@ -163,7 +163,9 @@ def mpirun_argv(
         for k, v in {**job_env, **options.env}.items()
         if v is None or k in job_env or k in user_options.env
     }
-    env = {**given, PLAN_ENV: plan_source, GIVEN_ENV: ",".join(given)}
+    # Secrets pass by name: mpirun forwards its own environment's value, never on a command line.
+    secrets: dict[str, str | None] = dict.fromkeys(plan.secrets)
+    env = {**given, **secrets, PLAN_ENV: plan_source, GIVEN_ENV: ",".join(given)}
     for target in hosts:
         argv += ["-np", str(slots_per_host)]
         argv += ["--host", target if hostfile else f"{target}:{host_slots or slots_per_host}"]

@@ -19,6 +19,7 @@ from tenter.spec.fault_tolerance import FaultTolerance
 from tenter.spec.kubernetes import KubernetesOptions
 from tenter.spec.mpi_options import MpiOptions
 from tenter.spec.mpirun import MpirunOptions
+from tenter.spec.secrets import Secrets
 from tenter.spec.slurm import SlurmOptions
 from tenter.spec.stragglers import Stragglers
 
@@ -67,6 +68,10 @@ class JobSpec(StrictModel):
     """Passed as ``--key value`` arguments, ``SM_HP_<KEY>`` and hyperparameters.json."""
     environment: dict[str, VariableText] = Field(default_factory=dict)
     """Extra environment variables for every process."""
+    secrets: Secrets = Field(default_factory=list)
+    """Variables whose values the job takes from the environment tenter runs in (or, on
+    Kubernetes, variable -> ``{secret, key}`` of a Secret): every process gets them, and
+    only their names are written anywhere (docs/security.md)."""
     channels: dict[str, str] = Field(default_factory=dict)
     """Input channels: name -> local path (linked into ``input/data/<name>``)."""
     output_dir: str | None = None

@@ -21,6 +21,7 @@ from tenter.spec.errors import (
 )
 from tenter.spec.job import JobSpec
 from tenter.spec.limits import key_path
+from tenter.spec.secrets import VARIABLE_NAME, credential_warnings, secret_problems
 
 # Set per rank by the launcher; a user value would be silently overwritten.
 _RESERVED_ENV = re.compile(
@@ -46,8 +47,6 @@ TENTER_OWNED_ENV = {
 }
 """The variables tenter sets for every process from the spec (a user value would be silently
 overwritten), and the field that sets each."""
-# SageMaker's rule for Environment keys: also what a shell can export (Slurm's batch script).
-_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -91,7 +90,7 @@ def _environment_problems(environment: dict[str, str]) -> list[Problem]:
     out = []
     for key in environment:
         path = key_path("environment", key)
-        if not _VARIABLE_NAME.match(key):
+        if not VARIABLE_NAME.match(key):
             out.append(
                 Problem(
                     path,
@@ -223,6 +222,8 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
     errors += _entry_problems(spec)
     errors += _input_problems(spec)
     errors += _environment_problems(spec.environment)
+    errors += secret_problems(spec.secrets, spec.environment, spec.backend)
+    warnings += credential_warnings(spec.environment)
     errors += _size_problems(spec)
     errors += _backend_choice_problems(spec)
     itype = catalog.lookup(spec.instance_type)

@@ -126,6 +126,7 @@ def make_plan(
         if gpus is not None and gpus.without_gpus
         else "",
         env=parts.env,
+        secrets=list(spec.secrets),
         host_files=parts.files,
         common_rank_env=common,
         **job_policy(spec, per_group),

@@ -136,6 +136,16 @@ def _env_list(env: Mapping[str, str]) -> list[Manifest]:
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
+def secret_env(spec: JobSpec) -> list[Manifest]:
+    """The spec's secrets as references to the cluster's Secrets: the kubelet reads each value
+    when it starts the container; no manifest holds one."""
+    refs = spec.secrets if isinstance(spec.secrets, dict) else {}
+    return [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
+        for name, ref in refs.items()
+    ]
+
+
 HOST_REF = "$(TENTER_HOST)"
 """The pod's own name, which the kubelet expands in the values that refer to it."""
 FROM_DOWNWARD_API = {"TENTER_HOST": "metadata.name", "TENTER_HOST_ADDR": "status.podIP"}
@@ -179,6 +189,7 @@ def worker_env(
         ),
         *_env_list(values),
         *_env_list(per_host),
+        *secret_env(spec),
     ]
 
 
@@ -327,6 +338,8 @@ def mpijob(spec: JobSpec, itype: InstanceType, name: str, procs: int) -> Manifes
     env: list[Manifest] = [
         {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": JOB_ENV, "value": literal(job_json(job))},
+        # mpirun passes them on to the workers by name (-x NAME).
+        *secret_env(spec),
     ]
     command = [literal(a) for a in (spec.kubernetes.python, "-m", MPI_LAUNCHER)]
     launcher = _container(spec, "launcher", command, LAUNCHER_RESOURCES, env, mounts=False)

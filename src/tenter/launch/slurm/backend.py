@@ -73,7 +73,14 @@ class SlurmBackend:
         script = Path(plan.job_dir) / SCRIPT
         return dataclasses.replace(
             plan,
-            launcher=["sbatch", "--parsable", str(script)],
+            # Secrets reach the nodes by name in the exported environment (a site's
+            # SBATCH_EXPORT=NONE would drop them; the command line overrides it).
+            launcher=[
+                "sbatch",
+                "--parsable",
+                *(["--export=ALL"] if plan.secrets else []),
+                str(script),
+            ],
             files={SCRIPT: sbatch_script(plan, spec, python)},
         )
 
