@@ -54,6 +54,7 @@ def test_the_run_flags_are_frozen() -> None:
             "--output-dir",
             "--max-run",
             "--env",
+            "--secret",
             "--hp",
             "--channel",
             "--ranks",

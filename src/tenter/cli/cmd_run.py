@@ -25,6 +25,7 @@ from tenter.cli.options import (
     recorded_job,
 )
 from tenter.cli.parsing import EXIT_USAGE, FlagParser, stderr
+from tenter.jobdir import private
 
 
 def add_parser(sub: Any) -> None:
@@ -130,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         checked.render(stderr)
         if checked.blocking:
             return EXIT_USAGE
+    # This process writes the job's files too (the plan, events, the summary).
+    private.enter(spec.output_group or "")
     handle, view = session.submit(request, watch, detach=args.detach)
     record_spec(spec, handle.job_dir)
     if args.detach:

@@ -143,9 +143,10 @@ class Plan:
     common_rank_env: dict[str, str] = field(default_factory=dict)
     """torch's variables equal on every rank (``WORLD_SIZE``, ``MASTER_ADDR``...); each
     :class:`RankPlan` holds the rest."""
+    output_group: str = ""
+    """The group that reads the job directory too (:mod:`tenter.jobdir.private`)."""
     secrets: list[str] = field(default_factory=list)
-    """The names of the variables every process takes from the launcher's environment (the
-    spec's ``secrets``): their values are in no plan, file or command line."""
+    """Variables every process takes from the launcher's environment: names, never values."""
     host_files: dict[str, str] = field(default_factory=dict)
     """Files every host writes under its ``dir`` (host placeholders filled in as in ``env``)."""
 
@@ -181,9 +182,8 @@ class Plan:
         return host.replica_group * self.hosts_per_group * self.procs_per_host + rank
 
     def log_stem(self, host: str, rank: int, attempt: int) -> str:
-        """Where a worker's logs go: ``logs/rank-N`` for the planned first attempt, and a
-        name with host and attempt for any other (a restart must not overwrite the output of
-        earlier attempts; after a membership change a rank number may move to another host)."""
+        """Where a worker's logs go: ``logs/rank-N`` for the planned first attempt, else a name
+        with host and attempt (a restart keeps earlier output; a rank may move host)."""
         planned = any(r.rank == rank for h in self.hosts if h.name == host for r in h.ranks)
         logs = layout.logs_dir(self.job_dir)
         if attempt or not planned:
@@ -207,9 +207,8 @@ class Plan:
         return dataclasses.replace(host, env=self.host_env(host), files={**shared, **host.files})
 
     def planned_ranks(self, host: HostPlan) -> list[RankPlan]:
-        """The ranks of ``host`` as the planner makes them (:func:`rank_plans`), less the
-        variables every rank shares (:attr:`common_rank_env`): what ``plan.json`` leaves
-        out of a host whose ranks are these, and :meth:`from_json` puts back."""
+        """The ranks of ``host`` as :func:`rank_plans` makes them, less :attr:`common_rank_env`:
+        what ``plan.json`` leaves out of a host whose ranks are these (:meth:`from_json`)."""
         group_index = host.index - host.replica_group * self.hosts_per_group
         first = host.replica_group * self.hosts_per_group
         ranks = rank_plans(
@@ -228,12 +227,10 @@ class Plan:
         return ranks
 
     def to_json(self) -> str:
-        """The plan as compact JSON (a plan of 1,024 hosts is megabytes: indenting it would
-        add a third, and take json's slow path). A host whose ranks are those the planner's
-        formula gives (:meth:`planned_ranks`: their paths follow from the job directory and
-        the rank, their variables from the rank's place) has no ``ranks`` in it: 8,192 ranks'
-        paths and variables were 90 % of a 1,024-host plan. :meth:`from_json` restores them,
-        so the object a backend reads is the whole plan, every rank spelled out."""
+        """The plan as compact JSON (1,024 hosts' is megabytes: indenting would add a third).
+        A host whose ranks are the planner's formula's (:meth:`planned_ranks`) has no ``ranks``
+        in it: 8,192 ranks' paths and variables were 90 % of a 1,024-host plan.
+        :meth:`from_json` restores them, so a backend reads every rank spelled out."""
         hosts = [self._compact(host) for host in self.hosts]
         return json.dumps({**vars(self), "hosts": hosts}, default=vars)
 

@@ -59,6 +59,8 @@ class JobContext:
     rehearsal: bool = False
     """A catalog type's hosts simulated on this machine: as ``local``'s, its ranks get a GPU
     each where the machine's fit, else run on the CPU, and ``SM_NUM_GPUS`` says which."""
+    output_dir: str = ""
+    """Where the job's directory is made (empty: the default, ``$TENTER_HOME/jobs``)."""
 
     @property
     def gpu_job(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from pathlib import Path
 
 from tenter.contract.plan import Plan
 from tenter.doctor.checks import CHECKS
@@ -46,6 +47,7 @@ def job_context(spec: JobSpec, plan: Plan) -> JobContext:
         # The local backend's hosts are all this machine.
         simulated=plan.backend == "local",
         # tenter.contract.planner simulates the hosts of these on this machine.
+        output_dir=str(Path(plan.job_dir).parent),
         rehearsal=not itype.is_local and (plan.backend == "local" or plan.isolation != "none"),
         # SageMaker starts smdistributed jobs with mpirun too.
         uses_mpi=plan.backend == "mpi"

@@ -37,6 +37,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from tenter.jobdir import private
+
 PLAN_FILE = "plan.json"
 SPEC_FILE = "spec.json"
 """The spec the job was planned from, for ``tenter run JOB_DIR`` (running it again)."""
@@ -47,6 +49,8 @@ GOODPUT_FILE = "goodput.json"
 PROGRESS_FILE = "progress.json"
 EVENTS_FILE = "events.jsonl"
 METRICS_FILE = "metrics.jsonl"
+METRICS_TOKEN_FILE = "metrics.token"
+"""The token of a metrics endpoint bound beyond loopback (0600; :mod:`tenter.jobdir.private`)."""
 RANK_DIR = "metrics"
 STEPS_DIR = "steps"
 """Under RANK_DIR: the DDP steps tenter counted on each rank (``rank-<N>.jsonl``)."""
@@ -195,12 +199,19 @@ def agent_logs(job_dir: str | os.PathLike[str], host: str) -> list[Path]:
     return [p for p in [logs / agent_log(host), *logs.glob(f"agent-{host}.*.log")] if p.exists()]
 
 
-def create(job_dir: Path, hosts: Iterable[HostTree], shared_dirs: Iterable[str] = ()) -> None:
-    """Create the job directory. Fails if it exists: a job id is never reused."""
-    job_dir.mkdir(parents=True, exist_ok=False)
+def create(
+    job_dir: Path, hosts: Iterable[HostTree], shared_dirs: Iterable[str] = (), group: str = ""
+) -> None:
+    """Create the job directory, private (:mod:`tenter.jobdir.private`: its user's, or
+    ``group``'s too) before anything is written in it. Fails if it exists: a job id is never
+    reused."""
+    if not job_dir.parent.exists():
+        private.make_dirs(job_dir.parent, group)
+    job_dir.mkdir(mode=private.PRIVATE_MODE)
+    private.make_private(job_dir, group)
     (job_dir / LOGS_DIR).mkdir()
     for path in shared_dirs:
-        Path(path).mkdir(parents=True, exist_ok=True)
+        private.make_dirs(Path(path), group)
     for host in hosts:
         create_host(host)
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from tenter.contract.fabric import fabric_env
 from tenter.contract.placeholders import MASTER_PORT
 from tenter.contract.plan import Plan
-from tenter.jobdir import layout
+from tenter.jobdir import layout, private
 from tenter.runtime.mpi_shim import GIVEN_ENV, PLAN_ENV
 from tenter.spec import lookup
 from tenter.spec.catalog import InstanceType
@@ -165,6 +165,8 @@ def mpirun_argv(
     }
     # Secrets pass by name: mpirun forwards its own environment's value, never on a command line.
     secrets: dict[str, str | None] = dict.fromkeys(plan.secrets)
+    if plan_source.startswith("http://"):  # the server of the ranks' environments asks for it
+        secrets[private.TOKEN_ENV] = None
     env = {**given, **secrets, PLAN_ENV: plan_source, GIVEN_ENV: ",".join(given)}
     for target in hosts:
         argv += ["-np", str(slots_per_host)]

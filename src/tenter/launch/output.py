@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
-from tenter.jobdir import layout, membership
+from tenter.jobdir import layout, membership, private
 
 MIN_FREE_BYTES = 1 << 20
 """What a job directory needs at the least to start (plan, logs, summary)."""
@@ -51,6 +51,8 @@ def create_job_dir(plan: Plan) -> None:
     """Create the job directory, or none of it: an error here (the disk filled since the
     check) is bad input, not a traceback."""
     check_output_dir(plan.job_dir)
+    if plan.output_group:
+        private.group_id(plan.output_group)  # bad input before anything is made
     if Path(plan.job_dir).exists():
         raise FileExistsError(f"job directory {plan.job_dir} exists: a job id is never reused")
     try:
@@ -58,6 +60,7 @@ def create_job_dir(plan: Plan) -> None:
             Path(plan.job_dir),
             [plan.host_tree(h) for h in plan.hosts],
             shared_dirs=[plan.checkpoint_dir],
+            group=plan.output_group,
         )
         layout.write_atomic(Path(plan.job_dir) / layout.PLAN_FILE, plan.to_json())
         membership.record_launch(plan.job_dir, [h.name for h in plan.hosts])

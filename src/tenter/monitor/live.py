@@ -37,8 +37,8 @@ from rich.console import Console
 from rich.live import Live
 
 from tenter.contract.plan import Plan
-from tenter.jobdir import layout
-from tenter.jobdir.layout import METRICS_FILE
+from tenter.jobdir import layout, private
+from tenter.jobdir.layout import METRICS_FILE, METRICS_TOKEN_FILE
 from tenter.jobdir.line_files import JsonlFollower
 from tenter.jobdir.progress import ProgressReader, RankProgress
 from tenter.launch.console import say
@@ -180,7 +180,15 @@ class LiveView:
                 redirect_stderr=True,
             )
             self._live.start()
-        if self._server is not None:
+        if self._server is not None and self._server.token:
+            token_file = Path(self.plan.job_dir) / METRICS_TOKEN_FILE
+            private.write_token(token_file, self._server.token)
+            say(
+                f"Prometheus metrics at {self._server.url}, to requests with the header "
+                f"'Authorization: Bearer <the token in {token_file}>' (prometheus: "
+                "authorization.credentials_file)"
+            )
+        elif self._server is not None:
             say(f"Prometheus metrics at {self._server.url}")
         self._thread.start()
         return self

@@ -25,15 +25,21 @@ tenter_job_eta_seconds                    gauge    remaining steps x median step
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from tenter.deps import require
+from tenter.jobdir import private
 
 # prometheus-client is optional (``tenter[monitor]``): it is imported where it is used, so that
 # this module, and check_metrics_dependency with it, load without it.
 if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
     from prometheus_client.core import Metric
     from prometheus_client.registry import Collector
 
@@ -192,17 +198,53 @@ def _job_metrics(job_id: str, snapshot: Snapshot) -> Iterator[Metric]:
         yield parts
 
 
+def is_loopback(addr: str) -> bool:
+    """``addr`` reaches this machine only (``localhost`` or a loopback address)."""
+    try:
+        return addr == "localhost" or ipaddress.ip_address(addr).is_loopback
+    except ValueError:  # a host name: whatever it resolves to, beyond loopback
+        return False
+
+
+def _with_token(app: WSGIApplication, token: str) -> WSGIApplication:
+    """``app`` for the requests that carry ``token``; any other gets 403 and nothing else."""
+
+    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if private.authorized(environ.get("HTTP_AUTHORIZATION"), token):
+            return app(environ, start_response)
+        start_response("403 Forbidden", [("Content-Length", "0")])
+        return [b""]
+
+    return guarded
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a scrape every few seconds would fill the console."""
+
+
 class MetricsServer:
-    """An HTTP server on a thread of its own, serving the view's latest snapshot."""
+    """An HTTP server on a thread of its own, serving the view's latest snapshot; beyond
+    loopback, to the requests that carry :attr:`token` only (``Authorization: Bearer``)."""
 
     def __init__(self, view: LiveView, port: int, addr: str = "127.0.0.1") -> None:
         check_metrics_dependency()
-        from prometheus_client import start_http_server
+        from prometheus_client import make_wsgi_app
         from prometheus_client.core import CollectorRegistry
+        from prometheus_client.exposition import ThreadingWSGIServer
 
         registry = CollectorRegistry(auto_describe=True)
         registry.register(_SnapshotCollector(view))
-        self._server, self._thread = start_http_server(port, addr, registry)
+        self.token = "" if is_loopback(addr) else private.new_token()
+        app = make_wsgi_app(registry)
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        server_class = type("Server", (ThreadingWSGIServer,), {"address_family": family})
+        guarded = _with_token(app, self.token) if self.token else app
+        self._server: WSGIServer = make_server(addr, port, guarded, server_class, _QuietHandler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="tenter-metrics", daemon=True
+        )
+        self._thread.start()
         host = f"[{addr}]" if ":" in addr else addr
         self.url = f"http://{host}:{self._server.server_port}/metrics"
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from tenter.contract.plan import Plan
 from tenter.contract.torchrun import torchrun_env
-from tenter.jobdir import layout
+from tenter.jobdir import layout, private
 from tenter.jobdir.line_files import record_worker_logs
 from tenter.runtime.parent_death import dies_with_parent
 
@@ -50,7 +50,7 @@ FETCH_TIMEOUT_S = 60
 starts mpirun: only a launcher gone or unreachable makes it wait this long."""
 GIVEN_ENV = "TENTER_MPIRUN_ENV"
 """The names of the variables mpirun's ``-x`` gives, which stand over the plan's."""
-LAUNCH_ENV = (PLAN_ENV, GIVEN_ENV)
+LAUNCH_ENV = (PLAN_ENV, GIVEN_ENV, private.TOKEN_ENV)
 
 
 def planned_env(plan: Plan, rank: int) -> dict[str, str]:
@@ -59,13 +59,14 @@ def planned_env(plan: Plan, rank: int) -> dict[str, str]:
     return plan.process_env(host, host.ranks[rank % plan.procs_per_host])
 
 
-def _fetch_env(url: str, rank: int) -> dict[str, str]:
+def _fetch_env(url: str, rank: int, token: str) -> dict[str, str]:
     # Here, not at the top: urllib.request is half of the shim's import time (24 of 53 ms),
     # and only a Kubernetes MPIJob's ranks fetch.
     import gzip
     import urllib.request
 
-    with urllib.request.urlopen(f"{url}{RANK_PATH}{rank}", timeout=FETCH_TIMEOUT_S) as reply:
+    request = urllib.request.Request(f"{url}{RANK_PATH}{rank}", headers=private.bearer(token))
+    with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as reply:
         env: dict[str, str] = json.loads(gzip.decompress(reply.read()))
     return env
 
@@ -79,7 +80,7 @@ def contract_env(environ: Mapping[str, str]) -> dict[str, str]:
     rank = int(environ["OMPI_COMM_WORLD_RANK"])
     if source.startswith("http://"):
         try:
-            env = _fetch_env(source, rank)
+            env = _fetch_env(source, rank, environ.get(private.TOKEN_ENV, ""))
         except OSError as e:  # refused, timed out, or an HTTP error: the rank cannot start
             raise SystemExit(
                 f"error: rank {rank} could not fetch its environment from "

@@ -76,6 +76,11 @@ class JobSpec(StrictModel):
     """Input channels: name -> local path (linked into ``input/data/<name>``)."""
     output_dir: str | None = None
     """Where job directories are created (default ``$TENTER_HOME/jobs``, ~/.tenter/jobs)."""
+    output_group: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=32
+    )
+    """A group whose members may read the job's directory and checkpoints; by default they
+    are the user's alone (0700: docs/security.md)."""
     instance_count: PositiveInt = Field(
         default=1, validation_alias=AliasChoices("instance_count", "hosts")
     )

@@ -127,6 +127,7 @@ def make_plan(
         else "",
         env=parts.env,
         secrets=list(spec.secrets),
+        output_group=spec.output_group or "",
         host_files=parts.files,
         common_rank_env=common,
         **job_policy(spec, per_group),

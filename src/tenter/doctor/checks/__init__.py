@@ -7,7 +7,7 @@ Adding one is a function in the module of its concern (or a new module) plus a l
 
 from __future__ import annotations
 
-from tenter.doctor.checks import accelerators, fabric, memory, mpi, network, versions
+from tenter.doctor.checks import accelerators, fabric, memory, mpi, network, privacy, versions
 from tenter.doctor.result import Check
 from tenter.spec.errors import FieldError
 
@@ -27,6 +27,7 @@ CHECKS: tuple[Check, ...] = (
     network.SOCKET_IFNAME,
     network.HOST_RESOLUTION,
     mpi.MPIRUN,
+    privacy.OUTPUT_DIR,
 )
 
 

@@ -25,6 +25,7 @@ import os
 import sys
 
 from tenter.contract.plan import Plan
+from tenter.jobdir import private
 from tenter.jobdir.layout import spares_tmp_dir
 from tenter.launch.agent.spares import ENABLED_ENV, WarmPool, enabled
 
@@ -37,6 +38,7 @@ def main(argv: list[str], fork_template: bool = True) -> int:
     with open(plan_path) as f:
         plan = Plan.from_json(f.read()).as_running()  # a host that joined is in it
     host = plan.hosts[int(host_index)]
+    private.enter(plan.output_group)  # what the workers write is the job's alone
     workers_env = dict(os.environ)
     pool = WarmPool.for_workers(
         plan.command,

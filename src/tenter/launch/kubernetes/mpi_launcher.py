@@ -17,7 +17,8 @@ interfaces, it serves
 - the ranks' store (torch elastic's agent store: ``TORCHELASTIC_USE_AGENT_STORE=True``, so
   every rank, rank 0 included, is a client); without it rank 0's ``init_process_group``
   would serve the store on every interface of its pod;
-- each rank's environment, over HTTP (``GET /rank/N``, gzipped JSON): the workers share no
+- each rank's environment, over HTTP (``GET /rank/N``, gzipped JSON, to a request with the
+  job's token, which mpirun passes the ranks by name; any other gets 403): the workers share no
   file system with the launcher, so the ranks' shims fetch what the mpi backend's read from
   the job directory's ``plan.json`` (:mod:`tenter.runtime.mpi_shim`). The standard
   library's ``http.server`` serves it: one GET per rank, no framework needed.
@@ -41,6 +42,7 @@ from typing import Any
 
 from tenter.contract.plan import Plan
 from tenter.errors import ExitCode
+from tenter.jobdir import private
 from tenter.launch.kubernetes.mpi_job import JOB_ENV, POD_IP_ENV, parse_job
 from tenter.launch.store import listener_on, serve_store
 from tenter.runtime.mpi_shim import RANK_PATH, planned_env
@@ -48,8 +50,14 @@ from tenter.runtime.mpi_shim import RANK_PATH, planned_env
 
 class _RankEnvHandler(BaseHTTPRequestHandler):
     plan: Plan
+    token: str
 
     def do_GET(self) -> None:
+        if not private.authorized(self.headers.get("Authorization"), self.token):
+            self.send_response(403)  # and nothing else: not even whether the rank exists
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         index = self.path.removeprefix(RANK_PATH)
         if self.path == index or not index.isdigit() or int(index) >= self.plan.world_size:
             self.send_error(404)
@@ -66,10 +74,10 @@ class _RankEnvHandler(BaseHTTPRequestHandler):
         """Quiet: one line per rank would bury mpirun's output in the pod's log."""
 
 
-def serve_rank_envs(plan: Plan, addr: str) -> ThreadingHTTPServer:
+def serve_rank_envs(plan: Plan, addr: str, token: str) -> ThreadingHTTPServer:
     """Each rank's planned environment at ``http://ADDR:PORT/rank/N``, from a thread, on a
-    port the kernel picks."""
-    handler = type("RankEnvHandler", (_RankEnvHandler,), {"plan": plan})
+    port the kernel picks, to requests that carry ``token`` (:func:`private.bearer`)."""
+    handler = type("RankEnvHandler", (_RankEnvHandler,), {"plan": plan, "token": token})
     server = ThreadingHTTPServer((addr, 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="rank-envs", daemon=True).start()
@@ -94,10 +102,14 @@ def main(argv: list[str], environ: Mapping[str, str]) -> int:
     port = listener.getsockname()[1]
     store = serve_store(addr, listener)  # serves until this process ends
     plan = job.plan(port)
-    envs = serve_rank_envs(plan, addr)
+    token = private.new_token()
+    envs = serve_rank_envs(plan, addr, token)
     host = f"[{addr}]" if ":" in addr else addr
     url = f"http://{host}:{envs.server_address[1]}"
-    mpirun = subprocess.Popen(job.mpirun(plan, addr, port, url))
+    # mpirun passes the token on to the ranks by name (-x), from its environment.
+    mpirun = subprocess.Popen(
+        job.mpirun(plan, addr, port, url), env={**environ, private.TOKEN_ENV: token}
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _: mpirun.send_signal(signum))
     code = mpirun.wait()
