@@ -54,8 +54,8 @@ STATES = ("pending", "starting", "running", "done", "failed", "exited")
 
 def check_metrics_dependency() -> None:
     """Raise :class:`tenter.deps.MissingDependencyError` unless ``--metrics-port`` can serve:
-    prometheus-client 0.20 or later (``start_http_server`` returns its server from 0.20, and
-    the server must be shut down with the job). Call it before the job starts."""
+    prometheus-client 0.20 or later (its WSGI app and threading server, which tenter serves
+    and shuts down with the job). Call it before the job starts."""
     require(
         "prometheus_client",
         "monitor",
