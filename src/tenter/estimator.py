@@ -346,6 +346,7 @@ class Estimator:
         instance_count: int = 1,
         instance_type: str = "local",
         environment: dict[str, str] | None = None,
+        secrets: list[str] | None = None,
         max_run: int | None = None,
         base_job_name: str | None = None,
         checkpoint_local_path: str | None = None,
@@ -377,6 +378,8 @@ class Estimator:
             "name": base_job_name,
             "processes_per_host": processes_per_host,
             "output_dir": output_dir,
+            # Names of this process's variables the job gets, their values written nowhere.
+            "secrets": secrets,
             "checkpoint": {"dir": checkpoint_local_path} if checkpoint_local_path else None,
         }
         data.update({k: v for k, v in optional.items() if v is not None})
