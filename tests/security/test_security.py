@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -65,13 +66,23 @@ def _every_cmdline() -> list[str]:
     return out
 
 
-def _job_processes(job_id: str) -> int:
-    """How many processes carry the job's id (the agents, templates, ranks)."""
-    count = 0
+def _job_processes(job_id: str) -> set[int]:
+    """The processes that carry the job's id (the agents, templates, ranks)."""
+    pids = set()
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            count += proc.environ().get("TENTER_JOB_ID") == job_id
-    return count
+            if proc.environ().get("TENTER_JOB_ID") == job_id:
+                pids.add(proc.pid)
+    return pids
+
+
+def _listening(pids: set[int]) -> set[tuple[str, int]]:
+    """The addresses and ports the processes ``pids`` listen on."""
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.net_connections("inet")
+        if c.pid in pids and c.status == psutil.CONN_LISTEN
+    }
 
 
 @dataclass
@@ -81,8 +92,11 @@ class SharedJob:
     checkpoints: Path
     console: str
     cmdlines: list[str]
-    job_processes: int
+    job_processes: set[int]
     metrics: dict[str, tuple[int, bytes]]
+    metrics_port: int
+    listening: set[tuple[str, int]]
+    """What the launcher and the job's processes listen on while the ranks run."""
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +145,21 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedJob]:
             "token": _reply(url, private.bearer(token)),
         }
         cmdlines, processes = _every_cmdline(), _job_processes(job_dir.name)
+        listening = _listening({run.proc.pid, *processes})
         release.touch()
         console = run.finish()
         checkpoints = job_checkpoints(job_dir)
-        yield SharedJob(jobs_root, job_dir, checkpoints, console, cmdlines, processes, metrics)
+        yield SharedJob(
+            jobs_root,
+            job_dir,
+            checkpoints,
+            console,
+            cmdlines,
+            processes,
+            metrics,
+            int(port),
+            listening,
+        )
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
@@ -189,7 +214,7 @@ def test_the_secret_is_written_nowhere_and_shown_to_no_one_yet_every_rank_has_it
     assert len(files) > 10  # plan, events, summary, logs...
     assert [p for p in files if SECRET.encode() in p.read_bytes()] == []
     assert SECRET not in job.console
-    assert job.job_processes >= HOSTS * (PROCS + 1)  # the scan saw the job's processes
+    assert len(job.job_processes) >= HOSTS * (PROCS + 1)  # the scan saw the job's processes
     assert [c for c in job.cmdlines if SECRET in c] == []
     digest = hashlib.sha256(SECRET.encode()).hexdigest()
     seen = re.findall(r"secret-sha256 (\d+) (\w+)", job.console)
@@ -203,6 +228,15 @@ def test_the_metrics_endpoint_beyond_loopback_answers_only_with_the_jobs_token(
     assert job.metrics["wrong"] == (403, b"")
     status, body = job.metrics["token"]
     assert status == 200 and b"tenter_rank_step" in body
+
+
+def test_every_socket_the_job_listens_on_is_on_its_hosts_addresses(job: SharedJob) -> None:
+    plan = json.loads((job.job_dir / layout.PLAN_FILE).read_text())
+    addrs = {host["addr"] for host in plan["hosts"]}
+    assert job.listening  # the stores the job serves, at least
+    # Metrics are where --metrics-addr put them (0.0.0.0 here: behind the token).
+    assert {ip for ip, port in job.listening if port != job.metrics_port} <= addrs
+    assert ("0.0.0.0", job.metrics_port) in job.listening
 
 
 def test_the_mpijob_launchers_rank_environments_answer_only_with_the_token(
