@@ -33,6 +33,8 @@ pytestmark = pytest.mark.slow
 
 GRACE_S = 2
 """The stop grace period these tests run with (TENTER_STOP_GRACE_S), to keep them short."""
+LONG_GRACE_S = 30
+"""A grace period long enough that a stop which waits it out shows, even on a loaded machine."""
 SLACK_S = 10
 """Beyond the grace period, what a loaded 2-core machine may take to start Python's signal
 handlers and reap; torch's own grace (30 s), the bug this guards against, is far above."""
@@ -168,7 +170,11 @@ def test_an_exit_code_is_told_from_a_signal_and_oom_named_only_when_counted(
     assert_nothing_left(done.job_dir)
 
 
-def test_a_stopped_rank_is_named_as_the_suspect(tmp_path: Path) -> None:
+def test_a_stopped_rank_is_named_as_the_suspect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A grace period that a stop waiting for the stopped rank would show.
+    monkeypatch.setenv("TENTER_STOP_GRACE_S", str(LONG_GRACE_S))
     spec = write_spec(
         tmp_path, "loop.py", instance_count=2, processes_per_host=1, elastic={"hang_timeout": 3}
     )
@@ -181,6 +187,10 @@ def test_a_stopped_rank_is_named_as_the_suspect(tmp_path: Path) -> None:
     hang = (job.job_dir / "hang-report.txt").read_text()
     assert f"suspect: rank 1 on algo-2 (pid {frozen}, stopped): its process is stopped" in hang
     assert "suspect: rank 0" not in hang
+    # The stop reaches the stopped rank too (continued after its SIGTERM), not only its SIGKILL
+    # at the end of the grace period.
+    ended = (job.job_dir / "summary.json").stat().st_mtime
+    assert ended - (job.job_dir / "hang-report.txt").stat().st_mtime < LONG_GRACE_S / 2, out
     assert_nothing_left(job.job_dir)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from tenter.jobdir.host_ranks import RanksSummary, SummaryReader, write_summary
 from tenter.launch import hang
 from tenter.launch.hang import RankProgress
 from tenter.launch.report import exit_meaning
@@ -39,6 +42,27 @@ def test_after_a_group_restart_start_up_is_timed_as_at_launch() -> None:
     assert hang.hang_verdict(moving, now=117.0, hang_timeout=5, restarted_at=110.0) == (
         "no rank made progress for 5 s"
     )
+
+
+def test_the_hosts_summaries_give_the_verdict_every_rank_gives(tmp_path: Path) -> None:
+    # The launcher reads one summary a host (each written by its agent), not every rank's record.
+    hosts = {
+        "algo-1": [rank(0, at=100.0), rank(1, "exiting", at=120.0)],
+        "algo-2": [rank(2, "started", "", 0, at=111.0), rank(3, at=104.0)],
+    }
+    for name, ranks in hosts.items():
+        (tmp_path / name).mkdir()
+        write_summary(tmp_path / name, RanksSummary.of((p.time, p.state) for p in ranks))
+    reader = SummaryReader()
+    dirs = [str(tmp_path / name) for name in hosts]
+    newest = RanksSummary.newest(reader.read(dirs))
+    every = [p for ranks in hosts.values() for p in ranks]
+    for now, restarted_at in [(108.0, 0.0), (109.0, 0.0), (120.0, 110.0), (500.0, 110.0)]:
+        verdict = hang.hang_verdict(every, now, 5, restarted_at)
+        assert hang.summary_verdict(newest, now, 5, restarted_at) == verdict
+    assert hang.summary_verdict(newest, 109.0, 5) == "no rank made progress for 5 s"
+    write_summary(tmp_path / "algo-2", RanksSummary(moved=130.0, current=130.0))
+    assert RanksSummary.newest(reader.read(dirs)).moved == 130.0  # a changed file is read again
 
 
 def test_ranks_that_leave_are_not_hung_however_slow_their_teardown() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tenter.contract.plan import Plan
+from tenter.jobdir.events import EventKind, is_kind, read_events
 from tests.conftest import REPO, SCRIPTS, Background, assert_nothing_left, job_dirs, tenter
 
 pytestmark = pytest.mark.slow
@@ -85,6 +86,9 @@ def test_run_reports_the_failing_rank_as_root_cause_with_its_traceback() -> None
     assert "bootstrap.py" not in summary
     failure = (done.job_dir / "hosts/algo-2/output/failure").read_text()
     assert failure.startswith("rank 3 on algo-2 failed")
+    # Its agent told the launcher (which reads no rank's error file while the job runs).
+    told = [e for e in read_events(done.job_dir) if is_kind(e, EventKind.RANK_FAILED)]
+    assert [(e["host"], e["rank"]) for e in told][:1] == [("algo-2", 3)]
     assert_nothing_left(done.job_dir)
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tenter.rehearsal.drive import Rehearsal
 from tenter.rehearsal.plan import MAX_RESTARTS, rehearsal_plan
 from tenter.rehearsal.table import scale_line
@@ -17,10 +15,7 @@ SPEC = Path(__file__).parents[2] / "examples" / "digits" / "job.yaml"
 HOSTS, PROCS = 64, 8
 
 
-def test_rehearsal_at_64_hosts_names_every_fault(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The stopped rank holds its host's stop for the grace period (SIGTERM does not end a
-    # stopped process): shorter in the agents, whose packs read it at their start.
-    monkeypatch.setenv("TENTER_STOP_GRACE_S", "2")
+def test_rehearsal_at_64_hosts_names_every_fault() -> None:
     plan = rehearsal_plan(SPEC, HOSTS, PROCS, step_s=0.5, hang_timeout=5)
     figures = Rehearsal(plan, hosts_per_pack=64, bound_s=40, steady=False).run()
     # Each phase is bounded (bound_s); how long they take is the benchmark's to say

@@ -15,11 +15,8 @@ import importlib
 import os
 import sys
 
-from rich.console import Console
-from rich.markup import escape
-
 from tenter import __version__
-from tenter.cli.parsing import EXIT_USAGE, FlagParser
+from tenter.cli.parsing import EXIT_USAGE, FlagParser, error_console
 from tenter.errors import TenterError
 
 COMMANDS = (
@@ -59,9 +56,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _print_error(text: str) -> None:
     """Every subcommand's errors look alike: ``error: <where>: <what>. Fix: <how>``."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"[bold red]error:[/] {escape(text)}"
-    )
+    from rich.markup import escape
+
+    error_console().print(f"[bold red]error:[/] {escape(text)}")
 
 
 def _is_spec_error(error: ValueError) -> bool:

@@ -7,16 +7,31 @@ import argparse
 import difflib
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from functools import cache
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from rich.console import Console
-from rich.markup import escape
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_USAGE = 2
 """Bad input (flags, spec, a failed preflight): nothing was created and nothing launched."""
 
-# soft_wrap: a log file or CI console must get the lines whole, not cut at 80 columns.
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+@cache
+def error_console() -> Console:
+    """The CLI's console on stderr, made on first use: importing rich is a good part of a light
+    command's start-up (``tenter status``), which prints no error."""
+    from rich.console import Console
+
+    # soft_wrap: a log file or CI console must get the lines whole, not cut at 80 columns.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def __getattr__(name: str) -> Console:
+    """``stderr``: :func:`error_console`."""
+    if name != "stderr":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return error_console()
 
 
 class FlagParser(argparse.ArgumentParser):
@@ -64,7 +79,9 @@ class FlagParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         # argparse's "PROG: error: MESSAGE", without the usage block it prints above it.
-        stderr.print(f"{escape(self.prog)}: [bold red]error:[/] {escape(message)}")
+        from rich.markup import escape
+
+        error_console().print(f"{escape(self.prog)}: [bold red]error:[/] {escape(message)}")
         self.exit(EXIT_USAGE)
 
 

@@ -27,7 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import read_plan
-from tenter.goodput.ledger import HANG, RESTART, Fault, Ledger, RunRecords, build_ledger
+from tenter.goodput.fold import RunFold
+from tenter.goodput.ledger import (
+    HANG,
+    RESTART,
+    Fault,
+    Ledger,
+    RunRecords,
+    highest_step,
+    job_timelines,
+    ledger_of,
+)
 from tenter.goodput.stragglers import Straggler, StragglerRule, StragglerWatch
 from tenter.jobdir import control
 from tenter.jobdir.events import Event, EventFollower, EventKind, is_kind, record_event
@@ -191,6 +201,12 @@ class LedgerKeeper:
     def __init__(self, job_dir: str | Path) -> None:
         self.reader = RunReader(Path(job_dir))
         self._earlier = [RunReader(path).read() for path in earlier_runs(self.reader)]
+        # Over: their time lines are reckoned once, and this run's folded pass by pass.
+        self._earlier_lines = job_timelines(self._earlier, time.time())
+        done_before = None
+        for lines in self._earlier_lines:
+            done_before = highest_step(lines, done_before)
+        self._fold = RunFold(done_before)
         self.latest: RunRecords | None = None
         """This run's records as the last ledger saw them."""
         self._watches: dict[StragglerRule, StragglerWatch] = {}
@@ -207,7 +223,8 @@ class LedgerKeeper:
 
     def ledger(self, now: float | None = None, final_state: str | None = None) -> Ledger:
         now = time.time() if now is None else now
-        return build_ledger(self.runs(now, final_state), now)
+        runs = self.runs(now, final_state)
+        return ledger_of(runs, [*self._earlier_lines, self._fold.timelines(runs[-1], now)], now)
 
     def stragglers(self, rule: StragglerRule) -> list[Straggler]:
         """The stragglers in this run's steps as of the last :meth:`ledger` (what

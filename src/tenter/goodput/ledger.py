@@ -178,7 +178,7 @@ def _breaks(reports: Sequence[tuple[float, int]], fault_times: list[float]) -> l
     return sorted({i for i in fell if 0 < i < len(reports)}.union(rose))
 
 
-class _Walk:
+class Walk:
     """The state of the walk along one rank's reports, and the pieces laid so far (a piece
     that continues the previous one of its part extends it)."""
 
@@ -232,21 +232,24 @@ class _Walk:
         self.count(self.previous, reports[b - 1][1])
 
 
-def _walk_reports(
+def walk_on(
+    walk: Walk,
     reports: Sequence[tuple[float, int]],
+    begin: int,
     faults: list[Fault],
-    launch: float,
     done_before: int | None,
-) -> _Walk:
-    """The walk along one rank's reports: a resume at each break, and between two breaks
-    the reports in one stride."""
-    walk = _Walk(launch, done_before)
-    if not reports:
-        return walk
+) -> None:
+    """Go on along ``reports[begin:]``, those before walked already (:mod:`.fold` goes on
+    from one pass's last report): a resume at each break, and between two breaks the reports
+    in one stride."""
+    if begin >= len(reports):
+        return
     fault_times = [f.time for f in faults]
-    walk.first(*reports[0], done_before)
-    after = 1
-    for i in [*_breaks(reports, fault_times), len(reports)]:
+    if begin == 0:
+        walk.first(*reports[0], done_before)
+    after = begin = max(begin, 1)
+    news = reports[begin - 1 :] if begin > 1 else reports
+    for i in [*(begin - 1 + b for b in _breaks(news, fault_times)), len(reports)]:
         if i > after:
             walk.advance(reports, after, i)
         if i < len(reports):
@@ -254,7 +257,10 @@ def _walk_reports(
             lo, hi = (bisect.bisect_right(fault_times, t) for t in (walk.cursor, time))
             walk.resume(time, step, faults[lo:hi])
         after = i + 1
-    return walk
+
+
+def rank_faults(run: RunRecords, rank: int) -> list[Fault]:  # in time order
+    return sorted((f for f in run.faults if f.hits(rank)), key=lambda f: f.time)
 
 
 def rank_timeline(
@@ -263,9 +269,23 @@ def rank_timeline(
     """One rank's pieces over ``[run.launch, until]``. ``done_before``: the highest step a
     previous run reached (a step not above it is computed again). Linear in the rank's
     reports and saves."""
-    faults = sorted((f for f in run.faults if f.hits(rank)), key=lambda f: f.time)
+    faults = rank_faults(run, rank)
     reports = _reports_within(run.steps.get(rank, ()), run.launch, until)
-    walk = _walk_reports(reports, faults, run.launch, done_before)
+    walk = Walk(run.launch, done_before)
+    walk_on(walk, reports, 0, faults, done_before)
+    return timeline_of(walk, run, rank, reports, until, faults)
+
+
+def timeline_of(
+    walk: Walk,
+    run: RunRecords,
+    rank: int,
+    reports: Sequence[tuple[float, int]],
+    until: float,
+    faults: list[Fault],
+) -> RankTimeline:
+    """The time line of a rank whose ``reports`` were walked: its pieces (one a stretch of one
+    part), what came after its last step, what a preemption lost, the saves carved out."""
     segments = walk.segments + _tail(run, rank, walk.cursor, until, bool(reports), faults)
     productive, lost = walk.productive, walk.lost
     saves = run.checkpoints.get(rank, ())
@@ -360,12 +380,15 @@ def job_timelines(runs: Sequence[RunRecords], now: float) -> list[dict[int, Rank
     out = []
     done_before: int | None = None
     for run in runs:
-        timelines = run_timelines(run, now, done_before)
-        reached = [t.max_step for r, t in timelines.items() if r >= 0 and t.max_step is not None]
-        if reached:
-            done_before = max(reached) if done_before is None else max(done_before, *reached)
-        out.append(timelines)
+        out.append(timelines := run_timelines(run, now, done_before))
+        done_before = highest_step(timelines, done_before)
     return out
+
+
+def highest_step(timelines: Mapping[int, RankTimeline], before: int | None) -> int | None:
+    """The highest step reached: ``before``, or by a rank of ``timelines``."""
+    reached = [t.max_step for r, t in timelines.items() if r >= 0 and t.max_step is not None]
+    return max([*reached, *([] if before is None else [before])], default=None)
 
 
 def run_end(run: RunRecords, now: float) -> float:
@@ -375,16 +398,23 @@ def run_end(run: RunRecords, now: float) -> float:
 def build_ledger(runs: Sequence[RunRecords], now: float) -> Ledger:
     """The ledger of a job made of ``runs`` (a preempted run, then the runs resuming it, in
     launch order), at ``now`` for a run still going."""
+    return ledger_of(runs, job_timelines(runs, now), now)
+
+
+def ledger_of(
+    runs: Sequence[RunRecords], timelines: Sequence[Mapping[int, RankTimeline]], now: float
+) -> Ledger:
+    """The ledger of ``runs`` whose rank time lines are ``timelines`` (:func:`job_timelines`)."""
     parts = dict.fromkeys(PARTS, 0.0)
     productive = lost = ranks = 0
     previous_end: float | None = None
-    for run, timelines in zip(runs, job_timelines(runs, now), strict=True):
+    for run, lines in zip(runs, timelines, strict=True):
         if previous_end is not None and run.launch > previous_end:
             parts["preemption"] += run.launch - previous_end
-        for line in timelines.values():
+        for line in lines.values():
             for s in line.segments:
-                parts[s.part] += (s.end - s.start) / len(timelines)
-        reporting = [line for rank, line in timelines.items() if rank >= 0]
+                parts[s.part] += (s.end - s.start) / len(lines)
+        reporting = [line for rank, line in lines.items() if rank >= 0]
         if reporting:
             productive += max(line.productive_steps for line in reporting)
             lost += max(line.lost_steps for line in reporting)

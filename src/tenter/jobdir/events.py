@@ -36,6 +36,9 @@ class EventKind(str, Enum):
     """A host's agent stopped its workers to start them again (host, run_id, restart_count,
     used, remaining; failed_at: when its first worker failed, none where another host's
     failure asked for the restart; killed: a worker of its was killed by a signal)."""
+    RANK_FAILED = "rank_failed"
+    """A host's agent found a rank's failure of its own in its error file, not a peer's broken
+    connection (host, rank)."""
     WORKERS_STORE = "workers_store"
     """The port of the workers' store (the plan's ``${master_port}``) as whoever serves it bound
     it: the group's rank 0 agent for each round, or mpi's launcher (host, attempt, port)."""

@@ -185,6 +185,8 @@ class EventFeed:
         self._restarts_said: set[tuple[object, object]] = set()
         self.restarted_at = 0.0
         """When an agent last began a group restart (stopping its workers), 0 before any."""
+        self.rank_failed = False
+        """Whether an agent told of a rank's failure of its own."""
 
     def print_new(self) -> None:
         for event in self._events.read_new():
@@ -195,6 +197,7 @@ class EventFeed:
 
     def _show(self, event: Event) -> None:
         host = str(event["host"])
+        self.rank_failed |= is_kind(event, EventKind.RANK_FAILED)
         if is_kind(event, EventKind.RESTART):
             self.restarted_at = max(self.restarted_at, float(str(event["time"])))
             restart = (event["run_id"], event["restart_count"])

@@ -33,11 +33,10 @@ import psutil
 from tenter.contract.plan import Plan
 from tenter.jobdir import layout
 from tenter.jobdir.control import lost_hosts
+from tenter.jobdir.host_ranks import EXITING, RanksSummary
 from tenter.launch.console import read_index
 
 STACKS_WAIT_S = 3.0
-STARTED, EXITING = "started", "exiting"
-"""A rank's state before its first progress, and once it leaves (tenter.runtime.watchdog)."""
 STARTUP_MIN_S = 300.0
 
 
@@ -51,6 +50,14 @@ def startup_timeout(hang_timeout: float) -> float:
 def hang_verdict(
     progress: list[RankProgress], now: float, hang_timeout: float, restarted_at: float = 0.0
 ) -> str | None:
+    """:func:`summary_verdict` of the ranks' records."""
+    summary = RanksSummary.of((p.time, p.state) for p in progress)
+    return summary_verdict(summary, now, hang_timeout, restarted_at)
+
+
+def summary_verdict(
+    ranks: RanksSummary, now: float, hang_timeout: float, restarted_at: float = 0.0
+) -> str | None:
     """Why the job counts as hung, or None. Once a rank made progress, no progress on any rank
     for ``hang_timeout``; before that, no rank's first progress within the start-up timeout
     of the ranks' start (their records' creation, so a restarted attempt starts afresh).
@@ -58,16 +65,13 @@ def hang_verdict(
     ``restarted_at`` is when an agent last began a group restart: the records older than it
     are the stopped attempt's (a host not yet restarted still shows them), and from then on
     the ranks' start-up is timed as at launch, however long the restart takes."""
-    # A slow teardown is no hang.
-    current = [p for p in progress if p.state != EXITING and p.time >= restarted_at]
-    moved = [p.time for p in current if p.state != STARTED]
-    if moved:
-        if now - max(moved) >= hang_timeout:
+    if ranks.moved and ranks.moved >= restarted_at:
+        if now - ranks.moved >= hang_timeout:
             return f"no rank made progress for {hang_timeout} s"
         return None
-    starts = [p.time for p in current] + ([restarted_at] if restarted_at else [])
+    started = max(ranks.current if ranks.current >= restarted_at else 0.0, restarted_at)
     limit = startup_timeout(hang_timeout)
-    if starts and now - max(starts) >= limit:
+    if started and now - started >= limit:
         return f"no rank reached its first collective or step within {limit:.0f} s of its start"
     return None
 

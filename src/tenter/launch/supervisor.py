@@ -59,6 +59,10 @@ class Supervisor:
     a_rank_fails_the_job = True
     """Whether a rank's own failure stops a job without restarts at once
     (:mod:`tenter.launch.watchers.rank_failure`)."""
+    agents_tell = False
+    """Whether tenter's agents run the ranks and tell what they show: a rank's own failure (an
+    event) and their progress (each host's summary, :meth:`host_dirs`), so that the launcher
+    reads no rank's file while the job runs."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
@@ -83,7 +87,7 @@ class Supervisor:
         """The job's isolated hosts (``isolation: network``) while it runs."""
         self._store_proc: subprocess.Popen[bytes] | None = None
         """The store's process on the isolated hosts' switch."""
-        self._started = time.monotonic()
+        self.started = time.monotonic()
         self.scratch_dirs: list[str] = []
         """Temporary directories the job's processes write in, removed by the final sweep
         (after its processes are gone: a process killed there cannot remove its own)."""
@@ -106,6 +110,10 @@ class Supervisor:
 
     def collect_extra_failures(self) -> None:
         """Before the result is read: record failures only the launcher saw."""
+
+    def host_dirs(self) -> list[str]:
+        """The directories of the hosts the job goes on with (where agents tell)."""
+        return [host.dir for host in self.plan.hosts]
 
     def spawn(
         self,
@@ -190,16 +198,7 @@ class Supervisor:
 
     def _watch(self, stop: threading.Event) -> JobState | None:
         """Block until the job ends; returns why it was stopped early, or None."""
-        fails_at_once = self.a_rank_fails_the_job and not self.plan.max_restarts
-        watchers: list[Watcher] = [
-            *([RankFailureWatcher(self.plan)] if fails_at_once else []),
-            StopWatcher(self.plan, stop, self.preemption),
-            MaxRunWatcher(self._started, self.plan.max_run),
-            EveryTick(self.events.print_new),
-            EveryTick(self.on_tick),
-            self.ledger,
-            HangWatcher(self.plan, self.extra, lambda: self.events.restarted_at),
-        ]
+        watchers = _watchers(self, stop)
         while True:
             verdict = self.check_processes()
             if verdict != JobState.RUNNING:
@@ -241,7 +240,7 @@ class Supervisor:
             extra.insert(0, f"stopped: max_run of {self.plan.max_run} s exceeded")
         outcome = report.Outcome(
             exit_code=exit_code,
-            duration_s=time.monotonic() - self._started,
+            duration_s=time.monotonic() - self.started,
             interrupted=exit_code == ExitCode.INTERRUPTED,
             rdzv_endpoint=published.published(self.plan.job_dir, published.STORE) or ""
             if self.plan.store_on_first_host
@@ -253,3 +252,21 @@ class Supervisor:
             oom_kills=report.oom_kills_since(self._oom_kills_before),
         )
         return report.record_result(self.plan, [*self.host_failures, *failures], outcome)
+
+
+def _watchers(job: Supervisor, stop: threading.Event) -> list[Watcher]:
+    """What the launcher's loop looks at on each poll, in turn (:mod:`.watchers`)."""
+    plan, told = job.plan, job.agents_tell
+    fails_at_once = job.a_rank_fails_the_job and not plan.max_restarts
+    rank_failed = (lambda: job.events.rank_failed) if told else None
+    return [
+        *([RankFailureWatcher(plan, rank_failed)] if fails_at_once else []),
+        StopWatcher(plan, stop, job.preemption),
+        MaxRunWatcher(job.started, plan.max_run),
+        EveryTick(job.events.print_new),
+        EveryTick(job.on_tick),
+        job.ledger,
+        HangWatcher(
+            plan, job.extra, lambda: job.events.restarted_at, job.host_dirs if told else None
+        ),
+    ]

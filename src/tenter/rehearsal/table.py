@@ -18,6 +18,7 @@ STEADY = {
     "live_view_s": ("one live-view refresh (s)", None),
     "ledger_stragglers_s": ("one ledger and straggler pass (s)", None),
     "status_s": ("tenter status (s)", 1.0),
+    "status_cpu_s": ("tenter status's CPU (s)", None),
 }
 
 

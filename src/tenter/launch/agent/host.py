@@ -64,6 +64,7 @@ from tenter.jobdir.control import (
 from tenter.jobdir.events import EventKind, record_event
 from tenter.launch.agent import in_round, rendezvous
 from tenter.launch.agent.entries import KillRequests, record_round, worker_entries
+from tenter.launch.agent.ranks_watch import RanksWatch
 from tenter.launch.agent.spares import WarmPool
 from tenter.launch.agent.workers import GroupState, WorkerGroup, start_worker, stop_telling
 from tenter.launch.console import read_index
@@ -117,15 +118,14 @@ class HostAgent:
         pool: WarmPool | None,
         planned_round: Callable[[], rendezvous.Round] | None = None,
     ) -> None:
-        self.plan, self.host, self.handler = plan, host, handler
+        self.plan, self.host, self.handler, self.pool = plan, host, handler, pool
         self.base_env = dict(base_env)
         """Every worker's environment but its rank's variables: the agent's own, as started
         (the host's environment of the plan, on top of the launcher's)."""
-        self.pool = pool
         self.state = AgentState.RENDEZVOUS
         self.restart_count = 0
-        """The job's group restarts so far: those before the running workers started (as
-        their round agreed), and the one this host has begun."""
+        """The job's group restarts so far: those before the running workers started (as their
+        round agreed), and the one this host has begun."""
         self.attempt = previous_attempts(plan, host)
         self.round: rendezvous.Round | None = None
         self.group = WorkerGroup([])
@@ -133,9 +133,9 @@ class HostAgent:
         self._in_round = plan.restart_in_round
         self._planned_round = planned_round
         self._stopping = stopping_marker(plan.job_dir, host.name)
-        self._preempting = False
-        """The job is being preempted: the workers got SIGTERM and end by themselves."""
+        self._preempting = False  # the workers got a preemption's SIGTERM: they end by themselves
         self._kill_requests = KillRequests(plan.job_dir, host.name)
+        self._ranks_watch = RanksWatch(plan, host)
 
     @property
     def remaining_restarts(self) -> int:
@@ -176,6 +176,7 @@ class HostAgent:
         if self._preempting or preemption_requested(self.plan.job_dir):
             return self._preempted()
         self._kill_requests.take(self.group)
+        self._ranks_watch.look(self.group)  # before the poll: a failure is told at once
         state, failures = self.group.poll()
         if state is GroupState.SUCCEEDED:
             assert self.round is not None, "workers run only within a round"

@@ -158,6 +158,10 @@ class WorkerGroup:
                 # The worker leads its session's process group: its children go with it.
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(worker.proc.pid, sig)
+                    # A stopped process (SIGSTOP, a debugger's) takes the signal only once
+                    # continued, as kill(1) users and systemd know: else it held the stop
+                    # for the whole grace period.
+                    os.killpg(worker.proc.pid, signal.SIGCONT)
 
 
 def stop_telling(group: WorkerGroup, sig: signal.Signals, stopping: Path) -> None:

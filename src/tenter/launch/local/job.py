@@ -32,6 +32,8 @@ from tenter.spec.errors import counted
 
 
 class LocalJob(Supervisor):
+    agents_tell = True
+
     def __init__(self, plan: Plan) -> None:
         super().__init__(plan)
         self.lost: set[int] = set()
@@ -104,6 +106,9 @@ class LocalJob(Supervisor):
                     f"{host.name}: its agent exited with status {proc.returncode} without a "
                     f"report; see {self._agent_logs[i]}"
                 )
+
+    def host_dirs(self) -> list[str]:
+        return [h.dir for i, h in enumerate(self.plan.hosts) if i not in self.lost]
 
     def _lose_host(self, index: int, why: str) -> None:
         self.lost.add(index)

@@ -1,7 +1,11 @@
 """A hang (``hang_timeout``; :mod:`tenter.launch.hang`): the ranks' progress records show no
 step for that long. The watcher writes the hang report (the ranks' stacks and states, and what
 their flight recorders name: :mod:`tenter.launch.flight_recorder`), then stops the job
-(``on_hang: stop``) or kills the workers for their agents to restart them (``restart``)."""
+(``on_hang: stop``) or kills the workers for their agents to restart them (``restart``).
+
+Where agents run the ranks, the watch reads each host's summary of its ranks (one small file a
+host, read again only once it changed: :mod:`tenter.jobdir.host_ranks`), and every rank's
+record only once the summaries show a hang, to confirm it and write the report."""
 
 from __future__ import annotations
 
@@ -9,12 +13,13 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tenter.contract.plan import Plan
 from tenter.goodput.keeper import record_hang
 from tenter.jobdir import layout
+from tenter.jobdir.host_ranks import RanksSummary, SummaryReader
 from tenter.jobdir.results import JobState
 from tenter.launch import flight_recorder, hang, hang_replies
 from tenter.launch.console import say
@@ -24,12 +29,21 @@ CHECK_S = 0.5
 
 
 class HangWatcher:
-    def __init__(self, plan: Plan, reports: list[str], restarted_at: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        reports: list[str],
+        restarted_at: Callable[[], float],
+        host_dirs: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
         """``reports``: where each hang report goes too (the summary's extra lines);
         ``restarted_at``: when an agent last began a group restart (0 before any), from
-        which the restarted ranks' start-up is timed as at launch."""
+        which the restarted ranks' start-up is timed as at launch; ``host_dirs``: the
+        directories of the hosts whose agents summarize their ranks (None: no agents)."""
         self.plan = plan
         self._restarted_at = restarted_at
+        self._host_dirs = host_dirs
+        self._summaries = SummaryReader()
         self._reports = reports
         self._next_check = 0.0
 
@@ -37,6 +51,17 @@ class HangWatcher:
         if not self.plan.hang_timeout or now < self._next_check:
             return None
         self._next_check = now + CHECK_S
+        if self._host_dirs is not None:
+            ranks = RanksSummary.newest(self._summaries.read(self._host_dirs()))
+            if (
+                hang.summary_verdict(
+                    ranks, time.time(), self.plan.hang_timeout, self._restarted_at()
+                )
+                is None
+            ):
+                return None
+        # Every rank's record: the summaries' verdict confirmed (an agent's may lag behind
+        # its ranks), and what the report reads.
         progress = hang.read_progress(self.plan)
         verdict = hang.hang_verdict(
             progress, time.time(), self.plan.hang_timeout, self._restarted_at()
