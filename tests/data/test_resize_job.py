@@ -1,8 +1,10 @@
 """A real elastic job that loses a host mid-epoch (4 ranks, then 2): over the whole job every
-sample of each epoch is trained on exactly once, in the uninterrupted run's global batches."""
+sample of each epoch is trained on exactly once, in the uninterrupted run's global batches;
+and its replicas, compared every 2 steps and after the recovery, always agreed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from tests.conftest import REPO, assert_nothing_left, tenter
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = REPO / "tests" / "data" / "scripts" / "resize_train.py"
+SCRIPT = REPO / "tests" / "data" / "scripts" / "faults_train.py"
 SIZE, GLOBAL_BATCH = 60, 12
 
 
@@ -24,8 +26,17 @@ def lost_host_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("resize")
     spec = folder / "job.yaml"
     elastic = {"min_hosts": 1, "max_restarts": 1, "rendezvous": {"last_call_timeout": 1}}
-    fields = {"instance_count": 2, "processes_per_host": 2, "elastic": elastic}
-    environment = {"LOSE_AT_STEP": "3", "GLOBAL_BATCH": str(GLOBAL_BATCH)}
+    fields = {
+        "instance_count": 2,
+        "processes_per_host": 2,
+        "elastic": elastic,
+        "checkpoint": {"every": 2},
+    }
+    environment = {
+        "LOSE_AT_STEP": "3",
+        "GLOBAL_BATCH": str(GLOBAL_BATCH),
+        "TENTER_REPLICA_CHECK_EVERY": "2",
+    }
     spec.write_text(
         yaml.safe_dump({"entry_point": str(SCRIPT), **fields, "environment": environment})
     )
@@ -64,3 +75,10 @@ def test_the_global_batches_are_the_uninterrupted_runs(lost_host_job: Path) -> N
         expected += [set(order[k : k + GLOBAL_BATCH]) for k in range(0, SIZE, GLOBAL_BATCH)]
     assert [steps[s] for s in sorted(steps)] == expected
     assert {r.rank for r in kept if r.step > 3} == {0, 1}  # the world after the loss
+
+
+def test_the_replicas_agreed_at_every_check_and_after_the_recovery(lost_host_job: Path) -> None:
+    summary = json.loads((lost_host_job / "summary.json").read_text())
+    # Before each checkpoint (2, 4, ..., 10) and after the resume from step 2: the same step
+    # as the save's check just before, which the step counter's check makes no second one.
+    assert summary["replicas"] == {"agreed_steps": [2, 2, 4, 6, 8, 10], "diverged": []}

@@ -209,6 +209,7 @@ class Checkpointer:
         # Last, so that nothing above draws from the restored generators.
         set_rng_state(own["rng"])
         self._last_step = latest.step
+        self._state.check_replicas(latest.step)
         steps.resumed_at(latest.step)
         return latest.step
 
@@ -257,6 +258,7 @@ class Checkpointer:
         name = atomic.checkpoint_name(step)
         if step == self._last_step:
             return self.dir / name
+        self._state.check_replicas(step)  # a divergent replica is never saved
         tmp = self.dir / f"{atomic.TMP_PREFIX}{name}"
         tmp.mkdir(exist_ok=True)
         atomic.save_durable(own_state(self.sampler), tmp / rank_file(self._rank))
@@ -290,10 +292,7 @@ class Checkpointer:
             self._writer.submit(finish)
             self._pending_step = step
         self._last_step = step
-        job_dir = os.environ.get("TENTER_JOB_DIR")
-        if job_dir:  # for the goodput ledger: the time training stood still for it
-            host = os.environ.get("TENTER_HOST", "")
-            record_checkpoint(job_dir, self._rank, host, step, start)
+        _record_save(self._rank, step, start)
         return self.dir / name
 
     def wait(self) -> None:
@@ -314,6 +313,13 @@ class Checkpointer:
             if self._async_group is not None:
                 dist.destroy_process_group(self._async_group)
                 self._async_group = None
+
+
+def _record_save(rank: int, step: int, start: float) -> None:
+    """For the goodput ledger: the time training stood still for a save."""
+    job_dir = os.environ.get("TENTER_JOB_DIR")
+    if job_dir:
+        record_checkpoint(job_dir, rank, os.environ.get("TENTER_HOST", ""), step, start)
 
 
 def check_dir(folder: Path, ranks: Ranks) -> None:

@@ -1,7 +1,11 @@
 """A DDP job over torch's DataLoader and DistributedSampler that logs the samples of every
-step (tenter.data.ledger) and loses a host mid-epoch: at step LOSE_AT_STEP of the first
-attempt, the last host's first rank SIGKILLs its host's agent and itself. The global batch
-(GLOBAL_BATCH) is the same at every world size: the job keeps the uninterrupted run's order."""
+step (tenter.data.ledger), checkpointed every checkpoint.every steps, and its faults:
+
+- LOSE_AT_STEP: at this step of the first attempt, the last host's first rank SIGKILLs its
+  host's agent and itself (a host lost mid-epoch). The global batch (GLOBAL_BATCH) is the
+  same at every world size: the job keeps the uninterrupted run's order.
+- FLIP_AT: after this step, rank FLIP_RANK flips one bit of one parameter (silent data
+  corruption in one replica)."""
 
 import gc
 import os
@@ -21,6 +25,8 @@ from tenter.data.ledger import SampleLog
 SIZE, EPOCHS = 60, 2
 GLOBAL_BATCH = int(os.environ.get("GLOBAL_BATCH", "12"))
 LOSE_AT_STEP = int(os.environ.get("LOSE_AT_STEP", "0"))
+FLIP_AT = int(os.environ.get("FLIP_AT", "0"))
+FLIP_RANK = int(os.environ.get("FLIP_RANK", "1"))
 
 
 def lose_this_host() -> None:
@@ -34,6 +40,11 @@ def lose_this_host() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def flip_one_bit(param: torch.Tensor) -> None:
+    with torch.no_grad():
+        param.view(-1)[:1].view(torch.int32).bitwise_xor_(1)  # the lowest mantissa bit
+
+
 def main() -> None:
     tenter.init()
     torch.manual_seed(0)
@@ -42,7 +53,7 @@ def main() -> None:
     loader = DataLoader(data, batch_size=GLOBAL_BATCH // dist.get_world_size(), sampler=sampler)
     model = DistributedDataParallel(nn.Linear(4, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    ckpt = Checkpointer(model, optimizer, sampler=loader, every=2)
+    ckpt = Checkpointer(model, optimizer, sampler=loader)
     step = ckpt.resume()
     samples = SampleLog()
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0"
@@ -57,6 +68,8 @@ def main() -> None:
             optimizer.step()
             step += 1
             samples.write(step, epoch, index.tolist())
+            if step == FLIP_AT and dist.get_rank() == FLIP_RANK:
+                flip_one_bit(model.module.weight)
             ckpt.maybe_save(step)
             if step == LOSE_AT_STEP and first_attempt and last_host_leader:
                 lose_this_host()
