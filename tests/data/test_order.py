@@ -157,3 +157,10 @@ def test_checkpointer_refuses_a_bare_distributed_sampler(tmp_path: Path) -> None
     inner = DistributedSampler(range(12), num_replicas=1, rank=0)
     with pytest.raises(ValueError, match=r"DistributedSampler keeps no position; pass the Data"):
         Checkpointer(torch.nn.Linear(1, 1), sampler=inner, dir=str(tmp_path))  # type: ignore[arg-type]
+
+
+def test_checkpointer_names_the_fix_for_a_loader_without_a_batch_size(tmp_path: Path) -> None:
+    inner = DistributedSampler(range(12), num_replicas=1, rank=0)
+    loader = DataLoader(range(12), batch_size=None, sampler=inner)
+    with pytest.raises(ValueError, match=r"sampler=ResumableSampler\(sampler\)\)$"):
+        Checkpointer(torch.nn.Linear(1, 1), sampler=loader, dir=str(tmp_path))

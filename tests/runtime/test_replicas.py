@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from tenter.runtime.replicas import divergent, fingerprint
+from tenter.runtime.replicas import ReplicaCheck, divergent, fingerprint
 from tests.conftest import REPO, assert_nothing_left, job_checkpoints, tenter
 
 SCRIPT = REPO / "tests" / "data" / "scripts" / "faults_train.py"
@@ -85,3 +85,18 @@ def test_a_flipped_bit_is_only_reported_if_told_to_warn(tmp_path: Path) -> None:
     # Every comparison from the flip on: 6, the checkpoint of 8, and 9 (at step 10's forward).
     assert [d["step"] for d in summary["replicas"]["diverged"]] == [6, 8, 9]
     assert_nothing_left(done.job_dir)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "error"),
+    [
+        ("TENTER_REPLICA_CHECK", "never", r"TENTER_REPLICA_CHECK='never': use one of stop, warn"),
+        ("TENTER_REPLICA_CHECK_EVERY", "0", r"_EVERY='0': use a whole number of steps, at least"),
+    ],
+)
+def test_a_bad_setting_is_named_with_its_fix(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, error: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=error):
+        ReplicaCheck(torch.nn.Linear(1, 1))
