@@ -89,7 +89,7 @@ class ResumableSampler(Sampler[int]):
         self.sampler = sampler
         self._epoch: int = getattr(sampler, "epoch", 0)
         self.index = 0
-        """Indices handed out so far in this epoch (on this rank)."""
+        """Indices this rank handed out since the epoch's iteration began (or resumed)."""
         self._start = 0
         """Where this epoch's iteration began: the global position, else this rank's."""
         self._done = False
