@@ -20,12 +20,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
-from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 
 from tenter.checkpoint.errors import check_model_fits
 from tenter.checkpoint.ranks import Ranks
-from tenter.runtime.replicas import ReplicaCheck
+from tenter.runtime.replicas import replicas_of
 
 SHARDED_DIR = "sharded"
 """Sharded: DCP's files (every rank's shard, and the metadata)."""
@@ -38,14 +37,11 @@ class ModelState:
         self.model, self.optimizer, self.sharded = model, optimizer, sharded
 
     def check_replicas(self, step: int) -> None:
-        """Replicated: compare the ranks' copies (:mod:`tenter.runtime.replicas`), so that a
-        divergent replica is caught before a save and after a load."""
-        if self.sharded:
-            return
-        if isinstance(self.model, DistributedDataParallel):  # named as the script names them
-            ReplicaCheck(self.model.module, self.model.process_group).check(step)
-        else:
-            ReplicaCheck(self.model).check(step)
+        """Compare the replicas (:mod:`tenter.runtime.replicas`), so that a divergent one is
+        caught before a save and after a load."""
+        check = replicas_of(self.model, self.sharded)
+        if check is not None:
+            check.check(step)
 
     def state_dicts(self) -> dict[str, Any]:
         """``{"model": ..., "optimizer": ...}`` keyed by parameter names (DDP's ``module.``

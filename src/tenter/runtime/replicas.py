@@ -2,11 +2,12 @@
 
 Every ``TENTER_REPLICA_CHECK_EVERY`` steps (default :data:`DEFAULT_EVERY`) of a DDP module
 (counted by :mod:`tenter.runtime.steps`, no code in the script), before every checkpoint the
-:class:`~tenter.checkpoint.Checkpointer` writes of a replicated model, and after every
-resume, each replica fingerprints its parameters and the replicas all-gather the
-fingerprints. A fingerprint is one number per parameter: the wrapping sum of its bytes read as
-integers (int64, or the widest its size divides), so that one flipped bit anywhere changes it
-by a power of two; one pass over the parameters, on their device, no copy.
+:class:`~tenter.checkpoint.Checkpointer` writes of a replicated or HSDP model (there, each
+shard across the replicate dimension: :func:`replicas_of`), and after every resume, each
+replica fingerprints its parameters and the replicas all-gather the fingerprints. A
+fingerprint is one number per parameter: the wrapping sum of its bytes read as integers
+(int64, or the widest its size divides), so that one flipped bit anywhere changes it by a
+power of two; one pass over the parameters, on their device, no copy.
 
 A replica that differs from the most of them (ties: from rank 0's side) is named with the
 step and the first parameter that differs, in an event (``replicas_diverged``), on the
@@ -25,6 +26,10 @@ from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
 
 from tenter.jobdir.events import EventKind, record_event
 
@@ -49,12 +54,38 @@ def fingerprint(params: Iterable[torch.Tensor]) -> torch.Tensor:
     """One int64 per parameter: the sum of its bytes read as integers (wrapping)."""
     sums = []
     for param in params:
-        raw = param.detach().reshape(-1).view(torch.uint8)
+        local = param.to_local() if isinstance(param, DTensor) else param  # HSDP: this shard
+        raw = local.detach().reshape(-1).view(torch.uint8)
         integer = next(dtype for size, dtype in _WIDEST_FIRST if raw.numel() % size == 0)
         sums.append(raw.view(integer).sum(dtype=torch.int64))
     if not sums:
         return torch.zeros(0, dtype=torch.int64)
     return torch.stack(sums)
+
+
+def replicas_of(model: nn.Module, sharded: bool) -> ReplicaCheck | None:
+    """The check of ``model``'s replicas: a DDP module's across its process group; a plain
+    module's across the world; a sharded model's (DTensor parameters, as after
+    ``fully_shard``) across the mesh dimension that replicates every parameter (HSDP's), each
+    rank comparing its own shard; None where no two ranks hold the same parameters (FSDP over
+    a single dimension, FSDP1, a pipeline)."""
+    if isinstance(model, DistributedDataParallel):  # named as the script names them
+        return ReplicaCheck(model.module, model.process_group)
+    if not sharded:
+        return ReplicaCheck(model)
+    found = _replicate_dim(list(model.parameters()))
+    return None if found is None else ReplicaCheck(model, found[0].get_group(found[1]))
+
+
+def _replicate_dim(params: list[nn.Parameter]) -> tuple[DeviceMesh, int] | None:
+    """The mesh and the dimension on which every parameter is a DTensor replicated."""
+    if not params or not all(isinstance(p, DTensor) for p in params):
+        return None
+    mesh: DeviceMesh = params[0].device_mesh  # type: ignore[attr-defined]
+    for dim in range(mesh.ndim):
+        if all(p.placements[dim].is_replicate() for p in params):  # type: ignore[attr-defined]
+            return mesh, dim
+    return None
 
 
 def divergent(rows: list[list[int]]) -> list[int]:
