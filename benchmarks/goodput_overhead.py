@@ -26,38 +26,19 @@ import tempfile
 import time
 from typing import Any
 
+from _rotating import rotate
 from _torchrun import run_two_ranks
 
 
 def rank_main(steps: int) -> None:
-    import torch
     import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel
 
     from tenter.runtime import steps as step_counter
 
     dist.init_process_group("gloo")
     step_counter.install(os.environ["TENTER_JOB_DIR"], dist.get_rank())
-    torch.manual_seed(0)
-
-    def mlp() -> DistributedDataParallel:
-        return DistributedDataParallel(
-            nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256))
-        )
-
     names = ("counted", "plain", "control")
-    models = {name: mlp() for name in names}  # the first to run is the one counted
-    optimizers = {n: torch.optim.SGD(m.parameters(), lr=0.01) for n, m in models.items()}
-    x = torch.randn(64, 256)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for step in range(steps):
-        name = names[step % 3]
-        started = time.perf_counter()
-        optimizers[name].zero_grad()
-        models[name](x).square().mean().backward()
-        optimizers[name].step()
-        times[name].append(time.perf_counter() - started)
+    models, times = rotate(names, steps)
     if dist.get_rank() == 0:
         counted, plain, control = (statistics.median(times[n][10:]) * 1e3 for n in names)
         print(f"ranks: step time without (A): {plain:.3f} ms, again without (A'): {control:.3f} ms")
@@ -119,6 +100,9 @@ def main() -> None:
     if args.rank is not None:
         rank_main(args.steps)
         return
+    # The step counter alone: its replica check has a benchmark of its own (rank 0's loop of
+    # hooks alone would wait in that check's all-gather for rank 1).
+    os.environ["TENTER_REPLICA_CHECK"] = "off"
     with tempfile.TemporaryDirectory() as job_dir:
         code = run_two_ranks([sys.executable, __file__, "--steps", str(args.steps)], job_dir)
     launcher_pass(args.ranks, args.ledger_steps)

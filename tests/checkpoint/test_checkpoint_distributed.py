@@ -43,8 +43,8 @@ def test_ddp_checkpoint_is_written_by_rank_0_and_restores_every_rank(
         assert_equal(r["restored"], r["saved"])
         assert_equal(r["continued"], r["expected"])
         # Each rank's share is 24 samples, 6 batches of 4; 5 batches are done: 3 before
-        # the checkpoint and 2 after the restore.
-        assert r["sampler"] == {"epoch": 0, "index": 20, "num_replicas": 2}, rank
+        # the checkpoint and 2 after the restore: 2 ranks x 20 samples of the epoch's order.
+        assert r["sampler"] == {"epoch": 0, "position": 40, "num_replicas": 2}, rank
     folder = root / "ddp" / "sync" / "step-00000003"
     assert sorted(p.name for p in folder.iterdir()) == ["rank-0.pt", "rank-1.pt", "state.pt"]
 

@@ -91,7 +91,7 @@ def test_resume_restores_every_component_bit_exactly(tmp_path: Path) -> None:
     assert restored_extras["best_loss"] == 0.25
     assert torch.equal(restored_extras["ema"].weight, saved_ema)
     assert other.scheduler.last_epoch == 2
-    assert other.sampler.state_dict() == {"epoch": 0, "index": 8, "num_replicas": 1}
+    assert other.sampler.state_dict() == {"epoch": 0, "position": 8, "num_replicas": 1}
     # Python, numpy and torch continue with the numbers that followed the save.
     python, np, pt = draws()
     assert (python, np) == next_draws[:2]

@@ -42,6 +42,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
+from torch.utils.data import DataLoader, Sampler
 
 from tenter.checkpoint import atomic
 from tenter.checkpoint.errors import CheckpointError
@@ -55,7 +56,7 @@ from tenter.checkpoint.run_state import (
     read_own,
     restore_common,
 )
-from tenter.checkpoint.state import set_rng_state, snapshot
+from tenter.checkpoint.state import set_rng_state, snapshot, track
 from tenter.checkpoint.writer import AsyncWriter
 from tenter.goodput.keeper import record_checkpoint
 from tenter.jobdir.layout import CHECKPOINTS_DIR
@@ -123,8 +124,8 @@ class Checkpointer:
             saves and restores its own stages. Build the Checkpointer after wrapping it.
         optimizer: its optimizer, if any.
         scheduler: its LR scheduler, if any.
-        sampler: this rank's data position: a :class:`ResumableSampler`, or any object with
-            ``state_dict()``/``load_state_dict()``. Saved per rank.
+        sampler: the data position: a :class:`ResumableSampler`, a ``DataLoader`` to put one
+            in (:func:`track`), or any ``state_dict()``/``load_state_dict()``. Per rank.
         extras: a dict you keep: values with ``state_dict()``/``load_state_dict()`` (an EMA
             model, a grad scaler) are saved through them; other values (numbers, tensors,
             lists) as they are, and ``resume()`` puts the saved values back into the dict.
@@ -148,7 +149,7 @@ class Checkpointer:
         optimizer: Optimizer | None = None,
         scheduler: LRScheduler | None = None,
         *,
-        sampler: Stateful | None = None,
+        sampler: Stateful | DataLoader[Any] | None = None,
         extras: dict[str, Any] | None = None,
         dir: str | os.PathLike[str] | None = None,
         every: int | None = None,
@@ -161,7 +162,7 @@ class Checkpointer:
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
-        self.sampler = sampler
+        self.sampler = _data_position(sampler)
         self.extras = extras if extras is not None else {}
         self.dir = Path(dir) if dir is not None else default_dir()
         self.every = every
@@ -208,6 +209,7 @@ class Checkpointer:
         # Last, so that nothing above draws from the restored generators.
         set_rng_state(own["rng"])
         self._last_step = latest.step
+        self._state.check_replicas(latest.step)
         steps.resumed_at(latest.step)
         return latest.step
 
@@ -256,6 +258,7 @@ class Checkpointer:
         name = atomic.checkpoint_name(step)
         if step == self._last_step:
             return self.dir / name
+        self._state.check_replicas(step)  # a divergent replica is never saved
         tmp = self.dir / f"{atomic.TMP_PREFIX}{name}"
         tmp.mkdir(exist_ok=True)
         atomic.save_durable(own_state(self.sampler), tmp / rank_file(self._rank))
@@ -289,10 +292,7 @@ class Checkpointer:
             self._writer.submit(finish)
             self._pending_step = step
         self._last_step = step
-        job_dir = os.environ.get("TENTER_JOB_DIR")
-        if job_dir:  # for the goodput ledger: the time training stood still for it
-            host = os.environ.get("TENTER_HOST", "")
-            record_checkpoint(job_dir, self._rank, host, step, start)
+        _record_save(self._rank, step, start)
         return self.dir / name
 
     def wait(self) -> None:
@@ -313,6 +313,13 @@ class Checkpointer:
             if self._async_group is not None:
                 dist.destroy_process_group(self._async_group)
                 self._async_group = None
+
+
+def _record_save(rank: int, step: int, start: float) -> None:
+    """For the goodput ledger: the time training stood still for a save."""
+    job_dir = os.environ.get("TENTER_JOB_DIR")
+    if job_dir:
+        record_checkpoint(job_dir, rank, os.environ.get("TENTER_HOST", ""), step, start)
 
 
 def check_dir(folder: Path, ranks: Ranks) -> None:
@@ -357,6 +364,18 @@ def _interval(every: int | None, keep: int | None) -> tuple[int | None, int]:
     if keep < 1:
         raise ValueError(f"keep={keep}: at least the latest checkpoint must be kept")
     return every, keep
+
+
+def _data_position(sampler: Stateful | DataLoader[Any] | None) -> Stateful | None:
+    """What saves and restores the data position, from the Checkpointer's ``sampler``."""
+    if isinstance(sampler, DataLoader):
+        return track(sampler)
+    if isinstance(sampler, Sampler) and not isinstance(sampler, Stateful):
+        raise ValueError(
+            f"Checkpointer(sampler=...): a {type(sampler).__name__} keeps no position; pass "
+            "the DataLoader that uses it (sampler=loader), or wrap it: ResumableSampler(sampler)"
+        )
+    return sampler
 
 
 def _trained_model(model: nn.Module | Pipeline, sharded: bool | None) -> nn.Module:

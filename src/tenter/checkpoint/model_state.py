@@ -24,6 +24,7 @@ from torch.optim import Optimizer
 
 from tenter.checkpoint.errors import check_model_fits
 from tenter.checkpoint.ranks import Ranks
+from tenter.runtime.replicas import replicas_of
 
 SHARDED_DIR = "sharded"
 """Sharded: DCP's files (every rank's shard, and the metadata)."""
@@ -34,6 +35,13 @@ class ModelState:
 
     def __init__(self, model: nn.Module, optimizer: Optimizer | None, sharded: bool) -> None:
         self.model, self.optimizer, self.sharded = model, optimizer, sharded
+
+    def check_replicas(self, step: int) -> None:
+        """Compare the replicas (:mod:`tenter.runtime.replicas`), so that a divergent one is
+        caught before a save and after a load."""
+        check = replicas_of(self.model, self.sharded)
+        if check is not None:
+            check.check(step)
 
     def state_dicts(self) -> dict[str, Any]:
         """``{"model": ..., "optimizer": ...}`` keyed by parameter names (DDP's ``module.``

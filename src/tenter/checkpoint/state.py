@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Sampler
+
+from tenter.data import order
 
 try:
     import numpy
@@ -72,46 +74,131 @@ class ResumableSampler(Sampler[int]):
             sampler.set_epoch(epoch)      # keeps the restored position for the resumed epoch
             for x, y in loader: ...
 
-    The wrapped sampler must give the same order for the same epoch (``DistributedSampler``
-    draws it from ``seed + epoch``). The count is exact with ``num_workers=0``; worker
-    processes fetch batches ahead of training, so with them checkpoint a loader that tracks
-    its own position instead (torchdata's ``StatefulDataLoader``, as a Checkpointer extra).
+    Over a ``DistributedSampler`` the position is *global*: the samples the whole world has
+    consumed in the epoch's permutation (:mod:`tenter.data.order`). A job resumed at another
+    world size deals the rest of that permutation to its ranks, so that every sample of the
+    epoch is trained on exactly once; a job that keeps its global batch size keeps the
+    uninterrupted run's global batches. Any other sampler is resumed per rank: it must give
+    the same order for the same epoch, and at another world size the position is scaled.
+    The count is exact with ``num_workers=0``; worker processes fetch batches ahead of
+    training, so with them checkpoint a loader that tracks its own position instead
+    (torchdata's ``StatefulDataLoader``, as a Checkpointer extra).
     """
 
     def __init__(self, sampler: Sampler[int]) -> None:
         self.sampler = sampler
-        self.epoch: int = getattr(sampler, "epoch", 0)
+        self._epoch: int = getattr(sampler, "epoch", 0)
         self.index = 0
-        """Indices handed out so far in this epoch (on this rank)."""
+        """Indices this rank handed out since the epoch's iteration began (or resumed)."""
         self._start = 0
+        """Where this epoch's iteration began: the global position, else this rank's."""
+        self._done = False
+        self._resume: tuple[int, int] | None = None
+        """(epoch, position) restored by :meth:`load_state_dict`, for that epoch's iteration."""
+
+    @property
+    def epoch(self) -> int:
+        """The epoch, as the wrapped sampler has it (``set_epoch`` on either sets both)."""
+        epoch: int = getattr(self.sampler, "epoch", self._epoch)
+        return epoch
+
+    @property
+    def position(self) -> int:
+        """The samples all ranks together consumed in this epoch (over a ``DistributedSampler``,
+        its dataset's size once the epoch is done)."""
+        if not isinstance(self.sampler, DistributedSampler):
+            return (self._start + self.index) * _replicas(self.sampler)
+        size = len(self.sampler.dataset)  # type: ignore[arg-type]
+        if self._done:
+            return size
+        return order.position_after(size, self._start, self.sampler.num_replicas, self.index)
 
     def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self._start = 0
-        self.epoch = epoch
+        self._epoch = epoch
         set_inner = getattr(self.sampler, "set_epoch", None)
         if set_inner is not None:
             set_inner(epoch)
 
+    def _begin(self) -> int:
+        """Where the iteration of the current epoch starts: the restored position if it was
+        saved in this epoch, else its beginning."""
+        resume = self._resume
+        return resume[1] if resume is not None and resume[0] == self.epoch else 0
+
     def __iter__(self) -> Iterator[int]:
-        start, self._start = self._start, 0
-        self.index = start
-        for i in itertools.islice(iter(self.sampler), start, None):
+        start = self._begin()
+        self._resume = None
+        self._start, self.index, self._done = start, 0, False
+        for i in self._indices(start):
             self.index += 1
             yield i
+        self._done = True
+
+    def _indices(self, start: int) -> Iterator[int]:
+        inner = self.sampler
+        if not isinstance(inner, DistributedSampler):
+            return itertools.islice(iter(inner), start, None)
+        dealt = order.share(
+            global_order(inner), start, inner.num_replicas, inner.rank, inner.drop_last
+        )
+        return iter(dealt)
 
     def __len__(self) -> int:
-        return len(self.sampler) - self._start  # type: ignore[arg-type]
+        inner = self.sampler
+        if not isinstance(inner, DistributedSampler):
+            return len(inner) - self._begin()  # type: ignore[arg-type]
+        size = len(inner.dataset)  # type: ignore[arg-type]
+        return order.share_length(size, self._begin(), inner.num_replicas, inner.drop_last)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "index": self.index, "num_replicas": _replicas(self.sampler)}
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "num_replicas": _replicas(self.sampler),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.set_epoch(state_dict["epoch"])
-        # A world of another size splits the data differently: what the old world consumed,
-        # index x old replicas samples, is this many of this rank's share.
-        self._start = state_dict["index"] * state_dict["num_replicas"] // _replicas(self.sampler)
-        self.index = self._start
+        # A checkpoint saved before positions were global has this rank's count only: the
+        # world's is that many times the old world's size, as ranks move in step.
+        saved = state_dict.get("position", state_dict.get("index", 0) * state_dict["num_replicas"])
+        if not isinstance(self.sampler, DistributedSampler):
+            saved //= _replicas(self.sampler)  # this rank's share of what the world consumed
+        self._resume = (state_dict["epoch"], saved)
+        self._start, self.index, self._done = saved, 0, False
+
+
+def global_order(sampler: DistributedSampler[Any]) -> list[int]:
+    """The epoch's permutation that ``sampler`` deals from, as its own code draws it: the
+    same sampler for a world of one (which neither pads nor drops)."""
+    whole: DistributedSampler[Any] = DistributedSampler(
+        sampler.dataset, num_replicas=1, rank=0, shuffle=sampler.shuffle, seed=sampler.seed
+    )
+    whole.set_epoch(sampler.epoch)
+    return list(whole)
+
+
+def track(loader: DataLoader[Any]) -> ResumableSampler:
+    """The :class:`ResumableSampler` of ``loader``: its own if it has one, else one put around
+    its ``DistributedSampler`` in its batch sampler, so that a script that built
+    ``DataLoader(data, batch_size=B, sampler=DistributedSampler(data))`` resumes from the
+    global position (``Checkpointer(..., sampler=loader)``). The ``DistributedSampler``
+    stays the loader's ``sampler``: its ``set_epoch`` goes on working."""
+    inner = loader.sampler
+    if isinstance(inner, ResumableSampler):
+        return inner
+    batches = loader.batch_sampler
+    if not (isinstance(batches, BatchSampler) and isinstance(inner, Sampler)) or (
+        batches.sampler is not inner
+    ):
+        raise ValueError(
+            "Checkpointer(sampler=loader): the loader draws its indices from neither a "
+            "ResumableSampler nor a batch_size and a sampler of its own; build it with "
+            "DataLoader(data, batch_size=B, sampler=ResumableSampler(sampler))"
+        )
+    tracked = ResumableSampler(inner)
+    batches.sampler = tracked
+    return tracked
 
 
 def _replicas(sampler: Sampler[int]) -> int:

@@ -52,6 +52,11 @@ class EventKind(str, Enum):
     """A replica group's rank 0 healed from a peer (group, step, source)."""
     REPLICA_LOST = "replica_lost"
     """The launcher lost a replica group (group, step, why)."""
+    REPLICAS_AGREED = "replicas_agreed"
+    """The data-parallel replicas' parameters were compared and agreed (host, step,
+    replicas)."""
+    REPLICAS_DIVERGED = "replicas_diverged"
+    """A replica's parameters differ from the others' (host, step, ranks, text)."""
     KILL = "kill"
     """``tenter fault kill``: an isolated host's agent was killed (host)."""
     PARTITION = "partition"
@@ -86,6 +91,19 @@ class EventFollower(JsonlFollower):
 
     def __init__(self, job_dir: str | os.PathLike[str]) -> None:
         super().__init__(events_path(job_dir))
+
+
+def replica_checks(job_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The replicas' comparisons (:mod:`tenter.runtime.replicas`): the steps at which they
+    agreed, and each divergence (step, ranks, text); empty if none was made."""
+    events = read_events(job_dir)
+    agreed = [e["step"] for e in events if is_kind(e, EventKind.REPLICAS_AGREED)]
+    diverged = [
+        {k: e[k] for k in ("step", "ranks", "text")}
+        for e in events
+        if is_kind(e, EventKind.REPLICAS_DIVERGED)
+    ]
+    return {"agreed_steps": agreed, "diverged": diverged} if agreed or diverged else {}
 
 
 def workers_store_ports(job_dir: str | os.PathLike[str]) -> list[int]:

@@ -9,7 +9,8 @@
 <job_dir>/progress.json              the ranks' steps as the ledger last read them (tenter status)
 <job_dir>/events.jsonl               rendezvous rounds and restarts, as the agents saw them
 <job_dir>/metrics.jsonl              the live view's samples (:mod:`tenter.monitor.live`)
-<job_dir>/metrics/rank-<N>.jsonl     what rank N reported; metrics/steps/: the steps tenter counted
+<job_dir>/metrics/rank-<N>.jsonl     what rank N reported; metrics/steps/: the steps tenter counted;
+                                     metrics/samples/: the samples each rank logged
 <job_dir>/network.json               an isolated job's namespaces and links
 <job_dir>/hang-report.txt            the stacks of a hung job's ranks
 <job_dir>/rdzv-port, lighthouse-port a Slurm job's ports, published by its first node
@@ -54,6 +55,9 @@ METRICS_TOKEN_FILE = "metrics.token"
 RANK_DIR = "metrics"
 STEPS_DIR = "steps"
 """Under RANK_DIR: the DDP steps tenter counted on each rank (``rank-<N>.jsonl``)."""
+SAMPLES_DIR = "samples"
+"""Under RANK_DIR: the sample indices each rank trained on, step by step (``rank-<N>.jsonl``,
+:mod:`tenter.data.ledger`)."""
 NETWORK_FILE = "network.json"
 HANG_REPORT_FILE = "hang-report.txt"
 RDZV_PORT_FILE = "rdzv-port"
@@ -177,6 +181,11 @@ def rank_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
 def rank_steps_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
     """The steps tenter counted on rank ``rank`` (:mod:`tenter.runtime.steps`)."""
     return Path(job_dir) / RANK_DIR / STEPS_DIR / f"{RANK_PREFIX}{rank}.jsonl"
+
+
+def rank_samples_file(job_dir: str | os.PathLike[str], rank: int) -> Path:
+    """The sample indices rank ``rank`` logged (:class:`tenter.data.ledger.SampleLog`)."""
+    return Path(job_dir) / RANK_DIR / SAMPLES_DIR / f"{RANK_PREFIX}{rank}.jsonl"
 
 
 def host_model_dir(job_dir: str | os.PathLike[str], host: str) -> Path:

@@ -81,6 +81,9 @@ class JobResult:
     """The goodput ledger at the job's end (tenter.goodput: parts, goodput, lost steps)."""
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     """The ranks found persistently slower than the others (tenter.goodput.stragglers)."""
+    replicas: dict[str, Any] = field(default_factory=dict)
+    """The data-parallel replicas' comparisons (tenter.runtime.replicas): ``agreed_steps``,
+    and each divergence (step, ranks, text); empty if none was made."""
 
     @property
     def ok(self) -> bool:

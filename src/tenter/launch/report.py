@@ -26,6 +26,7 @@ from tenter.goodput.ledger import Ledger, summary_line
 from tenter.jobdir import layout
 from tenter.jobdir.agent_result import HostState, WorkerFailure
 from tenter.jobdir.agent_result import read_result as read_agent_result
+from tenter.jobdir.events import replica_checks
 from tenter.jobdir.results import Failure, JobResult, JobState, write_result
 from tenter.launch.console import PEER_ERROR, RANK_PREFIX, read_index
 from tenter.spec.errors import counted
@@ -336,6 +337,7 @@ def _time_lines(result: JobResult, indent: str) -> list[str]:
     """Where the time went: the goodput line, the stragglers named."""
     lines = [summary_line(Ledger.from_dict(result.goodput))] if result.goodput else []
     lines += [f"straggler: {s['text']}" for s in result.stragglers]
+    lines += [d["text"] for d in result.replicas.get("diverged", [])]
     return [indent + line for line in lines]
 
 
@@ -419,6 +421,7 @@ def record_result(plan: Plan, failures: list[Failure], outcome: Outcome) -> JobR
         interrupted=outcome.interrupted,
         rdzv_endpoint=outcome.rdzv_endpoint,
         stragglers=outcome.stragglers,
+        replicas=replica_checks(plan.job_dir),
     )
     result = dataclasses.replace(result, goodput=_final_ledger(plan, result.state))
     summary = render_summary(result, plan, outcome)

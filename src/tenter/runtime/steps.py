@@ -19,6 +19,9 @@ parallelism) counts each step, :meth:`tenter.runtime.ft.Progress.step` each step
 committed, under its number. The first such call ends the search for a DDP module, so that a
 step is never counted twice.
 
+Every ``TENTER_REPLICA_CHECK_EVERY`` steps of the DDP module, its replicas are compared
+(:mod:`tenter.runtime.replicas`) at the start of the next step's forward.
+
 A restarted rank counts on from the step its :class:`~tenter.checkpoint.Checkpointer`
 resumed (:func:`resumed_at`), so that the ledger tells steps computed again from new ones.
 """
@@ -37,6 +40,7 @@ from torch.utils.hooks import RemovableHandle
 
 from tenter.jobdir.layout import rank_steps_file
 from tenter.jobdir.line_files import BufferedLines
+from tenter.runtime.replicas import ReplicaCheck
 
 LOOK_FOR_DDP = 10_000
 """Module calls after which a script that has not run a DDP module is assumed to have none."""
@@ -49,6 +53,7 @@ class StepCounter:
         self._arrival: float | None = None
         self._calls = 0
         self._ddp: DistributedDataParallel | None = None
+        self._replicas: ReplicaCheck | None = None
         self._last_args: Any = None
         self._told = False
         self._finder: RemovableHandle | None = nn.modules.module.register_module_forward_pre_hook(
@@ -70,6 +75,7 @@ class StepCounter:
 
     def _watch(self, ddp: DistributedDataParallel, args: Any) -> None:
         self._ddp = ddp
+        self._replicas = ReplicaCheck(ddp.module, ddp.process_group)
         ddp.register_forward_pre_hook(self._forward)
         for param in ddp.parameters():
             if param.requires_grad:
@@ -86,6 +92,8 @@ class StepCounter:
             return  # evaluation is no step; the finder and the module's hook saw one forward
         self._last_args = args
         self._write()
+        if self.step and self._replicas is not None:
+            self._replicas.maybe(self.step)  # after step `step`'s update, on every rank
         self.step += 1
 
     def _write(self) -> None:
