@@ -30,6 +30,10 @@ def kill_worker() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def raise_error() -> None:
+    raise RuntimeError("a fault injected by benchmarks/workloads/faulty.py")
+
+
 AGENTS = ("tenter.launch.agent", "torch.distributed.run")
 """What an agent's command line holds: tenter's, torchrun's."""
 
@@ -77,6 +81,7 @@ def partition_other_host() -> None:
 
 FAULTS: dict[str, Callable[[], None]] = {
     "kill_worker": kill_worker,
+    "raise_error": raise_error,
     "kill_host": kill_host,
     "preempt": preempt,
     "partition": partition_other_host,

@@ -28,9 +28,11 @@ Every method is collective under ``torch.distributed``: all ranks call it, in th
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,7 +59,7 @@ from tenter.checkpoint.run_state import (
 )
 from tenter.checkpoint.state import set_rng_state, snapshot
 from tenter.checkpoint.writer import AsyncWriter
-from tenter.goodput.keeper import record_checkpoint
+from tenter.goodput.keeper import record_checkpoint, record_resume
 from tenter.jobdir.layout import CHECKPOINTS_DIR
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
 from tenter.runtime import steps
@@ -111,6 +113,30 @@ def is_sharded(model: nn.Module) -> bool:
         or any(isinstance(p, DTensor) for p in model.parameters())
         or any(isinstance(m, FullyShardedDataParallel) for m in model.modules())
     )
+
+
+def _recorded(resume: Callable[[Checkpointer], int]) -> Callable[[Checkpointer], int]:
+    """``resume``, recorded in the job's events when it runs in a tenter job: the timeline of
+    a recovery shows when each rank loaded its checkpoint."""
+
+    @functools.wraps(resume)
+    def timed(self: Checkpointer) -> int:
+        start = time.time()
+        step = resume(self)
+        _record(record_resume, self._rank, step, start)
+        return step
+
+    return timed
+
+
+def _record(
+    record: Callable[[str, int, str, int, float], None], rank: int, step: int, start: float
+) -> None:
+    """``record`` a save or a resume of ``step`` begun at ``start`` in the job's events (for
+    the goodput ledger and the timeline of a recovery), in a tenter job."""
+    job_dir = os.environ.get("TENTER_JOB_DIR")
+    if job_dir:
+        record(job_dir, rank, os.environ.get("TENTER_HOST", ""), step, start)
 
 
 class Checkpointer:
@@ -179,6 +205,7 @@ class Checkpointer:
         """A preemption's final checkpoint is saved: end the training loop (on every rank)."""
         check_dir(self.dir, self._ranks)
 
+    @_recorded
     def resume(self) -> int:
         """Restore the latest complete checkpoint, if any, and return its step (0 if none):
         the number of steps already done, where the training loop continues."""
@@ -289,10 +316,7 @@ class Checkpointer:
             self._writer.submit(finish)
             self._pending_step = step
         self._last_step = step
-        job_dir = os.environ.get("TENTER_JOB_DIR")
-        if job_dir:  # for the goodput ledger: the time training stood still for it
-            host = os.environ.get("TENTER_HOST", "")
-            record_checkpoint(job_dir, self._rank, host, step, start)
+        _record(record_checkpoint, self._rank, step, start)  # the time training stood still
         return self.dir / name
 
     def wait(self) -> None:
