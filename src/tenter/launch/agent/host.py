@@ -183,7 +183,10 @@ class HostAgent:
         state, failures = self.group.poll()
         if state is GroupState.SUCCEEDED:
             assert self.round is not None, "workers run only within a round"
-            rendezvous.exit_barrier(self.round, EXIT_BARRIER_S)
+            if rendezvous.exit_barrier(self.round, EXIT_BARRIER_S, self._restart_asked):
+                logger.info("another host restarts as ours finished; restarting ours too")
+                self._restart([])
+                return None
             self.state = AgentState.SUCCEEDED
             return AgentResult(HostState.SUCCEEDED, [])
         if state is GroupState.FAILED:
@@ -195,7 +198,7 @@ class HostAgent:
             self._stop_workers(signal.SIGTERM)
             self.state = AgentState.FAILED
             return AgentResult(HostState.FAILED, failures)
-        if self._in_round and self.round is not None and in_round.asked(self.round):
+        if self._restart_asked():
             logger.info("another host restarts its workers; restarting ours")
             self._restart([])
             return None
@@ -204,6 +207,9 @@ class HostAgent:
             logger.info("%d hosts wait to join; restarting the workers", waiting)
             self._restart_in_new_round()
         return None
+
+    def _restart_asked(self) -> bool:
+        return self._in_round and self.round is not None and in_round.asked(self.round)
 
     def _preempted(self) -> AgentResult | None:
         """A preemption: every worker gets SIGTERM at once, as torchrun passes it on (a script
