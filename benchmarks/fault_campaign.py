@@ -17,6 +17,8 @@ checkpoint is the final state. For each fault (:data:`FAULTS`):
 - ``identical``: the final checkpoint's model and optimizer state, hashed, equal to the
   uninterrupted run's; else ``reason`` names why (a world that shrank splits each batch
   over other ranks) and the largest difference;
+- ``straggler`` (the table only): the ranks tenter named as stragglers (``slow_rank``: each
+  step of rank 2 0.3 s longer from the fault on);
 - ``duplicates``, ``gaps``: the sample ledger (:func:`sample_ledger`): over each epoch, the
   samples trained on twice, and those never trained on, counting each step's last execution.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -78,6 +81,7 @@ FAULTS: dict[str, CampaignFault] = {
     "launcher_kill": CampaignFault(
         recovery.Fault("kill_launcher", 0, min_hosts=2, exact=True, resume=True)
     ),
+    "slow_rank": CampaignFault(recovery.Fault("slow_down", 2, min_hosts=2, exact=True)),
     "host_lost_shrink": CampaignFault(
         recovery.Fault("kill_host", 2, min_hosts=1, exact=False),
         "world_shrank_from_4_to_2_ranks",
@@ -97,6 +101,8 @@ class Row:
     reason: str
     duplicates: int
     gaps: int
+    stragglers: str = ""
+    """The stragglers tenter named (``rank N on HOST``, comma-separated)."""
 
     def line(self) -> str:
         recover = f"{self.recover_s:.2f}" if self.recover_s is not None else "n/a"
@@ -197,7 +203,18 @@ def campaign_row(name: str, work: Path, epochs: int, reference: Mapping[str, tor
         reason,
         duplicates,
         gaps,
+        named_stragglers(work / "home"),
     )
+
+
+def named_stragglers(home: Path) -> str:
+    """The stragglers the job's runs named (their summary.json)."""
+    named = [
+        f"rank {s['rank']} on {s['host']}"
+        for summary in sorted(home.glob("jobs/*/summary.json"))
+        for s in json.loads(summary.read_text()).get("stragglers", [])
+    ]
+    return ",".join(named)
 
 
 def uninterrupted(work: Path, epochs: int) -> tuple[Row, dict[str, torch.Tensor]]:
@@ -209,13 +226,14 @@ def uninterrupted(work: Path, epochs: int) -> tuple[Row, dict[str, torch.Tensor]
 
 def table(rows: list[Row]) -> str:
     head = f"{'fault':18s} {'job':5s} {'exit':>4s} {'recover_s':>9s} {'lost':>4s} "
-    lines = [head + f"{'identical':>9s} {'dup':>4s} {'gaps':>4s}  reason"]
+    lines = [head + f"{'identical':>9s} {'dup':>4s} {'gaps':>4s}  straggler  reason"]
     for r in rows:
         recover = f"{r.recover_s:.2f}" if r.recover_s is not None else "n/a"
         lost = str(r.lost_steps) if r.lost_steps is not None else "n/a"
         lines.append(
             f"{r.fault:18s} {r.job:5s} {r.exit:>4d} {recover:>9s} {lost:>4s} "
-            f"{'yes' if r.identical else 'no':>9s} {r.duplicates:>4d} {r.gaps:>4d}  {r.reason}"
+            f"{'yes' if r.identical else 'no':>9s} {r.duplicates:>4d} {r.gaps:>4d}  "
+            f"{r.stragglers or '-':9s}  {r.reason}"
         )
     return "\n".join(lines)
 

@@ -91,6 +91,12 @@ def kill_launcher() -> None:
     launcher.kill()
 
 
+def slow_down() -> None:
+    """This rank turns slow: each of its steps from here on 0.3 s longer (a straggler)."""
+    global STEP_SLEEP_S
+    STEP_SLEEP_S += 0.3
+
+
 def partition_other_host() -> None:
     """The other host of a 2-host isolated job drops off the network (tenter's fault tool)."""
     faults.partition(os.environ["TENTER_JOB_DIR"], "algo-2")
@@ -103,6 +109,7 @@ FAULTS: dict[str, Callable[[], None]] = {
     "preempt": preempt,
     "cancel_preempt": cancel_preempt,
     "kill_launcher": kill_launcher,
+    "slow_down": slow_down,
     "partition": partition_other_host,
 }
 
