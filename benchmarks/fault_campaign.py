@@ -67,6 +67,8 @@ class CampaignFault:
     fault: recovery.Fault
     why_not_identical: str | None = None
     """Where the run cannot end bit-identical: why (no spaces); None: it must."""
+    step: int = FAULT_STEP
+    """The step it hits."""
 
 
 FAULTS: dict[str, CampaignFault] = {
@@ -82,6 +84,13 @@ FAULTS: dict[str, CampaignFault] = {
         recovery.Fault("kill_launcher", 0, min_hosts=2, exact=True, resume=True)
     ),
     "slow_rank": CampaignFault(recovery.Fault("slow_down", 2, min_hosts=2, exact=True)),
+    # After the checkpoints of steps 8 and 16: the newest damaged, the job resumes from 8.
+    "checkpoint_flipped_byte": CampaignFault(
+        recovery.Fault("flip_checkpoint_byte", 0, min_hosts=2, exact=True), step=19
+    ),
+    "checkpoint_truncated": CampaignFault(
+        recovery.Fault("truncate_checkpoint", 0, min_hosts=2, exact=True), step=19
+    ),
     "host_lost_shrink": CampaignFault(
         recovery.Fault("kill_host", 2, min_hosts=1, exact=False),
         "world_shrank_from_4_to_2_ranks",
@@ -172,9 +181,11 @@ def largest_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tens
     )
 
 
-def run_job(name: str, fault: recovery.Fault, work: Path, epochs: int) -> recovery.Ran:
-    """The DDP job with ``fault`` (none where its rank is -1), in ``work``."""
-    env = recovery._cell_env(work / "times", fault) | {"FAULT_STEP": str(FAULT_STEP)}
+def run_job(
+    name: str, fault: recovery.Fault, work: Path, epochs: int, step: int = FAULT_STEP
+) -> recovery.Ran:
+    """The DDP job with ``fault`` at ``step`` (none where its rank is -1), in ``work``."""
+    env = recovery._cell_env(work / "times", fault) | {"FAULT_STEP": str(step)}
     cell = recovery.Cell(name, fault, work, env)
     script = [recovery.TRAIN, "--epochs", str(epochs), "--checkpoint_every", str(CHECKPOINT_EVERY)]
     return recovery._tenter_job(cell, script, recovery._elastic(cell))
@@ -183,7 +194,7 @@ def run_job(name: str, fault: recovery.Fault, work: Path, epochs: int) -> recove
 def campaign_row(name: str, work: Path, epochs: int, reference: Mapping[str, torch.Tensor]) -> Row:
     """Run the job with fault ``name`` and compare its end with ``reference``."""
     chosen = FAULTS[name]
-    ran = run_job(name, chosen.fault, work, epochs)
+    ran = run_job(name, chosen.fault, work, epochs, chosen.step)
     cell = recovery.Cell(name, chosen.fault, work, {"TIMES_DIR": str(work / "times")})
     measured = recovery.measure(cell, dataclasses.replace(ran, code=0), None)
     state = final_state(work / "ckpt")
@@ -225,13 +236,13 @@ def uninterrupted(work: Path, epochs: int) -> tuple[Row, dict[str, torch.Tensor]
 
 
 def table(rows: list[Row]) -> str:
-    head = f"{'fault':18s} {'job':5s} {'exit':>4s} {'recover_s':>9s} {'lost':>4s} "
+    head = f"{'fault':23s} {'job':5s} {'exit':>4s} {'recover_s':>9s} {'lost':>4s} "
     lines = [head + f"{'identical':>9s} {'dup':>4s} {'gaps':>4s}  straggler  reason"]
     for r in rows:
         recover = f"{r.recover_s:.2f}" if r.recover_s is not None else "n/a"
         lost = str(r.lost_steps) if r.lost_steps is not None else "n/a"
         lines.append(
-            f"{r.fault:18s} {r.job:5s} {r.exit:>4d} {recover:>9s} {lost:>4s} "
+            f"{r.fault:23s} {r.job:5s} {r.exit:>4d} {recover:>9s} {lost:>4s} "
             f"{'yes' if r.identical else 'no':>9s} {r.duplicates:>4d} {r.gaps:>4d}  "
             f"{r.stragglers or '-':9s}  {r.reason}"
         )

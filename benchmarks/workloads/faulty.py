@@ -24,7 +24,8 @@ from pathlib import Path
 
 import psutil
 
-from tenter.checkpoint import Checkpointer, ResumableSampler
+from tenter.checkpoint import Checkpointer, ResumableSampler, atomic, default_dir
+from tenter.checkpoint.run_state import STATE_FILE
 from tenter.launch.isolation import faults
 from tenter.runtime import ft
 
@@ -91,6 +92,28 @@ def kill_launcher() -> None:
     launcher.kill()
 
 
+def _newest_state() -> Path:
+    """The newest checkpoint's common state file (rank 0 wrote it)."""
+    root = default_dir()
+    latest = atomic.read_manifest(root).latest
+    assert latest is not None, "a checkpoint before the fault"
+    return root / latest.name / STATE_FILE
+
+
+def flip_checkpoint_byte() -> None:
+    """A byte of the newest checkpoint changes on disk, then this worker dies."""
+    data = bytearray(_newest_state().read_bytes())
+    data[len(data) // 2] ^= 0x01
+    _newest_state().write_bytes(bytes(data))
+    kill_worker()
+
+
+def truncate_checkpoint() -> None:
+    """The newest checkpoint loses its file's tail on disk, then this worker dies."""
+    _newest_state().write_bytes(_newest_state().read_bytes()[:-100])
+    kill_worker()
+
+
 def slow_down() -> None:
     """This rank turns slow: each of its steps from here on 0.3 s longer (a straggler)."""
     global STEP_SLEEP_S
@@ -110,6 +133,8 @@ FAULTS: dict[str, Callable[[], None]] = {
     "cancel_preempt": cancel_preempt,
     "kill_launcher": kill_launcher,
     "slow_down": slow_down,
+    "flip_checkpoint_byte": flip_checkpoint_byte,
+    "truncate_checkpoint": truncate_checkpoint,
     "partition": partition_other_host,
 }
 

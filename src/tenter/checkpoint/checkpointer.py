@@ -129,6 +129,16 @@ def _recorded(resume: Callable[[Checkpointer], int]) -> Callable[[Checkpointer],
     return timed
 
 
+def _newest_intact(root: Path) -> atomic.Entry | None:
+    """The checkpoint to resume from: the newest that is not damaged, saying why a newer
+    one is skipped."""
+    entry, skipped = atomic.newest_intact(root)
+    for why in skipped:
+        resumed = f"resuming from {entry.name}" if entry else "no intact checkpoint: starting over"
+        log.warning("%s; %s instead", why, resumed)
+    return entry
+
+
 def _record(
     record: Callable[[str, int, str, int, float], None], rank: int, step: int, start: float
 ) -> None:
@@ -210,9 +220,7 @@ class Checkpointer:
         """Restore the latest complete checkpoint, if any, and return its step (0 if none):
         the number of steps already done, where the training loop continues."""
         self.wait()
-        latest = self._ranks.broadcast(
-            atomic.read_manifest(self.dir).latest if self._rank == 0 else None
-        )
+        latest = self._ranks.broadcast(_newest_intact(self.dir) if self._rank == 0 else None)
         if latest is None:
             return 0
         if latest.sharded != self.sharded:
