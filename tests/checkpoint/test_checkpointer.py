@@ -336,7 +336,10 @@ def truncate(path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("damage", "said"),
-    [(flip_a_byte, "differs from what was written"), (truncate, "(truncated)")],
+    [
+        (flip_a_byte, "state.pt differs from what was written"),
+        (truncate, "state.pt is truncated: "),
+    ],
 )
 def test_resume_skips_a_damaged_newest_checkpoint_saying_why(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: Any, said: str
@@ -354,5 +357,5 @@ def test_resume_skips_a_damaged_newest_checkpoint_saying_why(
     assert all(torch.equal(a, b) for a, b in zip(other.params(), saved, strict=True))
     (warning,) = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
     assert warning.startswith(f"checkpoint {tmp_path / 'ckpt' / 'step-00000004'} is damaged: ")
-    assert f"state.pt {said}" in warning
+    assert said in warning
     assert warning.endswith("; resuming from step-00000002 instead")

@@ -213,7 +213,8 @@ def damage(folder: Path) -> str | None:
         if name not in found:
             return f"{name} is missing"
         if found[name][0] != size:
-            return f"{name} has {found[name][0]} bytes of the {size} written (truncated)"
+            state = "truncated" if found[name][0] < size else "longer than written"
+            return f"{name} is {state}: {found[name][0]} bytes of the {size} written"
         if found[name][1] != crc:
             return f"{name} differs from what was written (its CRC-32 changed)"
     return None
