@@ -2,8 +2,10 @@
 ``<wall time> <step>`` to ``$TIMES_DIR/steps-<rank>`` after each step, and that rank
 FAULT_RANK, on reaching step FAULT_STEP the first time (no ``$TIMES_DIR/fault`` yet), records
 the time there and does FAULT (one of :data:`FAULTS`); ``STEP_SLEEP_S`` (default 0) makes each
-step that much longer. For benchmarks/recovery.py; the same
-under tenter and torchrun.
+step that much longer. It also appends ``<run>/<restart> <step> <indices>`` to
+``$TIMES_DIR/samples-<rank>``: the sample indices the rank's ``ResumableSampler`` gave for the
+step (benchmarks/fault_campaign.py's sample ledger). For benchmarks/recovery.py and
+benchmarks/fault_campaign.py; the same under tenter and torchrun.
 
 A step is seen where the script reports it: ``tenter.checkpoint.Checkpointer.maybe_save``
 (examples/elastic/train.py) or ``tenter.runtime.ft.Progress.step`` (examples/torchft/train.py,
@@ -14,20 +16,26 @@ where a step counts once torchft committed it). Ranks are numbered job-wide (und
 import os
 import runpy
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 
-from tenter.checkpoint import Checkpointer
+from tenter.checkpoint import Checkpointer, ResumableSampler, atomic, default_dir
+from tenter.checkpoint.run_state import STATE_FILE
 from tenter.launch.isolation import faults
 from tenter.runtime import ft
 
 
 def kill_worker() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def raise_error() -> None:
+    raise RuntimeError("a fault injected by benchmarks/workloads/faulty.py")
 
 
 AGENTS = ("tenter.launch.agent", "torch.distributed.run")
@@ -70,6 +78,48 @@ def preempt() -> None:
         launcher.send_signal(signal.SIGTERM)
 
 
+def cancel_preempt() -> None:
+    """A user preempts the job: ``tenter cancel --preempt`` (the same stop as SIGTERM). Not
+    waited for: it returns once the job has stopped, which needs this rank's next step."""
+    cancel = [sys.executable, "-m", "tenter", "cancel", "--preempt", os.environ["TENTER_JOB_DIR"]]
+    subprocess.Popen(cancel, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def kill_launcher() -> None:
+    """The launcher dies (SIGKILL): its agents and workers go with it."""
+    launcher = _agent().parent()
+    assert launcher is not None
+    launcher.kill()
+
+
+def _newest_state() -> Path:
+    """The newest checkpoint's common state file (rank 0 wrote it)."""
+    root = default_dir()
+    latest = atomic.read_manifest(root).latest
+    assert latest is not None, "a checkpoint before the fault"
+    return root / latest.name / STATE_FILE
+
+
+def flip_checkpoint_byte() -> None:
+    """A byte of the newest checkpoint changes on disk, then this worker dies."""
+    data = bytearray(_newest_state().read_bytes())
+    data[len(data) // 2] ^= 0x01
+    _newest_state().write_bytes(bytes(data))
+    kill_worker()
+
+
+def truncate_checkpoint() -> None:
+    """The newest checkpoint loses its file's tail on disk, then this worker dies."""
+    _newest_state().write_bytes(_newest_state().read_bytes()[:-100])
+    kill_worker()
+
+
+def slow_down() -> None:
+    """This rank turns slow: each of its steps from here on 0.3 s longer (a straggler)."""
+    global STEP_SLEEP_S
+    STEP_SLEEP_S += 0.3
+
+
 def partition_other_host() -> None:
     """The other host of a 2-host isolated job drops off the network (tenter's fault tool)."""
     faults.partition(os.environ["TENTER_JOB_DIR"], "algo-2")
@@ -77,8 +127,14 @@ def partition_other_host() -> None:
 
 FAULTS: dict[str, Callable[[], None]] = {
     "kill_worker": kill_worker,
+    "raise_error": raise_error,
     "kill_host": kill_host,
     "preempt": preempt,
+    "cancel_preempt": cancel_preempt,
+    "kill_launcher": kill_launcher,
+    "slow_down": slow_down,
+    "flip_checkpoint_byte": flip_checkpoint_byte,
+    "truncate_checkpoint": truncate_checkpoint,
     "partition": partition_other_host,
 }
 
@@ -90,6 +146,12 @@ fault_step = int(os.environ["FAULT_STEP"])
 faulty = rank == os.environ["FAULT_RANK"] and not (times / "fault").exists()
 last_step = -1
 STEP_SLEEP_S = float(os.environ.get("STEP_SLEEP_S", "0"))
+samples = open(times / f"samples-{rank}", "a")  # noqa: SIM115 (open for the process's life)
+run = Path(os.environ.get("TENTER_JOB_DIR", "")).name  # a job id: its launch time, sortable
+generation = f"{run}/{int(os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')):03d}"
+"""Which run and restart this process is: the sample ledger keeps each step's last."""
+drawn: list[int] = []
+"""The sample indices the sampler gave since the last step."""
 
 
 def record(step: int, everyone: bool = True) -> None:
@@ -101,6 +163,9 @@ def record(step: int, everyone: bool = True) -> None:
     last_step = step
     steps.write(f"{time.time()!r} {step}\n")
     steps.flush()
+    samples.write(f"{generation} {step} {','.join(map(str, drawn))}\n")
+    samples.flush()
+    drawn.clear()
     time.sleep(STEP_SLEEP_S)  # a longer step (the example's take milliseconds)
     if faulty and step >= fault_step and everyone:
         faulty = False
@@ -120,7 +185,15 @@ def progress_step(self: ft.Progress) -> None:
     record(self._manager.current_step(), self._manager.num_participants() == groups)
 
 
+def logged_iter(self: ResumableSampler) -> Iterator[int]:
+    for index in sampler_iter(self):
+        drawn.append(int(index))
+        yield index
+
+
 save, report = Checkpointer.maybe_save, ft.Progress.step
+sampler_iter = ResumableSampler.__iter__
+ResumableSampler.__iter__ = logged_iter  # type: ignore[method-assign]
 Checkpointer.maybe_save = maybe_save  # type: ignore[method-assign]
 ft.Progress.step = progress_step  # type: ignore[method-assign]
 sys.argv = sys.argv[1:]

@@ -4,6 +4,7 @@ package)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from types import ModuleType
 
 from tests.conftest import REPO
@@ -15,5 +16,6 @@ def load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module

@@ -46,7 +46,12 @@ def test_ddp_checkpoint_is_written_by_rank_0_and_restores_every_rank(
         # the checkpoint and 2 after the restore: 2 ranks x 20 samples of the epoch's order.
         assert r["sampler"] == {"epoch": 0, "position": 40, "num_replicas": 2}, rank
     folder = root / "ddp" / "sync" / "step-00000003"
-    assert sorted(p.name for p in folder.iterdir()) == ["rank-0.pt", "rank-1.pt", "state.pt"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "digests.json",
+        "rank-0.pt",
+        "rank-1.pt",
+        "state.pt",
+    ]
 
 
 def test_async_ddp_checkpoint_equals_the_synchronous_one(

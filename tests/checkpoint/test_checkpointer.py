@@ -322,3 +322,40 @@ def test_constructor_rejects_a_nonsense_interval_or_keep(
 @pytest.fixture
 def ckpt_dir(tmp_path: Path) -> Path:
     return tmp_path / "ckpt"
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-100])
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (flip_a_byte, "state.pt differs from what was written"),
+        (truncate, "state.pt is truncated: "),
+    ],
+)
+def test_resume_skips_a_damaged_newest_checkpoint_saying_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: Any, said: str
+) -> None:
+    run = Run(seed=0)
+    ckpt = run.checkpointer(tmp_path / "ckpt")
+    run.train(2)
+    ckpt.save(2)
+    saved = run.params()
+    run.train(2)
+    ckpt.save(4)
+    damage(tmp_path / "ckpt" / "step-00000004" / "state.pt")
+    other = Run(seed=1)
+    assert other.checkpointer(tmp_path / "ckpt").resume() == 2
+    assert all(torch.equal(a, b) for a, b in zip(other.params(), saved, strict=True))
+    (warning,) = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert warning.startswith(f"checkpoint {tmp_path / 'ckpt' / 'step-00000004'} is damaged: ")
+    assert said in warning
+    assert warning.endswith("; resuming from step-00000002 instead")

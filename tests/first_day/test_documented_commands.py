@@ -265,7 +265,7 @@ CHECKS = {
     "run": check_run,
     "scale": check_scale,
     **dict.fromkeys(
-        ("plan", "doctor", "container", "k8s", "perf", "status", "logs", "cancel"),
+        ("plan", "doctor", "container", "k8s", "perf", "status", "logs", "cancel", "report"),
         check_as_written,
     ),
 }

@@ -39,6 +39,25 @@ def test_workers_restart_after_a_sigkill_and_the_job_succeeds(tmp_path: Path) ->
     assert_nothing_left(done.job_dir)
 
 
+def test_rank_failing_as_the_others_finish_restarts_every_host(tmp_path: Path) -> None:
+    # Ranks 0, 2 and 3 finish while rank 1 exits 3: algo-2, all of whose ranks finished,
+    # waited in its exit barrier while algo-1 waited for it to join the restart (until
+    # killed from outside). It now joins the restart from the barrier.
+    spec = write_spec(
+        tmp_path,
+        "fails_as_others_finish.py",
+        instance_count=2,
+        processes_per_host=2,
+        elastic={"max_restarts": 1},
+    )
+    done = tenter("run", str(spec), timeout=60)
+    assert done.returncode == 0, done.stderr
+    for rank in range(4):
+        assert f"attempt 1 rank {rank} done" in done.stdout
+    assert done.stderr.count("tenter: rendezvous: 2 hosts (algo-1, algo-2), world size 4") == 2
+    assert_nothing_left(done.job_dir)
+
+
 def test_training_killed_after_and_between_checkpoints_resumes_to_the_uninterrupted_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

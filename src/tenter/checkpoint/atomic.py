@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import socket
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +32,9 @@ import torch
 from tenter.checkpoint.errors import CheckpointError
 
 MANIFEST = "manifest.json"
+DIGESTS = "digests.json"
+"""In each checkpoint folder: every file's size and CRC-32 as written, to tell a damaged
+checkpoint (a truncated file, a changed byte) before loading it."""
 FORMAT = 1
 TMP_PREFIX = ".tmp-"
 
@@ -154,6 +158,7 @@ def commit(root: Path, tmp: Path, entry: Entry, keep: int) -> Manifest:
     """Publish the finished temporary folder ``tmp`` as checkpoint ``entry`` and drop all
     but the newest ``keep`` checkpoints. Runs on one rank, after every rank's files in
     ``tmp`` are durable."""
+    write_text_atomic(tmp / DIGESTS, json.dumps(file_digests(tmp)))
     for folder in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
         fsync_path(folder)
     _reached("written")
@@ -179,6 +184,51 @@ def commit(root: Path, tmp: Path, entry: Entry, keep: int) -> Manifest:
     for old in dropped:
         shutil.rmtree(root / old.name, ignore_errors=True)
     return manifest
+
+
+def file_digests(folder: Path) -> dict[str, list[int]]:
+    """Each file's size and CRC-32 under ``folder``, by its path there (the digests' own
+    file left out)."""
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != DIGESTS):
+        crc, size = 0, 0
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+        out[str(path.relative_to(folder))] = [size, crc]
+    return out
+
+
+def damage(folder: Path) -> str | None:
+    """What is wrong with the checkpoint in ``folder`` against its digests; None where
+    nothing is (or it has no digests: saved by an earlier tenter)."""
+    try:
+        written = json.loads((folder / DIGESTS).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return f"its {DIGESTS} cannot be read: {e}"
+    found = file_digests(folder)
+    for name, (size, crc) in written.items():
+        if name not in found:
+            return f"{name} is missing"
+        if found[name][0] != size:
+            state = "truncated" if found[name][0] < size else "longer than written"
+            return f"{name} is {state}: {found[name][0]} bytes of the {size} written"
+        if found[name][1] != crc:
+            return f"{name} differs from what was written (its CRC-32 changed)"
+    return None
+
+
+def newest_intact(root: Path) -> tuple[Entry | None, list[str]]:
+    """The newest checkpoint of ``root`` that is not damaged, and why each newer one is."""
+    skipped: list[str] = []
+    for entry in reversed(read_manifest(root).checkpoints):
+        why = damage(root / entry.name)
+        if why is None:
+            return entry, skipped
+        skipped.append(f"checkpoint {root / entry.name} is damaged: {why}")
+    return None, skipped
 
 
 def remove_stale(root: Path) -> None:

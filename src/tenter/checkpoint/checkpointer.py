@@ -28,9 +28,11 @@ Every method is collective under ``torch.distributed``: all ranks call it, in th
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,7 +60,7 @@ from tenter.checkpoint.run_state import (
 )
 from tenter.checkpoint.state import set_rng_state, snapshot, track
 from tenter.checkpoint.writer import AsyncWriter
-from tenter.goodput.keeper import record_checkpoint
+from tenter.goodput.keeper import record_checkpoint, record_resume
 from tenter.jobdir.layout import CHECKPOINTS_DIR
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
 from tenter.runtime import steps
@@ -112,6 +114,40 @@ def is_sharded(model: nn.Module) -> bool:
         or any(isinstance(p, DTensor) for p in model.parameters())
         or any(isinstance(m, FullyShardedDataParallel) for m in model.modules())
     )
+
+
+def _recorded(resume: Callable[[Checkpointer], int]) -> Callable[[Checkpointer], int]:
+    """``resume``, recorded in the job's events when it runs in a tenter job: the timeline of
+    a recovery shows when each rank loaded its checkpoint."""
+
+    @functools.wraps(resume)
+    def timed(self: Checkpointer) -> int:
+        start = time.time()
+        step = resume(self)
+        _record(record_resume, self._rank, step, start)
+        return step
+
+    return timed
+
+
+def _newest_intact(root: Path) -> atomic.Entry | None:
+    """The checkpoint to resume from: the newest that is not damaged, saying why a newer
+    one is skipped."""
+    entry, skipped = atomic.newest_intact(root)
+    for why in skipped:
+        resumed = f"resuming from {entry.name}" if entry else "no intact checkpoint: starting over"
+        log.warning("%s; %s instead", why, resumed)
+    return entry
+
+
+def _record(
+    record: Callable[[str, int, str, int, float], None], rank: int, step: int, start: float
+) -> None:
+    """``record`` a save or a resume of ``step`` begun at ``start`` in the job's events (for
+    the goodput ledger and the timeline of a recovery), in a tenter job."""
+    job_dir = os.environ.get("TENTER_JOB_DIR")
+    if job_dir:
+        record(job_dir, rank, os.environ.get("TENTER_HOST", ""), step, start)
 
 
 class Checkpointer:
@@ -180,13 +216,12 @@ class Checkpointer:
         """A preemption's final checkpoint is saved: end the training loop (on every rank)."""
         check_dir(self.dir, self._ranks)
 
+    @_recorded
     def resume(self) -> int:
         """Restore the latest complete checkpoint, if any, and return its step (0 if none):
         the number of steps already done, where the training loop continues."""
         self.wait()
-        latest = self._ranks.broadcast(
-            atomic.read_manifest(self.dir).latest if self._rank == 0 else None
-        )
+        latest = self._ranks.broadcast(_newest_intact(self.dir) if self._rank == 0 else None)
         if latest is None:
             return 0
         if latest.sharded != self.sharded:
@@ -292,7 +327,7 @@ class Checkpointer:
             self._writer.submit(finish)
             self._pending_step = step
         self._last_step = step
-        _record_save(self._rank, step, start)
+        _record(record_checkpoint, self._rank, step, start)  # the time training stood still
         return self.dir / name
 
     def wait(self) -> None:
@@ -313,13 +348,6 @@ class Checkpointer:
             if self._async_group is not None:
                 dist.destroy_process_group(self._async_group)
                 self._async_group = None
-
-
-def _record_save(rank: int, step: int, start: float) -> None:
-    """For the goodput ledger: the time training stood still for a save."""
-    job_dir = os.environ.get("TENTER_JOB_DIR")
-    if job_dir:
-        record_checkpoint(job_dir, rank, os.environ.get("TENTER_HOST", ""), step, start)
 
 
 def check_dir(folder: Path, ranks: Ranks) -> None:

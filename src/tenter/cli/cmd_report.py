@@ -23,14 +23,39 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "job", metavar="JOB", help="a job id (under $TENTER_HOME/jobs) or its directory"
     )
+    parser.add_argument(
+        "--trace",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="write the timeline of each recovery (detection, stop, rendezvous, restart, "
+        "checkpoint load, first step; one track per rank and agent) as a Chrome Trace Event "
+        "file for Perfetto or chrome://tracing, to FILE (default: "
+        "<job_dir>/report/recovery.trace.json), instead of the report",
+    )
     parser.set_defaults(func=show_report)
 
 
 def show_report(args: argparse.Namespace) -> int:
+    if args.trace is not None:
+        return show_trace(args.job, args.trace)
     require("matplotlib", "plot", "tenter report")
     from tenter.jobdir.lookup import find_job
     from tenter.monitor.job_report import write_report
 
     path = write_report(find_job(args.job))
+    print(path)
+    return 0
+
+
+def show_trace(job: str, file: str) -> int:
+    from pathlib import Path
+
+    from tenter.jobdir.lookup import find_job
+    from tenter.monitor.recovery_trace import summary_lines, write_trace
+
+    path, recovered = write_trace(find_job(job), Path(file) if file else None)
+    for line in summary_lines(recovered) or ["no recovery: the job was never restarted"]:
+        print(line)
     print(path)
     return 0

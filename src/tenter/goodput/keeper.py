@@ -26,6 +26,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from tenter.contract.plan import read_plan
 from tenter.goodput.fold import RunFold
 from tenter.goodput.ledger import (
@@ -58,6 +60,21 @@ from tenter.jobdir.results import JobState, read_result
 def record_checkpoint(job_dir: str, rank: int, host: str, step: int, start: float) -> None:
     """A rank's blocking checkpoint save of ``step``, which began at ``start``, just ended."""
     record_event(job_dir, EventKind.CHECKPOINT, rank=rank, host=host, step=step, start=start)
+
+
+def record_resume(job_dir: str, rank: int, host: str, step: int, start: float) -> None:
+    """A rank's resume from the checkpoint of ``step`` (0: none), which began at ``start``,
+    just ended (for the timeline of a recovery, with when the rank's process started)."""
+    process_start = psutil.Process().create_time()
+    record_event(
+        job_dir,
+        EventKind.RESUMED,
+        rank=rank,
+        host=host,
+        step=step,
+        start=start,
+        process_start=process_start,
+    )
 
 
 def record_straggler(job_dir: str, straggler: Straggler) -> None:

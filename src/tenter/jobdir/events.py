@@ -42,8 +42,14 @@ class EventKind(str, Enum):
     WORKERS_STORE = "workers_store"
     """The port of the workers' store (the plan's ``${master_port}``) as whoever serves it bound
     it: the group's rank 0 agent for each round, or mpi's launcher (host, attempt, port)."""
+    STOPPED = "stopped"
+    """A host's agent stopped its workers for a restart (host, restart_count); its restart
+    event is when it began to."""
     CHECKPOINT = "checkpoint"
     """A rank's blocking checkpoint save ended (rank, host, step, start)."""
+    RESUMED = "resumed"
+    """A rank's ``Checkpointer.resume`` ended (rank, host, step: the checkpoint's, 0 for none;
+    start: when it began; process_start: when the rank's process was created)."""
     STRAGGLER = "straggler"
     """The launcher named a straggler (rank, host, step, busy_s, others_s)."""
     HANG = "hang"

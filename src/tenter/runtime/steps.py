@@ -56,6 +56,7 @@ class StepCounter:
         self._replicas: ReplicaCheck | None = None
         self._last_args: Any = None
         self._told = False
+        self._first = True
         self._finder: RemovableHandle | None = nn.modules.module.register_module_forward_pre_hook(
             self._look
         )
@@ -98,7 +99,10 @@ class StepCounter:
 
     def _write(self) -> None:
         if self._arrival is not None:
-            self._lines.add({"time": self._arrival, "step": self.step})
+            line: dict[str, object] = {"time": self._arrival, "step": self.step}
+            if self._first:  # the process's first step: its end ends a recovery's timeline
+                line["done"], self._first = time.time(), False
+            self._lines.add(line)
             self._arrival = None
 
     def completed(self, step: int | None) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import torchrun_env, worker_env
 from tenter.jobdir import layout
+from tenter.jobdir.agent_result import WorkerFailure
 from tenter.jobdir.control import control_dir, rank_kill_reply, rank_kill_request
 from tenter.jobdir.events import EventKind, record_event
 from tenter.jobdir.layout import write_atomic
@@ -47,6 +48,31 @@ def record_round(plan: Plan, host: HostPlan, round_: Round, attempt: int) -> Non
             attempt=attempt,
             port=round_.master_port,
         )
+
+
+def record_restart(
+    plan: Plan, host: HostPlan, restart_count: int, used: bool, failures: Sequence[WorkerFailure]
+) -> None:
+    """This host's agent begins to stop its workers for restart ``restart_count`` (``used``:
+    one of the job's restarts; ``failures``: its own failed workers). With when its first
+    worker failed, and whether one was killed by a signal: the launcher names the host whose
+    failure came first (the others' may be its echo)."""
+    record_event(
+        plan.job_dir,
+        EventKind.RESTART,
+        host=host.name,
+        run_id=plan.run_id(host),
+        restart_count=restart_count,
+        used=used,
+        remaining=plan.max_restarts - restart_count,
+        failed_at=min((f.timestamp for f in failures), default=None),
+        killed=any(f.exit_code < 0 for f in failures),
+    )
+
+
+def record_stopped(plan: Plan, host: HostPlan, restart_count: int) -> None:
+    """The agent's workers stopped for the restart (the timeline of a recovery's stop)."""
+    record_event(plan.job_dir, EventKind.STOPPED, host=host.name, restart_count=restart_count)
 
 
 def worker_entries(

@@ -41,7 +41,6 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
@@ -61,9 +60,14 @@ from tenter.jobdir.control import (
     preemption_requested,
     stopping_marker,
 )
-from tenter.jobdir.events import EventKind, record_event
 from tenter.launch.agent import in_round, rendezvous
-from tenter.launch.agent.entries import KillRequests, record_round, worker_entries
+from tenter.launch.agent.entries import (
+    KillRequests,
+    record_restart,
+    record_round,
+    record_stopped,
+    worker_entries,
+)
 from tenter.launch.agent.ranks_watch import RanksWatch
 from tenter.launch.agent.spares import WarmPool
 from tenter.launch.agent.workers import GroupState, WorkerGroup, start_worker, stop_telling
@@ -180,7 +184,10 @@ class HostAgent:
         state, failures = self.group.poll()
         if state is GroupState.SUCCEEDED:
             assert self.round is not None, "workers run only within a round"
-            rendezvous.exit_barrier(self.round, EXIT_BARRIER_S)
+            if rendezvous.exit_barrier(self.round, EXIT_BARRIER_S, self._restart_asked):
+                logger.info("another host restarts as ours finished; restarting ours too")
+                self._restart([])
+                return None
             self.state = AgentState.SUCCEEDED
             return AgentResult(HostState.SUCCEEDED, [])
         if state is GroupState.FAILED:
@@ -192,7 +199,7 @@ class HostAgent:
             self._stop_workers(signal.SIGTERM)
             self.state = AgentState.FAILED
             return AgentResult(HostState.FAILED, failures)
-        if self._in_round and self.round is not None and in_round.asked(self.round):
+        if self._restart_asked():
             logger.info("another host restarts its workers; restarting ours")
             self._restart([])
             return None
@@ -201,6 +208,9 @@ class HostAgent:
             logger.info("%d hosts wait to join; restarting the workers", waiting)
             self._restart_in_new_round()
         return None
+
+    def _restart_asked(self) -> bool:
+        return self._in_round and self.round is not None and in_round.asked(self.round)
 
     def _preempted(self) -> AgentResult | None:
         """A preemption: every worker gets SIGTERM at once, as torchrun passes it on (a script
@@ -252,18 +262,9 @@ class HostAgent:
         self._start_round()
 
     def _stop_for_restart(self, used: bool, failures: Sequence[WorkerFailure] = ()) -> None:
-        # When this host's first worker failed, and whether one was killed by a signal: the
-        # launcher names the host whose failure came first (the others' may be its echo).
-        self._event(
-            EventKind.RESTART,
-            run_id=self.plan.run_id(self.host),
-            restart_count=self.restart_count,
-            used=used,
-            remaining=self.remaining_restarts,
-            failed_at=min((f.timestamp for f in failures), default=None),
-            killed=any(f.exit_code < 0 for f in failures),
-        )
+        record_restart(self.plan, self.host, self.restart_count, used, failures)
         self._stop_workers(signal.SIGTERM)
+        record_stopped(self.plan, self.host, self.restart_count)
         if self.pool is not None:
             # Spares that died waiting, or a template that did, are replaced while the next
             # round forms.
@@ -303,6 +304,3 @@ class HostAgent:
     def finished_then_crashed(self) -> list[WorkerFailure]:
         """Workers that finished their script, then crashed at exit: notes for the report."""
         return [*self.crashed_at_exit, *self.group.crashed_at_exit]
-
-    def _event(self, kind: EventKind, **fields: Any) -> None:
-        record_event(self.plan.job_dir, kind, host=self.host.name, **fields)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +54,11 @@ on without a lost host, :mod:`tenter.launch.agent.in_round`)."""
 RESTART_COUNT_KEY = "tenter/restart-count/{group_rank}"
 """In the round's store: the job's group restarts as each host knew them when it joined (the
 round's count is the most of them: :attr:`Round.restart_count`)."""
-FINISHED_KEY = "tenter/finished/{group_rank}"
-"""In the round's store: set by each host whose workers all succeeded (the exit barrier)."""
+FINISHED_KEY = "tenter/finished/{restarts}/{group_rank}"
+"""In the round's store: set by each host whose workers all succeeded (the exit barrier), for
+the round's restart they ran in."""
+EXIT_POLL_S = 0.05
+"""How often the exit barrier looks whether every host finished, or one asks for a restart."""
 PLANNED_ROUND_PREFIX = "tenter/planned-round/{run_id}/"
 """In the job's store: the keys of the first round of a job of fixed membership."""
 PLANNED_POLL_S = 0.01
@@ -185,12 +189,21 @@ def join_planned(plan: Plan, host: HostPlan, at: str) -> Round:
     return Round(store, group_rank, hosts, master_addr, master_port, served, planned=True)
 
 
-def exit_barrier(round_: Round, timeout_s: float) -> None:
+def exit_barrier(round_: Round, timeout_s: float, restart_asked: Callable[[], bool]) -> bool:
     """Wait (at most ``timeout_s``) until every host of the round has finished: rank 0's
-    agent may serve the store other hosts' workers still use as they end."""
-    round_.store.set(FINISHED_KEY.format(group_rank=round_.group_rank), "1")
-    keys = [FINISHED_KEY.format(group_rank=r) for r in range(round_.hosts)]
-    try:
-        round_.store.wait(keys, datetime.timedelta(seconds=timeout_s))
-    except Exception as e:  # torch raises its store errors as several types
-        logger.warning("not every host finished within %s s: %s", timeout_s, e)
+    agent may serve the store other hosts' workers still use as they end. Leave it early, and
+    return True, when ``restart_asked``: a host's worker failed as ours finished, and the
+    hosts restart together (else the finished host never joins the restart, and the
+    failed one waits for it)."""
+    restarts = round_.restarts
+    keys = [FINISHED_KEY.format(restarts=restarts, group_rank=r) for r in range(round_.hosts)]
+    round_.store.set(keys[round_.group_rank], "1")
+    deadline = time.monotonic() + timeout_s
+    while not round_.store.check(keys):
+        if restart_asked():
+            return True
+        if time.monotonic() > deadline:
+            logger.warning("not every host finished within %s s", timeout_s)
+            return False
+        time.sleep(EXIT_POLL_S)
+    return False
