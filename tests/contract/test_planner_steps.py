@@ -17,10 +17,12 @@ from tenter.contract.planner.addresses import (
 from tenter.contract.planner.hosts import Placements, shared_and_own
 from tenter.contract.planner.make import job_policy
 from tenter.contract.planner.ranks import common_rank_env, host_ranks, without
+from tenter.contract.torchrun import shared_worker_env
 from tenter.spec import JobSpec, load, lookup
 
 HERE = Path(__file__).parents[1] / "launch"
 CLUSTER = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+BACKENDS = ("local", "slurm", "mpi", "kubernetes")
 
 
 def spec_of(**fields: Any) -> JobSpec:
@@ -133,3 +135,33 @@ def test_the_plan_says_what_the_agents_may_do_not_which_backend_runs_them() -> N
     assert capabilities(spec_of(elastic=elastic)) == (True, False)
     assert capabilities(spec_of(backend="slurm")) == (True, True)
     assert capabilities(spec_of(backend="slurm", elastic=elastic)) == (False, True)
+
+
+def test_the_plan_says_whose_rendezvous_store_it_is_not_which_backend_runs_it() -> None:
+    """tenter serves a c10d store, and plans the first round on it where the membership is
+    fixed; an etcd rendezvous is another's store, with what to check when it fails."""
+
+    def rendezvous(spec: JobSpec) -> tuple[bool, bool, bool]:
+        policy = job_policy(spec, 3)
+        return policy["serves_store"], policy["planned_first_round"], bool(policy["rdzv_help"])
+
+    etcd = {"rendezvous": {"backend": "etcd", "endpoint": "10.9.9.9:2379"}}
+    assert rendezvous(spec_of()) == (True, True, False)
+    assert rendezvous(spec_of(backend="slurm")) == (True, True, False)
+    assert rendezvous(spec_of(elastic={"min_hosts": 2, "max_hosts": 4})) == (True, False, False)
+    assert rendezvous(spec_of(elastic=etcd)) == (False, False, True)
+    assert "--enable-v2" in job_policy(spec_of(elastic=etcd), 3)["rdzv_help"]
+
+
+def test_the_plan_says_what_of_the_submitting_shells_environment_reaches_the_ranks() -> None:
+    """All of it where tenter's agents start the workers (torchrun's and Slurm's
+    ``--export=ALL``); none where mpirun's remote ranks and the pods get the plan's only."""
+    passes = {b: job_policy(spec_of(backend=b), 3)["pass_environment"] for b in BACKENDS}
+    assert passes == {"local": "all", "slurm": "all", "mpi": "none", "kubernetes": "none"}
+
+
+def test_a_workers_environment_is_the_shells_as_the_plan_says_under_the_plans() -> None:
+    shell = {"USER_VAR": "mine", "RANK": "stale", "PATH": "/bin"}
+    plan_env = {"RANK": "3", "TENTER_JOB_ID": "j"}
+    assert shared_worker_env(shell, "all", plan_env) == {**shell, **plan_env}
+    assert shared_worker_env(shell, "none", plan_env) == plan_env

@@ -153,7 +153,12 @@ def render(plan: Plan) -> str:
         lines += ["", "launcher:", render_command(plan.launcher)]
     for name, text in sorted(plan.files.items()):
         lines += ["", f"file {name}:", text.rstrip("\n")]
-    lines += ["", "environment of every process:", *_env_lines(common, "  ", figures)]
+    lines += [
+        "",
+        f"environment of every process ({plan.pass_environment} of the submitting shell's "
+        "under it: pass_environment):",
+        *_env_lines(common, "  ", figures),
+    ]
     lines += [f"  {name}={SECRET_SHOWN}" for name in plan.secrets]
     for host in plan.hosts:
         group = f"  replica group {host.replica_group}" if plan.replica_groups else ""

@@ -89,6 +89,14 @@ class Plan:
     instance_type: str
     checkpoint_dir: str = ""
     rdzv_backend: str = "c10d"
+    serves_store: bool = True
+    """tenter serves the rendezvous' c10d store (the launcher, or the first host's agent:
+    ``store_on_first_host``); False: the store is another's (etcd's) at ``rdzv_endpoint``."""
+    planned_first_round: bool = True
+    """The first round needs no rendezvous round of torch's: fixed membership on a store tenter
+    serves (:func:`tenter.launch.agent.rendezvous.join_planned`)."""
+    rdzv_help: str = ""
+    """What to check when the rendezvous fails, beyond its endpoint and cause."""
     store_on_first_host: bool = False
     """The first host's agent serves the job's c10d store at the rendezvous endpoint, its own
     address (:mod:`tenter.launch.agent.job_store`): a local job of fixed membership, which ends
@@ -136,6 +144,11 @@ class Plan:
     gpu_note: str = ""
     """What the launcher says once when the machine's GPUs are too few for one per rank and
     the ranks run without them (:func:`tenter.spec.gpus.cpu_note`)."""
+    pass_environment: str = "all"
+    """What of the submitting shell's environment reaches the workers, under the plan's own:
+    ``all`` (torchrun's and Slurm's ``--export=ALL``: users' own variables reach their ranks;
+    the local and Slurm backends) or ``none`` (mpirun's remote ranks and Kubernetes' pods get
+    the plan's variables only). :func:`tenter.contract.torchrun.shared_worker_env` applies it."""
     env: dict[str, str] = field(default_factory=dict)
     """The environment every process of every host shares, with the host placeholders
     (``${host}``, ``${host_index}``, ``${host_addr}``, ``${host_dir}``) where a value names
@@ -182,13 +195,13 @@ class Plan:
         return host.replica_group * self.hosts_per_group * self.procs_per_host + rank
 
     def log_stem(self, host: str, rank: int, attempt: int) -> str:
-        """Where a worker's logs go: ``logs/rank-N`` for the planned first attempt, else a name
-        with host and attempt (a restart keeps earlier output; a rank may move host)."""
-        planned = any(r.rank == rank for h in self.hosts if h.name == host for r in h.ranks)
-        logs = layout.logs_dir(self.job_dir)
-        if attempt or not planned:
-            return layout.rank_log_stem(logs, rank, host, attempt)
-        return layout.rank_log_stem(logs, rank)
+        """Where a worker's logs go (:func:`tenter.jobdir.layout.worker_log_stem`)."""
+        planned = rank in self.planned_ranks_of(host)
+        return layout.worker_log_stem(self.job_dir, rank, host, attempt, planned=planned)
+
+    def planned_ranks_of(self, host: str) -> frozenset[int]:
+        """The job-wide ranks the plan gives the host named ``host``."""
+        return frozenset(r.rank for h in self.hosts if h.name == host for r in h.ranks)
 
     def host_env(self, host: HostPlan) -> dict[str, str]:
         """Every process of ``host`` gets this environment (and its rank's variables)."""
@@ -196,8 +209,9 @@ class Plan:
         return {**{k: resolve(v, values) for k, v in self.env.items()}, **host.env}
 
     def process_env(self, host: HostPlan, rank: RankPlan) -> dict[str, str]:
-        """Everything the worker of ``rank`` gets beyond the launcher's own environment: the
-        shared environment, its host's, its rank's. Every backend composes it here."""
+        """Everything the worker of ``rank`` gets beyond the submitting shell's environment
+        (what ``pass_environment`` passes on): the shared environment, its host's, its rank's.
+        Every backend composes it here."""
         return {**self.host_env(host), **self.common_rank_env, **rank.env}
 
     def host_tree(self, host: HostPlan) -> HostPlan:

@@ -69,6 +69,15 @@ AGENT_PER_WORKER = frozenset(
 """What the host agent sets for each worker beside :func:`torchrun_env`'s variables."""
 
 
+def shared_worker_env(
+    environ: Mapping[str, str], pass_environment: str, plan_env: Mapping[str, str]
+) -> dict[str, str]:
+    """Every worker's environment on a host but its rank's variables: what the submitting
+    shell passes on (``environ``: all of it, or none, as the plan's ``pass_environment``
+    says), under the plan's environment of the host (``plan_env``: the plan's say wins)."""
+    return {**(environ if pass_environment == "all" else {}), **plan_env}
+
+
 def worker_env(
     shared: Mapping[str, str],
     torchrun: Mapping[str, str],
@@ -76,9 +85,8 @@ def worker_env(
     watch_file: str | None,
 ) -> dict[str, str]:
     """A worker's whole environment as tenter's host agent starts it: ``shared`` (every
-    worker's of the host: what the submitting shell passes on, under the plan's host
-    environment), the round's ``torchrun`` variables (:func:`torchrun_env`), and the agent's
-    own (:data:`AGENT_PER_WORKER`)."""
+    worker's of the host, :func:`shared_worker_env`), the round's ``torchrun`` variables
+    (:func:`torchrun_env`), and the agent's own (:data:`AGENT_PER_WORKER`)."""
     return {
         **shared,
         **torchrun,

@@ -128,6 +128,17 @@ def rank_log_stem(
     return f"{os.fspath(logs)}/{name}"  # not pathlib's join: a plan names 8,192 at 1,024 hosts
 
 
+def worker_log_stem(job_dir: str, rank: int, host: str, attempt: int, *, planned: bool) -> str:
+    """Where a worker's logs go: ``logs/rank-N`` for the first attempt of a rank the plan
+    gives ``host`` (``planned``), and a name with host and attempt for any other (a restart
+    must not overwrite the output of earlier attempts; after a membership change a rank
+    number may move to another host)."""
+    logs = logs_dir(job_dir)
+    if attempt or not planned:
+        return rank_log_stem(logs, rank, host, attempt)
+    return rank_log_stem(logs, rank)
+
+
 def error_file(stem: str | os.PathLike[str]) -> str:
     """The error file of the rank whose logs are ``stem``.*."""
     return f"{stem}{ERROR_FILE_SUFFIX}"

@@ -4,7 +4,8 @@ directory (one file each, written whole or not at all)::
     <job_dir>/rdzv-port         ADDR:PORT of the job's store, where the first host's agent
                                 serves it (a Slurm job's first node; a local job of fixed
                                 membership), on a port the kernel picked
-    <job_dir>/lighthouse-port   ADDR:PORT of torchft's lighthouse on a Slurm job's first node
+    <job_dir>/lighthouse-port   ADDR:PORT of torchft's lighthouse (the local launcher's, a Slurm
+                                job's first node's): its agents resolve ${lighthouse_port}
 
 Files rather than a store: they are what the store's clients need to find it, and the job
 directory is on every host (a Slurm job's is on a shared file system).

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 from tenter.errors import TenterError
-from tenter.jobdir import layout
+from tenter.jobdir import layout, published
 from tenter.launch.api import python_executable
 from tenter.launch.console import say
 from tenter.launch.processes import start_process
@@ -78,7 +78,8 @@ class Lighthouse:
         return f"http://{self._addr}:{self.port}"
 
     def start(self) -> None:
-        """Start it (on a port the kernel picks, the first time) and wait until it listens."""
+        """Start it (on a port the kernel picks, the first time), wait until it listens, and
+        publish where (:mod:`tenter.jobdir.published`)."""
         offset = self._log.stat().st_size if self._log.exists() else 0
         argv = [
             *self.enter,
@@ -93,6 +94,8 @@ class Lighthouse:
         with open(self._log, "ab") as log:
             self._proc = start_process(argv, self._env, self._cwd, log)
         self.port = self._wait_listening(offset)
+        # For the agents, which put its port in their workers' environment.
+        published.publish(self._cwd, published.LIGHTHOUSE, self._addr, self.port)
 
     def _wait_listening(self, offset: int) -> int:
         """The port from the binary's "listening on" line (polled: it is a file we own)."""

@@ -153,7 +153,7 @@ class Supervisor:
             self.rdzv_port = self._listener.getsockname()[1]
         try:
             self.start_processes()
-            if self._listener is not None and self.plan.rdzv_backend == "c10d":
+            if self._listener is not None and self.plan.serves_store:
                 # Started after the processes, so that their start-up and torch's import here
                 # overlap. The store owns the listening socket from here on (and closes it).
                 self._store = serve_store(self.listen_addr, self._listener)
@@ -168,7 +168,7 @@ class Supervisor:
         self.network = isolated_hosts.open_network(self.plan)
         self.listen_addr = SWITCH_ADDR
         try:
-            if self.plan.rdzv_backend == "c10d":
+            if self.plan.serves_store:
                 self.rdzv_port, self._store_proc = isolated_hosts.serve_store(
                     self.network, self.plan
                 )

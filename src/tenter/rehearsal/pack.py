@@ -24,6 +24,7 @@ from pathlib import Path
 from types import FrameType
 
 from tenter.contract.plan import HostPlan, Plan
+from tenter.contract.torchrun import shared_worker_env
 from tenter.jobdir.agent_result import AgentResult, HostState, write_result
 from tenter.jobdir.control import control_dir
 from tenter.jobdir.layout import spares_tmp_dir
@@ -65,6 +66,7 @@ def run_agent(plan: Plan, host: HostPlan, rdzv_port: str, stop: threading.Event)
     (the pack's) and a host lost (no result, as a dead machine writes none)."""
     from tenter.launch.agent import job_store, rendezvous
     from tenter.launch.agent.host import HostAgent, StopSignal
+    from tenter.launch.agent.spec import agent_spec
 
     class RehearsalAgent(HostAgent):
         _looked_at = 0
@@ -87,18 +89,18 @@ def run_agent(plan: Plan, host: HostPlan, rdzv_port: str, stop: threading.Event)
                     raise HostLost(host.name)
 
     store_count.this_thread_is(host.index)
-    env = {**os.environ, **plan.host_env(host)}
+    env = shared_worker_env(os.environ, plan.pass_environment, plan.host_env(host))
     store, port = job_store.start(plan, host) if plan.store_on_first_host else (None, rdzv_port)
     at = rendezvous.endpoint(plan, str(port))
     handler = rendezvous.create_handler(plan, host, at)
     planned = (
         functools.partial(rendezvous.join_planned, plan, host, at)
-        if rendezvous.planned(plan)
+        if plan.planned_first_round
         else None
     )
     pool = LightPool(plan, host, env)
     pool.fill()
-    agent = RehearsalAgent(plan, host, handler, env, pool, planned)
+    agent = RehearsalAgent(agent_spec(plan, host, at, env), handler, pool, planned)
     try:
         result = agent.run()
         result = AgentResult(result.state, [*result.failures, *agent.finished_then_crashed()])

@@ -20,6 +20,7 @@ from tenter.jobdir.agent_result import AgentResult
 from tenter.jobdir.layout import EVENTS_FILE
 from tenter.launch.agent import rendezvous
 from tenter.launch.agent.host import AgentState, HostAgent
+from tenter.launch.agent.spec import agent_spec
 from tenter.spec import load
 
 RECORD = """
@@ -93,7 +94,8 @@ def _run(
 ) -> tuple[HostAgent, AgentResult]:
     host = plan.hosts[0]
     env = {"OUT": str(out), **plan.host_env(host)}
-    agent = HostAgent(plan, host, handler, env, pool=None, planned_round=planned_round)
+    spec = agent_spec(plan, host, plan.rdzv_endpoint, env)
+    agent = HostAgent(spec, handler, pool=None, planned_round=planned_round)
     return agent, agent.run()
 
 

@@ -87,7 +87,7 @@ def test_each_replica_group_is_a_round_of_its_own(tmp_path: Path) -> None:
 def test_only_a_fixed_membership_on_the_jobs_c10d_store_is_planned(
     tmp_path: Path, fields: dict[str, Any], expected: bool
 ) -> None:
-    assert rendezvous.planned(_plan(tmp_path, **fields)) is expected
+    assert _plan(tmp_path, **fields).planned_first_round is expected
 
 
 def test_a_host_whose_group_rank_0_never_comes_gives_up_at_the_join_timeout(

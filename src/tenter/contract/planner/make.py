@@ -28,6 +28,11 @@ from tenter.spec.catalog import detect_local
 from tenter.spec.gpus import GPU_INSTANCE_TYPE, GpuPlacement, cpu_note, place_gpus
 from tenter.spec.validate import planned_hosts
 
+ETCD_V2_HELP = (
+    "check that etcd is reachable there and serves the v2 API "
+    "(etcd <= 3.5 started with --enable-v2; etcd 3.6 removed it)"
+)
+
 
 def job_policy(spec: JobSpec, per_group: int) -> dict[str, Any]:
     """The plan's fields that the spec alone gives: rendezvous, restarts, hangs, limits."""
@@ -36,14 +41,21 @@ def job_policy(spec: JobSpec, per_group: int) -> dict[str, Any]:
     min_hosts, max_hosts = elastic.min_hosts or per_group, elastic.max_hosts or per_group
     # The local launcher declares lost hosts, and preempts the job itself.
     launcher_watches_hosts = spec.backend == "local"
+    etcd = elastic.rendezvous.backend == "etcd"
     return {
         # torch's name for the etcd backend of its dynamic rendezvous (the one that orders
         # hosts by address, as c10d does).
-        "rdzv_backend": "etcd-v2" if elastic.rendezvous.backend == "etcd" else "c10d",
+        "rdzv_backend": "etcd-v2" if etcd else "c10d",
+        "serves_store": not etcd,
+        "planned_first_round": not etcd and min_hosts == max_hosts,
+        "rdzv_help": ETCD_V2_HELP if etcd else "",
         "min_hosts": min_hosts,
         "max_hosts": max_hosts,
         "restart_in_round": min_hosts == max_hosts or launcher_watches_hosts,
         "sigterm_preempts": not launcher_watches_hosts,
+        # tenter's agents start the workers from the submitting shell's environment; mpirun's
+        # remote ranks and the pods get what the plan passes (-x, the manifest) only.
+        "pass_environment": "all" if spec.backend in ("local", "slurm") else "none",
         "join_timeout": elastic.rendezvous.join_timeout,
         "last_call_timeout": elastic.rendezvous.last_call_timeout,
         "max_restarts": elastic.max_restarts,

@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import torchrun_env, worker_env
 from tenter.jobdir import layout
 from tenter.jobdir.agent_result import WorkerFailure
@@ -20,21 +19,22 @@ from tenter.jobdir.events import EventKind, record_event
 from tenter.jobdir.layout import write_atomic
 from tenter.jobdir.line_files import record_worker_logs
 from tenter.launch.agent.rendezvous import Round
+from tenter.launch.agent.spec import AgentSpec
 from tenter.launch.agent.workers import WorkerEntry, WorkerGroup
 
 logger = logging.getLogger(__name__)
 
 
-def record_round(plan: Plan, host: HostPlan, round_: Round, attempt: int) -> None:
+def record_round(spec: AgentSpec, round_: Round, attempt: int) -> None:
     """The round this host's workers start in, for the launcher (and where this host serves
     the workers' store)."""
     record_event(
-        plan.job_dir,
+        spec.job_dir,
         EventKind.RENDEZVOUS,
-        host=host.name,
+        host=spec.host,
         group_rank=round_.group_rank,
         hosts=round_.hosts,
-        world_size=round_.hosts * plan.procs_per_host,
+        world_size=round_.hosts * spec.procs_per_host,
         attempt=attempt,
         restarts_in_round=round_.restarts,
         restart_count=round_.restart_count,
@@ -42,85 +42,83 @@ def record_round(plan: Plan, host: HostPlan, round_: Round, attempt: int) -> Non
     )
     if round_.workers_store is not None:
         record_event(
-            plan.job_dir,
+            spec.job_dir,
             EventKind.WORKERS_STORE,
-            host=host.name,
+            host=spec.host,
             attempt=attempt,
             port=round_.master_port,
         )
 
 
 def record_restart(
-    plan: Plan, host: HostPlan, restart_count: int, used: bool, failures: Sequence[WorkerFailure]
+    spec: AgentSpec,
+    restart_count: int,
+    remaining: int,
+    used: bool,
+    failures: Sequence[WorkerFailure],
 ) -> None:
     """This host's agent begins to stop its workers for restart ``restart_count`` (``used``:
     one of the job's restarts; ``failures``: its own failed workers). With when its first
     worker failed, and whether one was killed by a signal: the launcher names the host whose
     failure came first (the others' may be its echo)."""
     record_event(
-        plan.job_dir,
+        spec.job_dir,
         EventKind.RESTART,
-        host=host.name,
-        run_id=plan.run_id(host),
+        host=spec.host,
+        run_id=spec.run_id,
         restart_count=restart_count,
         used=used,
-        remaining=plan.max_restarts - restart_count,
+        remaining=remaining,
         failed_at=min((f.timestamp for f in failures), default=None),
         killed=any(f.exit_code < 0 for f in failures),
     )
 
 
-def record_stopped(plan: Plan, host: HostPlan, restart_count: int) -> None:
+def record_stopped(spec: AgentSpec, restart_count: int) -> None:
     """The agent's workers stopped for the restart (the timeline of a recovery's stop)."""
-    record_event(plan.job_dir, EventKind.STOPPED, host=host.name, restart_count=restart_count)
+    record_event(spec.job_dir, EventKind.STOPPED, host=spec.host, restart_count=restart_count)
 
 
 def worker_entries(
-    plan: Plan,
-    host: HostPlan,
-    shared_env: Mapping[str, str],
-    round_: Round,
-    attempt: int,
-    restart_count: int,
+    spec: AgentSpec, round_: Round, attempt: int, restart_count: int
 ) -> list[WorkerEntry]:
     """This host's workers in ``round_`` (``restart_count``: the job's group restarts before
-    it), their log files recorded for ``attempt``; ``shared_env``: every worker's environment
-    but its rank's variables."""
+    it), their log files recorded for ``attempt``."""
     entries = []
-    world_size = round_.hosts * plan.procs_per_host
-    for local_rank in range(plan.procs_per_host):
-        rank = round_.group_rank * plan.procs_per_host + local_rank
-        job_rank = plan.job_rank(host, rank)
-        stem = plan.log_stem(host.name, job_rank, attempt)
+    world_size = round_.hosts * spec.procs_per_host
+    for local_rank in range(spec.procs_per_host):
+        rank = round_.group_rank * spec.procs_per_host + local_rank
+        job_rank = spec.job_rank(rank)
+        stem = spec.log_stem(job_rank, attempt)
         torchrun = torchrun_env(
             rank=rank,
             local_rank=local_rank,
             group_rank=round_.group_rank,
-            local_world_size=plan.procs_per_host,
+            local_world_size=spec.procs_per_host,
             num_hosts=round_.hosts,
             master_addr=round_.master_addr,
             master_port=str(round_.master_port),
-            run_id=plan.run_id(host),
-            max_restarts=plan.max_restarts,
+            run_id=spec.run_id,
+            max_restarts=spec.max_restarts,
             restart_count=restart_count,
         )
-        watch_file = layout.watch_file(stem) if plan.hang_timeout else None
+        watch_file = layout.watch_file(stem) if spec.hang_timeout else None
         entry = WorkerEntry(
             rank=job_rank,
             local_rank=local_rank,
-            argv=plan.command,
-            env=worker_env(shared_env, torchrun, layout.error_file(stem), watch_file),
-            cwd=plan.cwd,
+            argv=spec.command,
+            env=worker_env(spec.env, torchrun, layout.error_file(stem), watch_file),
+            cwd=spec.cwd,
             stdout=layout.stdout_file(stem),
             stderr=layout.stderr_file(stem),
             error_file=layout.error_file(stem),
         )
         record_worker_logs(
-            layout.logs_dir(plan.job_dir),
+            layout.logs_dir(spec.job_dir),
             layout.rank_stem(entry.stdout, layout.STDOUT_SUFFIX),
             job_rank,
             local_rank,
-            host.name,
+            spec.host,
             attempt,
             world_size,
         )

@@ -40,7 +40,7 @@ import enum
 import logging
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
@@ -48,7 +48,6 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousHandler,
 )
 
-from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir.agent_result import (
     JOINED_TOO_LATE,
     AgentResult,
@@ -70,6 +69,7 @@ from tenter.launch.agent.entries import (
 )
 from tenter.launch.agent.ranks_watch import RanksWatch
 from tenter.launch.agent.spares import WarmPool
+from tenter.launch.agent.spec import AgentSpec
 from tenter.launch.agent.workers import GroupState, WorkerGroup, start_worker, stop_telling
 from tenter.launch.console import read_index
 
@@ -99,13 +99,13 @@ class StopSignal(Exception):
         self.signum = signal.Signals(signum)
 
 
-def previous_attempts(plan: Plan, host: HostPlan) -> int:
+def previous_attempts(job_dir: str, host: str) -> int:
     """Rendezvous rounds this host's earlier agents joined, minus one: an agent restarted on
     a host (after a partition) goes on from its predecessor's rounds, so that its files do
     not overwrite theirs. (``TORCHELASTIC_RESTART_COUNT`` cannot name files: it counts the
     job's group restarts, and a restart for a joining host leaves it unchanged.)"""
     return max(
-        (int(str(e["attempt"])) for e in read_index(plan.job_dir) if e["host"] == host.name),
+        (int(str(e["attempt"])) for e in read_index(job_dir) if e["host"] == host),
         default=-1,
     )
 
@@ -115,36 +115,33 @@ class HostAgent:
 
     def __init__(
         self,
-        plan: Plan,
-        host: HostPlan,
+        spec: AgentSpec,
         handler: RendezvousHandler,
-        base_env: Mapping[str, str],
         pool: WarmPool | None,
         planned_round: Callable[[], rendezvous.Round] | None = None,
     ) -> None:
-        self.plan, self.host, self.handler, self.pool = plan, host, handler, pool
-        self.base_env = dict(base_env)
-        """Every worker's environment but its rank's variables: the agent's own, as started
-        (the host's environment of the plan, on top of the launcher's)."""
+        self.spec, self.handler = spec, handler
+        self.pool = pool
         self.state = AgentState.RENDEZVOUS
         self.restart_count = 0
-        """The job's group restarts so far: those before the running workers started (as their
-        round agreed), and the one this host has begun."""
-        self.attempt = previous_attempts(plan, host)
+        """The job's group restarts so far: those before the running workers started (as
+        their round agreed), and the one this host has begun."""
+        self.attempt = previous_attempts(spec.job_dir, spec.host)
         self.round: rendezvous.Round | None = None
         self.group = WorkerGroup([])
         self.crashed_at_exit: list[WorkerFailure] = []
-        self._in_round = plan.restart_in_round
+        self._in_round = spec.restart_in_round
         self._planned_round = planned_round
-        self._stopping = stopping_marker(plan.job_dir, host.name)
-        self._preempting = False  # the workers got a preemption's SIGTERM: they end by themselves
-        self._kill_requests = KillRequests(plan.job_dir, host.name)
-        self._ranks_watch = RanksWatch(plan, host)
+        self._stopping = stopping_marker(spec.job_dir, spec.host)
+        self._preempting = False
+        """The job is being preempted: the workers got SIGTERM and end by themselves."""
+        self._kill_requests = KillRequests(spec.job_dir, spec.host)
+        self._ranks_watch = RanksWatch(spec)
 
     @property
     def remaining_restarts(self) -> int:
         """The job's restarts not used yet."""
-        return self.plan.max_restarts - self.restart_count
+        return self.spec.max_restarts - self.restart_count
 
     # ---- the loop ----
 
@@ -158,7 +155,7 @@ class HostAgent:
                     raise
                 # Never in a round: a host that joined as the job ended, whose hosts finished
                 # and closed the rendezvous before it entered. The job is done, not failed.
-                logger.info("the job ended before %s entered it", self.host.name)
+                logger.info("the job ended before %s entered it", self.spec.host)
                 return AgentResult(HostState.SUCCEEDED, [], JOINED_TOO_LATE)
             while True:
                 time.sleep(MONITOR_INTERVAL_S)
@@ -177,7 +174,7 @@ class HostAgent:
         """One look at the workers; the result once the agent is done."""
         if self.pool is not None:
             self.pool.fill_when_due()
-        if self._preempting or preemption_requested(self.plan.job_dir):
+        if self._preempting or preemption_requested(self.spec.job_dir):
             return self._preempted()
         self._kill_requests.take(self.group)
         self._ranks_watch.look(self.group)  # before the poll: a failure is told at once
@@ -237,7 +234,7 @@ class HostAgent:
         logger.info(
             "restarting the workers: group restart %d of %d",
             self.restart_count,
-            self.plan.max_restarts,
+            self.spec.max_restarts,
         )
         self._stop_for_restart(used=True, failures=failures)
         if self._in_round and self.round is not None:
@@ -245,10 +242,10 @@ class HostAgent:
             next_round = in_round.restart(
                 self.round,
                 self.handler,
-                self.host.name,
-                self.host.addr,
-                lambda: lost_hosts(self.plan.job_dir),
-                self.plan.min_hosts,
+                self.spec.host,
+                self.spec.host_addr,
+                lambda: lost_hosts(self.spec.job_dir),
+                self.spec.min_hosts,
             )
             if next_round is not None:
                 self._start_workers(next_round)
@@ -262,9 +259,9 @@ class HostAgent:
         self._start_round()
 
     def _stop_for_restart(self, used: bool, failures: Sequence[WorkerFailure] = ()) -> None:
-        record_restart(self.plan, self.host, self.restart_count, used, failures)
+        record_restart(self.spec, self.restart_count, self.remaining_restarts, used, failures)
         self._stop_workers(signal.SIGTERM)
-        record_stopped(self.plan, self.host, self.restart_count)
+        record_stopped(self.spec, self.restart_count)
         if self.pool is not None:
             # Spares that died waiting, or a template that did, are replaced while the next
             # round forms.
@@ -280,17 +277,17 @@ class HostAgent:
             self._start_workers(self._planned_round())
         else:
             self._start_workers(
-                rendezvous.join(self.handler, self.host.name, self.host.addr, self.restart_count)
+                rendezvous.join(
+                    self.handler, self.spec.host, self.spec.host_addr, self.restart_count
+                )
             )
 
     def _start_workers(self, round_: rendezvous.Round) -> None:
         self.round = round_
         self.restart_count = round_.restart_count
         self.attempt += 1
-        record_round(self.plan, self.host, round_, self.attempt)
-        entries = worker_entries(
-            self.plan, self.host, self.base_env, round_, self.attempt, self.restart_count
-        )
+        record_round(self.spec, round_, self.attempt)
+        entries = worker_entries(self.spec, round_, self.attempt, self.restart_count)
         self.group = WorkerGroup([start_worker(entry, self.pool) for entry in entries])
         if self.pool is not None:
             self.pool.workers_started()

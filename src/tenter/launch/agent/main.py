@@ -24,22 +24,35 @@ import logging
 import os
 import sys
 
+from tenter.contract.placeholders import LIGHTHOUSE_PORT
 from tenter.contract.plan import Plan
-from tenter.jobdir import private
+from tenter.contract.torchrun import shared_worker_env
+from tenter.jobdir import private, published
 from tenter.jobdir.layout import spares_tmp_dir
 from tenter.launch.agent.spares import ENABLED_ENV, WarmPool, enabled
 
 logger = logging.getLogger(__name__)
 
 
+def run_time_resolved(plan: Plan) -> Plan:
+    """The plan with what is known at run time only in place of its placeholder: torchft's
+    lighthouse port, which the launcher, or a Slurm job's first node, publishes as it starts
+    the lighthouse (before any agent). The rendezvous port is
+    :func:`tenter.launch.agent.rendezvous.endpoint`'s; the workers' store's, the round's."""
+    if not plan.replica_groups:
+        return plan
+    _, port = published.wait_for(plan.job_dir, published.LIGHTHOUSE, plan.join_timeout)
+    return plan.resolved({LIGHTHOUSE_PORT: port})
+
+
 def main(argv: list[str], fork_template: bool = True) -> int:
     """Run the host; ``fork_template``: this process has no thread of its own yet."""
     plan_path, host_index, rdzv_port = argv[:3]
     with open(plan_path) as f:
-        plan = Plan.from_json(f.read()).as_running()  # a host that joined is in it
+        plan = run_time_resolved(Plan.from_json(f.read()).as_running())  # joined hosts too
     host = plan.hosts[int(host_index)]
     private.enter(plan.output_group)  # what the workers write is the job's alone
-    workers_env = dict(os.environ)
+    workers_env = shared_worker_env(os.environ, plan.pass_environment, plan.host_env(host))
     pool = WarmPool.for_workers(
         plan.command,
         plan.procs_per_host,

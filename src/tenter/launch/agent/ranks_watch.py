@@ -10,10 +10,10 @@ import json
 import os
 import time
 
-from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir import layout
 from tenter.jobdir.events import EventKind, record_event
 from tenter.jobdir.host_ranks import RanksSummary, write_summary
+from tenter.launch.agent.spec import AgentSpec
 from tenter.launch.agent.workers import WorkerGroup
 from tenter.launch.report import is_peer_error
 
@@ -23,9 +23,9 @@ hang check reads the summaries as often (tenter.launch.watchers.hang)."""
 
 
 class RanksWatch:
-    def __init__(self, plan: Plan, host: HostPlan) -> None:
-        self._job_dir, self._host = plan.job_dir, host
-        self._hangs_watched = bool(plan.hang_timeout)
+    def __init__(self, spec: AgentSpec) -> None:
+        self._job_dir, self._host, self._host_dir = spec.job_dir, spec.host, spec.host_dir
+        self._hangs_watched = bool(spec.hang_timeout)
         self._errors_seen: set[str] = set()
         self._next = 0.0
         self._written: RanksSummary | None = None
@@ -42,7 +42,7 @@ class RanksWatch:
                     record_event(
                         self._job_dir,
                         EventKind.RANK_FAILED,
-                        host=self._host.name,
+                        host=self._host,
                         rank=worker.entry.rank,
                     )
         if self._hangs_watched and time.monotonic() >= self._next:
@@ -61,5 +61,5 @@ class RanksWatch:
                 continue  # not written yet
         summary = RanksSummary.of(records)
         if summary != self._written:
-            write_summary(self._host.dir, summary)
+            write_summary(self._host_dir, summary)
             self._written = summary

@@ -156,12 +156,6 @@ def join(handler: RendezvousHandler, name: str, addr: str, restart_count: int) -
     )
 
 
-def planned(plan: Plan) -> bool:
-    """Whether the job's first round needs no rendezvous round of torch's: its membership
-    is fixed, and its store (c10d's, served by the launcher) can carry the round's keys."""
-    return plan.rdzv_backend == "c10d" and plan.min_hosts == plan.max_hosts
-
-
 def join_planned(plan: Plan, host: HostPlan, at: str) -> Round:
     """The job's first round as the plan has it (see the module's doc), its store at ``at``
     (:func:`endpoint`): blocks until group rank 0 has published the workers' store, at most

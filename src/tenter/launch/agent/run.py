@@ -28,6 +28,7 @@ from tenter.jobdir.control import request_preemption
 from tenter.launch.agent import rendezvous
 from tenter.launch.agent.host import HostAgent, StopSignal
 from tenter.launch.agent.spares import WarmPool
+from tenter.launch.agent.spec import agent_spec
 from tenter.launch.signals import STOP_SIGNALS
 
 AGENT_SIGNALS = (*STOP_SIGNALS, signal.SIGQUIT)
@@ -65,11 +66,8 @@ def _explain(error: Exception, plan: Plan, endpoint: str) -> str:
         text += f" (cause: {str(error.__cause__)[:300]})"
     if isinstance(error, RendezvousError):
         text = f"rendezvous ({plan.rdzv_backend} at {endpoint}) failed: {text}"
-        if plan.rdzv_backend == "etcd-v2":
-            text += (
-                "; check that etcd is reachable there and serves the v2 API "
-                "(etcd <= 3.5 started with --enable-v2; etcd 3.6 removed it)"
-            )
+        if plan.rdzv_help:
+            text += f"; {plan.rdzv_help}"
     return text
 
 
@@ -86,10 +84,11 @@ def run_host(
         handler = rendezvous.create_handler(plan, host, endpoint)
         planned = (
             functools.partial(rendezvous.join_planned, plan, host, endpoint)
-            if rendezvous.planned(plan)
+            if plan.planned_first_round
             else None
         )
-        agent = HostAgent(plan, host, handler, workers_env, pool, planned)
+        spec = agent_spec(plan, host, endpoint, workers_env)
+        agent = HostAgent(spec, handler, pool, planned)
         result = agent.run()
         # What the report notes (the launcher sees this host succeed).
         failures = [*result.failures, *agent.finished_then_crashed()]

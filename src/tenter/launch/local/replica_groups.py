@@ -19,7 +19,6 @@ from __future__ import annotations
 import signal
 import threading
 
-from tenter.contract.placeholders import LIGHTHOUSE_PORT
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
 from tenter.jobdir import layout
@@ -98,9 +97,6 @@ class ReplicaGroupsJob(LocalJob):
         self.lighthouse.start()
         address = self.lighthouse.address
         say(f"torchft lighthouse at {address}; {self.plan.replica_groups} replica groups")
-        # The agents hand their environment on to the workers: the real address replaces the
-        # plan's placeholder there.
-        self.plan = self.plan.resolved({LIGHTHOUSE_PORT: self.lighthouse.port})
         super().start_processes()
 
     def wait(self, stop: threading.Event) -> JobResult:

@@ -262,6 +262,6 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
 def _rdzv_endpoint(plan: Plan) -> str:
     """The c10d store's, which the first node publishes once it serves it; an etcd's is the
     spec's."""
-    if plan.rdzv_backend != "c10d":
+    if not plan.serves_store:
         return plan.rdzv_endpoint
     return published.published(plan.job_dir, published.STORE) or ""

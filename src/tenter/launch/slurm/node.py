@@ -28,10 +28,10 @@ from pathlib import Path
 
 import psutil
 
-from tenter.contract.placeholders import LIGHTHOUSE_PORT, RDZV_PORT, SLURM_NIC, resolve, slurm_node
+from tenter.contract.placeholders import RDZV_PORT, SLURM_NIC, slurm_node
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
-from tenter.jobdir import layout, published
+from tenter.jobdir import layout
 from tenter.launch import agent
 from tenter.launch.lighthouse import Lighthouse
 
@@ -85,7 +85,7 @@ def resolve_plan(text: str, nodes: list[SlurmNode], node_id: int) -> Plan:
     values = {slurm_node(index): node.addr for index, node in enumerate(nodes)}
     values[SLURM_NIC] = interface_of(nodes[node_id].addr)
     plan = Plan.from_json(text).resolved(values)
-    if plan.rdzv_backend != "c10d":
+    if not plan.serves_store:
         return plan
     return dataclasses.replace(
         plan, rdzv_endpoint=f"{nodes[0].addr}:{RDZV_PORT}", store_on_first_host=True
@@ -127,11 +127,7 @@ def _lighthouse(plan: Plan, nodes: list[SlurmNode], node_id: int) -> Lighthouse 
             env={"TENTER_JOB_ID": plan.job_id},
         )
         lighthouse.start()
-        published.publish(plan.job_dir, published.LIGHTHOUSE, nodes[0].addr, lighthouse.port)
         threading.Thread(target=_keep_alive, args=(lighthouse,), daemon=True).start()
-    _, port = published.wait_for(plan.job_dir, published.LIGHTHOUSE, plan.join_timeout)
-    address = resolve(os.environ["TORCHFT_LIGHTHOUSE"], {LIGHTHOUSE_PORT: port})
-    os.environ["TORCHFT_LIGHTHOUSE"] = address
     return lighthouse
 
 
