@@ -77,7 +77,9 @@ class LocalCluster:
 
     @classmethod
     def start(cls, commands: list[list[str]], log_dir: Path) -> LocalCluster:
-        temp_dir = tempfile.mkdtemp(prefix="tenter-ray-")
+        # In /tmp, whatever TMPDIR says: Ray's Unix sockets live under it, and a socket's path
+        # may not exceed 107 bytes.
+        temp_dir = tempfile.mkdtemp(prefix="tenter-ray-", dir="/tmp")
         port = _free_port()
         values = {RAY_PORT: port, RAY_TEMP_DIR: temp_dir}
         cluster = cls(temp_dir, f"{LOOPBACK}:{port}")
