@@ -1,6 +1,7 @@
 """A Ray cluster on this machine for one job: one Ray node (its own raylet) per host of the
-job, all bound to 127.0.0.1, started with ``ray start --block`` and stopped by signalling
-those processes, never by ``ray stop`` (which would stop every Ray cluster of the machine).
+job, all at 127.0.0.1, with Ray's token authentication on, started with ``ray start --block``
+and stopped by signalling those processes, never by ``ray stop`` (which would stop every Ray
+cluster of the machine).
 
 The nodes share a temporary directory of their own (``--temp-dir``), removed with the
 cluster; node ``i`` offers the resource ``tenter_host_<i>`` that pins host ``i`` to it. What
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import shutil
 import signal
 import socket
@@ -32,6 +34,7 @@ RAY_TEMP_DIR = "${ray_temp_dir}"
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
+TOKEN_FILE = "auth_token"
 
 
 def host_resource(index: int) -> str:
@@ -75,6 +78,12 @@ class LocalCluster:
     address: str
     nodes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
+    @property
+    def auth_env(self) -> dict[str, str]:
+        """Ray's token authentication, for the nodes and the driver: the token is in a file
+        only this user reads (in the cluster's directory), not in any environment."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": f"{self.temp_dir}/{TOKEN_FILE}"}
+
     @classmethod
     def start(cls, commands: list[list[str]], log_dir: Path) -> LocalCluster:
         # In /tmp, whatever TMPDIR says: Ray's Unix sockets live under it, and a socket's path
@@ -83,14 +92,17 @@ class LocalCluster:
         port = _free_port()
         values = {RAY_PORT: port, RAY_TEMP_DIR: temp_dir}
         cluster = cls(temp_dir, f"{LOOPBACK}:{port}")
+        token = Path(temp_dir) / TOKEN_FILE
+        token.touch(mode=0o600)
+        token.write_text(secrets.token_hex(32))
         try:
+            # All at once: the other nodes wait for the head's GCS themselves.
             for index, argv in enumerate(commands):
                 with open(log_dir / f"ray-node-{index}.log", "wb") as log:
                     # SIGTERM when the launcher dies: `ray start --block` then stops its node.
-                    node = start_process([resolve(a, values) for a in argv], {}, "/", log)
-                cluster.nodes.append(node)
-                if index == 0:
-                    cluster._wait_for_head(log_dir)
+                    argv = [resolve(a, values) for a in argv]
+                    cluster.nodes.append(start_process(argv, cluster.auth_env, "/", log))
+            cluster._wait_for_head(log_dir)
         except BaseException:
             cluster.stop()
             raise

@@ -8,6 +8,7 @@ removes the placement group, kills the actors, disconnects, and stops the local 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,13 +40,15 @@ class RayJob(Supervisor):
         """Each host's ``HostAgent.run`` (an ObjectRef): its agent's exit status."""
 
     def start_processes(self) -> None:
-        import ray
-
         logs = layout.logs_dir(self.plan.job_dir)
         address = self.setup.address
         if address is None:
             self.cluster = LocalCluster.start(self.setup.nodes, logs)
             address = self.cluster.address
+            # For this process's driver; before ray's import, which reads its settings.
+            os.environ.update(self.cluster.auth_env)
+        import ray
+
         _connect(ray, address)
         self.group = self._placement_group(ray)
         self._start_agents(ray, self.group)
@@ -135,6 +138,13 @@ def _connect(ray: Any, address: str) -> None:
     kept = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    except ConnectionError as e:
+        raise BackendRefusedError(
+            "ray.address",
+            f"ray: cannot connect to the cluster at {address}: {e}",
+            "check that its head runs (`ray status --address ADDRESS`) and that its token "
+            "authentication settings (RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH) are this process's",
+        ) from None
     finally:
         for signum, handler in kept.items():
             signal.signal(signum, handler)
