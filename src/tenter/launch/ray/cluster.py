@@ -51,6 +51,8 @@ def node_commands(hosts: int, ray_bin: str) -> list[list[str]]:
         "--temp-dir",
         RAY_TEMP_DIR,
         "--disable-usage-stats",
+        # The driver does not stream the workers' output (the agents write the job's logs).
+        "--include-log-monitor=false",
     ]
     commands = []
     for index in range(hosts):
