@@ -1,6 +1,7 @@
 """The backends a job runs on on this machine, for tests that check one property on each:
-the local backend (simulated hosts, and isolated hosts in network namespaces), mpirun, and
-Slurm (the real one-node cluster of slurm_cluster.py, started for the test that needs it)."""
+the local backend (simulated hosts, and isolated hosts in network namespaces), mpirun,
+Slurm (the real one-node cluster of slurm_cluster.py, started for the test that needs it) and
+Ray (the real local cluster of one Ray node per host that tenter starts for the job)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ BACKENDS = {
     "mpi": Backend(2, 2, ["--backend", "mpi"]),
     # The test cluster has one node.
     "slurm": Backend(1, 2, ["--backend", "slurm"], slurm=True),
+    # The local Ray cluster tenter starts for the job: one Ray node per host.
+    "ray": Backend(2, 2, ["--backend", "ray"]),
 }
 
 

@@ -55,7 +55,9 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--hosts", type=int, metavar="N", help="number of hosts (instance_count)")
     job.add_argument("--procs-per-host", type=int, metavar="M", help="processes per host")
     job.add_argument("--instance-type", metavar="TYPE", help="e.g. local, ml.p4d.24xlarge")
-    job.add_argument("--backend", metavar="NAME", help="where to run: local, mpi or slurm")
+    job.add_argument(
+        "--backend", metavar="NAME", help="where to run: local, mpi, slurm, kubernetes or ray"
+    )
     job.add_argument(
         "--isolation",
         choices=("none", "network"),

@@ -108,6 +108,14 @@ class Supervisor:
     def on_tick(self) -> None:
         """Called on every poll while the job runs (membership changes, joins...)."""
 
+    def stop_processes(self) -> None:
+        """Stop the job's processes early (a failure, Ctrl-C, max_run): SIGTERM, then wait."""
+        stop_launched(self.procs)
+
+    def release(self) -> None:
+        """Give back what :meth:`start_processes` took beyond this machine's processes (a Ray
+        cluster's placement group and actors); called once the job's processes are gone."""
+
     def collect_extra_failures(self) -> None:
         """Before the result is read: record failures only the launcher saw."""
 
@@ -183,7 +191,7 @@ class Supervisor:
             reason = self._watch(stop)
             if reason is not None:
                 stopped_at = time.time()
-                stop_launched(self.procs)
+                self.stop_processes()
             if self.preemption.requested_at is not None:
                 # The ranks that SIGTERM ended were stopped by the job's preemption.
                 stopped_at = min(stopped_at or time.time(), self.preemption.requested_at)
@@ -220,6 +228,7 @@ class Supervisor:
         if self.network is not None:
             # Its namespaces, links and bridge go with their holders (and their last process).
             self.network.close()
+        self.release()
 
     def _result(self, reason: JobState | None, stopped_at: float | None) -> JobResult:
         self.collect_extra_failures()

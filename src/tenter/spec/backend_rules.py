@@ -151,9 +151,24 @@ def _ignored(spec: JobSpec, block: str, backend: str) -> list[Problem]:
     ]
 
 
+def _ray_problems(spec: JobSpec) -> list[Problem]:
+    """A ``ray`` block elsewhere is an error, not a warning: its default starts a Ray cluster,
+    which a job of another backend would silently not get."""
+    if spec.backend == "ray":
+        return []
+    return [
+        Problem(
+            f"ray.{name}",
+            f"is for backend ray, and this job runs on {spec.backend}",
+            "remove the ray block, or set backend: ray (--backend ray)",
+        )
+        for name in sorted(spec.ray.model_fields_set)
+    ]
+
+
 def backend_problems(spec: JobSpec, itype: InstanceType) -> tuple[list[Problem], list[Problem]]:
     """The per-backend rules: (errors, warnings)."""
-    errors = _slurm_problems(spec)
+    errors = _slurm_problems(spec) + _ray_problems(spec)
     if spec.backend == "mpi":
         errors += _mpirun_problems(spec, itype)
     warnings = _ignored(spec, "slurm", "slurm") + _ignored(spec, "mpirun", "mpi")

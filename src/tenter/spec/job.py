@@ -19,6 +19,7 @@ from tenter.spec.fault_tolerance import FaultTolerance
 from tenter.spec.kubernetes import KubernetesOptions
 from tenter.spec.mpi_options import MpiOptions
 from tenter.spec.mpirun import MpirunOptions
+from tenter.spec.ray import RayOptions
 from tenter.spec.secrets import Secrets
 from tenter.spec.slurm import SlurmOptions
 from tenter.spec.stragglers import Stragglers
@@ -102,8 +103,8 @@ class JobSpec(StrictModel):
     fault_tolerance: FaultTolerance | None = None
     """Replica groups under torchft (docs/fault_tolerance.md); None: one group, no torchft."""
     backend: str = "local"
-    """Where the job runs: ``local`` (this machine, hosts simulated), ``mpi`` (mpirun) or
-    ``slurm`` (sbatch); see docs/backends.md."""
+    """Where the job runs: ``local`` (this machine, hosts simulated), ``mpi`` (mpirun),
+    ``slurm`` (sbatch), ``kubernetes`` or ``ray`` (docs/ray.md); see docs/backends.md."""
     isolation: Literal["none", "network"] = "none"
     """``network``: each simulated host in network, UTS and mount namespaces of its own (its
     own address, hostname and ``/dev/shm``, on a private bridge), as on a real cluster; needs
@@ -118,6 +119,8 @@ class JobSpec(StrictModel):
     """Partition, account, QOS, container image... of the job on ``backend: slurm``."""
     mpirun: MpirunOptions = MpirunOptions()
     """Hostfile and MCA parameters of the job on ``backend: mpi``."""
+    ray: RayOptions = RayOptions()
+    """Cluster address, resources per host and name of the job on ``backend: ray``."""
 
     def mpi_options(self) -> MpiOptions:
         """The user's mpirun options: ``custom_mpi_options`` and ``mpirun.mca`` (a parameter
