@@ -24,6 +24,7 @@ import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tenter.contract.placeholders import (
     HOST,
@@ -220,38 +221,13 @@ class Plan:
         shared = {k: resolve(v, values) for k, v in self.host_files.items()}
         return dataclasses.replace(host, env=self.host_env(host), files={**shared, **host.files})
 
-    def planned_ranks(self, host: HostPlan) -> list[RankPlan]:
-        """The ranks of ``host`` as :func:`rank_plans` makes them, less :attr:`common_rank_env`:
-        what ``plan.json`` leaves out of a host whose ranks are these (:meth:`from_json`)."""
-        group_index = host.index - host.replica_group * self.hosts_per_group
-        first = host.replica_group * self.hosts_per_group
-        ranks = rank_plans(
-            job_dir=self.job_dir,
-            first_rank=self.job_rank(host, group_index * self.procs_per_host),
-            group_index=group_index,
-            procs=self.procs_per_host,
-            per_group=self.hosts_per_group,
-            master_addr=self.hosts[first].addr if first < len(self.hosts) else "",
-            run_id=self.run_id(host),
-            max_restarts=self.max_restarts,
-        )
-        for rank in ranks:
-            for name in self.common_rank_env:
-                rank.env.pop(name, None)
-        return ranks
-
     def to_json(self) -> str:
         """The plan as compact JSON (1,024 hosts' is megabytes: indenting would add a third).
-        A host whose ranks are the planner's formula's (:meth:`planned_ranks`) has no ``ranks``
+        A host whose ranks are the planner's formula's (:func:`_planned_ranks`) has no ``ranks``
         in it: 8,192 ranks' paths and variables were 90 % of a 1,024-host plan.
         :meth:`from_json` restores them, so a backend reads every rank spelled out."""
-        hosts = [self._compact(host) for host in self.hosts]
+        hosts = [_compact(self, host) for host in self.hosts]
         return json.dumps({**vars(self), "hosts": hosts}, default=vars)
-
-    def _compact(self, host: HostPlan) -> dict[str, object]:
-        if host.ranks != self.planned_ranks(host):
-            return vars(host)
-        return {k: v for k, v in vars(host).items() if k != "ranks"}
 
     def resolved(self, values: Mapping[str, object]) -> Plan:
         """This plan with the placeholders that ``values`` names filled in, everywhere (see
@@ -262,22 +238,7 @@ class Plan:
     @classmethod
     def from_json(cls, text: str) -> Plan:
         """The plan :meth:`to_json` wrote, each host's ranks spelled out again."""
-        data = json.loads(text)
-
-        def hosts(key: str) -> list[HostPlan]:
-            return [
-                HostPlan(**{**h, "ranks": [RankPlan(**r) for r in h.get("ranks", [])]})
-                for h in data[key]
-            ]
-
-        plan = cls(**{**data, "hosts": hosts("hosts"), "spare_hosts": hosts("spare_hosts")})
-        left_out = [i for i, h in enumerate(data["hosts"]) if "ranks" not in h]
-        if not left_out:
-            return plan
-        full = list(plan.hosts)
-        for i in left_out:
-            full[i] = dataclasses.replace(full[i], ranks=plan.planned_ranks(full[i]))
-        return dataclasses.replace(plan, hosts=full)
+        return _from_data(json.loads(text))
 
     def with_joined(self, names: Collection[str]) -> Plan:
         """This plan with the spare hosts named in ``names`` among its hosts (they joined)."""
@@ -343,3 +304,47 @@ def rank_plans(
 def host_values(host: HostPlan) -> dict[str, str]:
     """The host placeholders' values on ``host``."""
     return {HOST: host.name, HOST_INDEX: str(host.index), HOST_ADDR: host.addr, HOST_DIR: host.dir}
+
+
+def _planned_ranks(plan: Plan, host: HostPlan) -> list[RankPlan]:
+    """The ranks of ``host`` as :func:`rank_plans` makes them, less :attr:`common_rank_env`:
+    what ``plan.json`` leaves out of a host whose ranks are these (:meth:`Plan.from_json`)."""
+    group_index = host.index - host.replica_group * plan.hosts_per_group
+    first = host.replica_group * plan.hosts_per_group
+    ranks = rank_plans(
+        job_dir=plan.job_dir,
+        first_rank=plan.job_rank(host, group_index * plan.procs_per_host),
+        group_index=group_index,
+        procs=plan.procs_per_host,
+        per_group=plan.hosts_per_group,
+        master_addr=plan.hosts[first].addr if first < len(plan.hosts) else "",
+        run_id=plan.run_id(host),
+        max_restarts=plan.max_restarts,
+    )
+    for rank in ranks:
+        for name in plan.common_rank_env:
+            rank.env.pop(name, None)
+    return ranks
+
+
+def _compact(plan: Plan, host: HostPlan) -> dict[str, object]:
+    if host.ranks != _planned_ranks(plan, host):
+        return vars(host)
+    return {k: v for k, v in vars(host).items() if k != "ranks"}
+
+
+def _from_data(data: dict[str, Any]) -> Plan:
+    def hosts(key: str) -> list[HostPlan]:
+        return [
+            HostPlan(**{**h, "ranks": [RankPlan(**r) for r in h.get("ranks", [])]})
+            for h in data[key]
+        ]
+
+    plan = Plan(**{**data, "hosts": hosts("hosts"), "spare_hosts": hosts("spare_hosts")})
+    left_out = [i for i, h in enumerate(data["hosts"]) if "ranks" not in h]
+    if not left_out:
+        return plan
+    full = list(plan.hosts)
+    for i in left_out:
+        full[i] = dataclasses.replace(full[i], ranks=_planned_ranks(plan, full[i]))
+    return dataclasses.replace(plan, hosts=full)

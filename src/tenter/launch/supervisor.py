@@ -236,17 +236,8 @@ class Supervisor:
         if reason == JobState.FAILED and crashed_at_exit and not (failures or agent_errors):
             # Every rank that "failed" had finished its script: the job did its work.
             reason = None if not self.host_failures else reason
-        extra = [*agent_errors, *self.extra]
-        exit_code = EXIT_BY_STOP.get(reason, ExitCode.JOB_FAILED) if reason else ExitCode.OK
-        if self.preemption.requested and reason in (None, JobState.PREEMPTED):
-            # Whether the ranks ended by the request or finished meanwhile, the job was
-            # preempted: its outcome says whether a final checkpoint was made, and what
-            # tenter's own SIGTERM to the ranks caused is no failure of theirs.
-            exit_code, line = self.preemption.outcome()
-            extra.insert(0, line)
-            failures = [f for f in failures if not f.secondary]
-        if reason == JobState.MAX_RUN:
-            extra.insert(0, f"stopped: max_run of {self.plan.max_run} s exceeded")
+        exit_code, why, failures = _ending(self.plan, reason, self.preemption, failures)
+        extra = [*why, *agent_errors, *self.extra]
         outcome = report.Outcome(
             exit_code=exit_code,
             duration_s=time.monotonic() - self.started,
@@ -279,3 +270,22 @@ def _watchers(job: Supervisor, stop: threading.Event) -> list[Watcher]:
             plan, job.extra, lambda: job.events.restarted_at, job.host_dirs if told else None
         ),
     ]
+
+
+def _ending(
+    plan: Plan, reason: JobState | None, preemption: PreemptionWatch, failures: list[Failure]
+) -> tuple[int, list[str], list[Failure]]:
+    """The job's exit code for why it stopped (``reason``; None: it ended by itself), the
+    summary's first lines that say so, and the failures that count."""
+    exit_code = EXIT_BY_STOP.get(reason, ExitCode.JOB_FAILED) if reason else ExitCode.OK
+    why = []
+    if reason == JobState.MAX_RUN:
+        why.append(f"stopped: max_run of {plan.max_run} s exceeded")
+    if preemption.requested and reason in (None, JobState.PREEMPTED):
+        # Whether the ranks ended by the request or finished meanwhile, the job was
+        # preempted: its outcome says whether a final checkpoint was made, and what
+        # tenter's own SIGTERM to the ranks caused is no failure of theirs.
+        exit_code, line = preemption.outcome()
+        why.insert(0, line)
+        failures = [f for f in failures if not f.secondary]
+    return exit_code, why, failures
