@@ -71,7 +71,7 @@ def hook_cost(model: Any) -> float:
 def launcher_pass(ranks: int, steps: int) -> None:
     from tenter.goodput.ledger import RunRecords, build_ledger
     from tenter.goodput.stragglers import StragglerRule, find_stragglers
-    from tenter.launch.watchers.ledger import LEDGER_S
+    from tenter.launch.launcher.watchers.ledger import LEDGER_S
 
     reports = {
         r: [(100.0 + 0.1 * s + 0.001 * r, s) for s in range(1, steps + 1)] for r in range(ranks)

@@ -26,7 +26,7 @@ import psutil
 
 from tenter.checkpoint import Checkpointer, ResumableSampler, atomic, default_dir
 from tenter.checkpoint.run_state import STATE_FILE
-from tenter.launch.isolation import faults
+from tenter.launch.launcher.isolation import faults
 from tenter.runtime import ft
 
 

@@ -17,8 +17,8 @@ from tenter.errors import TenterError
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
 from tenter.launch.api import Backend, Request, dryrun, get_backend
-from tenter.launch.output import check_output_dir
-from tenter.launch.signals import stop_requests
+from tenter.launch.launcher.output import check_output_dir
+from tenter.launch.shared.signals import stop_requests
 from tenter.monitor.live import LiveView
 from tenter.monitor.prometheus import check_metrics_dependency
 from tenter.spec import JobSpec, SpecError

@@ -215,7 +215,7 @@ def test_plan_rank_outside_the_job_exits_2(capsys: pytest.CaptureFixture[str]) -
 def test_planning_a_job_imports_no_torch(tmp_path: Path, backend: str, more: str) -> None:
     # `tenter run` plans before it starts anything: torch's import (a second or more) there
     # would come before the agents', which import it again; the launcher imports it for the
-    # store only once the agents started (tenter.launch.supervisor).
+    # store only once the agents started (tenter.launch.launcher.supervisor).
     (tmp_path / "train.py").write_text("")
     spec = tmp_path / "job.yaml"
     spec.write_text(f"entry_point: train.py\ninstance_count: 2\n{more}")

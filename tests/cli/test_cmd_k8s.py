@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tenter.cli.main import main
-from tenter.launch.kubernetes import rules as k8s_rules
+from tenter.launch.backends.kubernetes import rules as k8s_rules
 from tests.conftest import assert_golden
 from tests.launch.kubernetes.k8s_schemas import schema_errors
 from tests.launch.kubernetes.k8s_specs import launcher_job

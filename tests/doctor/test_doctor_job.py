@@ -21,7 +21,7 @@ from tenter.doctor.checks import by_name
 from tenter.doctor.render import facts_table, reach_table
 from tenter.doctor.result import CheckResult, Status
 from tenter.errors import ExitCode
-from tenter.launch.isolation.network import HostNetwork
+from tenter.launch.launcher.isolation.network import HostNetwork
 from tenter.spec import load_file
 from tests.conftest import SCRIPTS, Background, assert_nothing_left, tenter
 

@@ -15,7 +15,7 @@ from tenter.goodput.stragglers import StragglerRule, find_stragglers
 from tenter.jobdir.layout import rank_file
 from tenter.jobdir.results import JobResult, write_result
 from tenter.launch import api
-from tenter.launch.output import create_job_dir
+from tenter.launch.launcher.output import create_job_dir
 from tenter.spec import load
 from tests.monitor.helpers import launched_at
 

@@ -28,8 +28,8 @@ import psutil
 import yaml
 
 from tenter.contract.isolation import SWITCH_ADDR, etc_hosts, host_addr
-from tenter.launch.isolation.hosts import files_only
-from tenter.launch.isolation.network import HostNetwork
+from tenter.launch.launcher.isolation.hosts import files_only
+from tenter.launch.launcher.isolation.network import HostNetwork
 from tenter.runtime.parent_death import dies_with_parent
 from tests.conftest import REPO, SCRIPTS, Finished, job_processes
 

@@ -1,4 +1,4 @@
-"""The launcher's console lines for the agents' events (tenter.launch.console.EventFeed)."""
+"""The launcher's console lines for the agents' events (tenter.launch.shared.console.EventFeed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tenter.jobdir.events import EventKind, record_event
-from tenter.launch.console import EventFeed
+from tenter.launch.shared.console import EventFeed
 
 
 def rendezvous(job_dir: Path, host: str, attempt: int) -> None:

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tenter.errors import ExitCode
-from tenter.launch import report
+from tenter.launch.diagnosis import root_cause
 from tenter.runtime.compat import FLIGHT_RECORDER_BUFFER_VAR
 from tests.conftest import (
     SCRIPTS,
@@ -95,7 +95,7 @@ def test_an_agent_killed_in_a_fixed_job_is_the_root_cause() -> None:
     assert f"root cause: host algo-2 lost (its agent, pid {agent.pid}): signal 9 (SIGKILL" in out
     summary = json.loads((job.job_dir / "summary.json").read_text())
     root = [f for f in summary["failures"] if not f["secondary"]]
-    assert [(f["host"], f["rank"]) for f in root] == [("algo-2", report.HOST_RANK)]
+    assert [(f["host"], f["rank"]) for f in root] == [("algo-2", root_cause.HOST_RANK)]
     failure = (job.job_dir / "hosts/algo-1/output/failure").read_text()
     assert failure.startswith(
         "host algo-2 failed: host algo-2 lost: its agent was killed by SIGKILL"
@@ -163,7 +163,7 @@ def test_an_exit_code_is_told_from_a_signal_and_oom_named_only_when_counted(
     assert meaning in summary
     if mode == "exit137":
         assert "signal 9" not in summary
-    elif report.oom_kill_count() is None:
+    elif root_cause.oom_kill_count() is None:
         assert "or the out-of-memory killer (see `dmesg`)" in summary
     else:  # the kernel counts OOM kills here: it counted none
         assert "not by the out-of-memory killer" in summary

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tenter.errors import ExitCode
-from tenter.launch.flight_recorder import culprits
+from tenter.launch.diagnosis.flight_recorder import culprits
 from tests.conftest import assert_nothing_left, tenter
 from tests.launch.specs import write_spec
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tenter.jobdir.host_ranks import RanksSummary, SummaryReader, write_summary
-from tenter.launch import hang
-from tenter.launch.hang import RankProgress
-from tenter.launch.report import exit_meaning
+from tenter.launch.diagnosis import hang
+from tenter.launch.diagnosis.hang import RankProgress
+from tenter.launch.diagnosis.root_cause import exit_meaning
 
 
 def rank(r: int, state: str = "entered", op: str = "all_reduce", seq: int = 7, step: int = 0,

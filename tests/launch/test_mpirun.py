@@ -16,7 +16,7 @@ from tenter.contract.plan import Plan
 from tenter.contract.planner import make_plan
 from tenter.errors import ExitCode
 from tenter.launch import api
-from tenter.launch.mpirun import mpirun_argv
+from tenter.launch.backends.mpirun import mpirun_argv
 from tenter.spec import load
 from tests.conftest import (
     REPO,
@@ -332,9 +332,9 @@ def test_a_rank_mpirun_saw_killed_is_reported_as_its_agent_would(tenter_home: Pa
     from tenter.jobdir import layout
     from tenter.jobdir.agent_result import read_result
     from tenter.jobdir.line_files import record_worker_logs
-    from tenter.launch.mpi.backend import MpiJob
-    from tenter.launch.output import create_job_dir
-    from tenter.launch.report import collect_failures
+    from tenter.launch.backends.mpi.backend import MpiJob
+    from tenter.launch.diagnosis.root_cause import collect_failures
+    from tenter.launch.launcher.output import create_job_dir
 
     plan = _mpirun_plan("ml.p3.8xlarge")
     create_job_dir(plan)

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from tenter.errors import ExitCode
-from tenter.launch.processes import STOP_GRACE_S
-from tenter.launch.signals import StopRequest, is_preemption
+from tenter.launch.shared.processes import STOP_GRACE_S
+from tenter.launch.shared.signals import StopRequest, is_preemption
 from tests.conftest import (
     REPO,
     Background,

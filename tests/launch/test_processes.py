@@ -7,7 +7,7 @@ import sys
 
 import psutil
 
-from tenter.launch.processes import wait_ended
+from tenter.launch.shared.processes import wait_ended
 
 
 def test_a_zombie_counts_as_ended_and_a_running_process_does_not() -> None:

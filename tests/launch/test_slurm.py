@@ -14,7 +14,7 @@ import pytest
 
 from tenter.errors import ExitCode
 from tenter.launch import api
-from tenter.launch.slurm.node import SlurmNode, in_rendezvous_order, resolve_plan
+from tenter.launch.backends.slurm.node import SlurmNode, in_rendezvous_order, resolve_plan
 from tenter.spec import load
 from tests.conftest import (
     REPO,

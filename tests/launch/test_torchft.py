@@ -19,7 +19,7 @@ import torch
 from tenter.cli.main import main
 from tenter.errors import ExitCode
 from tenter.launch import compat
-from tenter.launch.isolation import faults
+from tenter.launch.launcher.isolation import faults
 from tests.conftest import (
     REPO,
     Background,
@@ -140,7 +140,7 @@ def lighthouse_of(job_id: str) -> psutil.Process:
         p
         for p in psutil.process_iter(["cmdline", "environ"])
         if (p.info["environ"] or {}).get("TENTER_JOB_ID") == job_id
-        and "tenter.launch.lighthouse" in (p.info["cmdline"] or [])
+        and "tenter.launch.launcher.lighthouse" in (p.info["cmdline"] or [])
     ]
     return proc
 

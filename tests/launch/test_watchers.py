@@ -7,7 +7,7 @@ import sys
 import threading
 
 from tenter.jobdir.results import JobState
-from tenter.launch.watchers.deadline import MaxRunWatcher
+from tenter.launch.launcher.watchers.deadline import MaxRunWatcher
 
 
 def test_max_run_stops_the_job_once_its_time_is_past() -> None:
@@ -18,8 +18,8 @@ def test_max_run_stops_the_job_once_its_time_is_past() -> None:
 
 
 def test_a_stop_without_a_preemption_grace_interrupts_the_job() -> None:
-    from tenter.launch.preemption import PreemptionWatch
-    from tenter.launch.watchers.stop import StopWatcher
+    from tenter.launch.launcher.preemption import PreemptionWatch
+    from tenter.launch.launcher.watchers.stop import StopWatcher
 
     class NoGrace:  # the one field the watcher reads
         preemption_grace = 0
@@ -34,7 +34,7 @@ def test_a_stop_without_a_preemption_grace_interrupts_the_job() -> None:
 
 def test_a_slurm_node_does_not_import_the_launcher_loop() -> None:
     code = (
-        "import sys, tenter.launch.slurm.node; "
+        "import sys, tenter.launch.backends.slurm.node; "
         "print(sorted(m for m in sys.modules if m.startswith('tenter.launch.super')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

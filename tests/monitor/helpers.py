@@ -8,7 +8,7 @@ from pathlib import Path
 from tenter.contract.plan import Plan
 from tenter.jobdir import layout
 from tenter.launch import api
-from tenter.launch.output import create_job_dir
+from tenter.launch.launcher.output import create_job_dir
 from tenter.monitor.metrics_files import rank_file
 from tenter.spec import load
 

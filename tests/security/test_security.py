@@ -34,7 +34,7 @@ from tenter.doctor.result import JobContext, Status
 from tenter.doctor.runner import run_checks
 from tenter.doctor.system import System
 from tenter.jobdir import layout, private
-from tenter.launch.kubernetes.mpi_launcher import serve_rank_envs
+from tenter.launch.backends.kubernetes.mpi_launcher import serve_rank_envs
 from tenter.spec import load, lookup
 from tests.conftest import Background, job_checkpoints, job_dirs, tenter
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tenter.launch.kubernetes import rules as k8s_rules
+from tenter.launch.backends.kubernetes import rules as k8s_rules
 from tenter.spec import Problem, SpecError, load, load_file
 from tests.conftest import REPO, SCRIPTS
 from tests.spec.test_bad_input import CASES

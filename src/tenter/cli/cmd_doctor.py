@@ -112,8 +112,8 @@ def doctor(args: argparse.Namespace) -> int:
 def _doctor_running_job(job: str, checks: tuple[Check, ...], as_json: bool) -> int:
     from tenter.doctor.across import PER_HOST_VALUES, doctor_job
     from tenter.doctor.render import facts_table, reach_table
-    from tenter.launch.isolation import attach
-    from tenter.launch.isolation.running import running_local_job
+    from tenter.launch.launcher.isolation import attach
+    from tenter.launch.launcher.isolation.running import running_local_job
 
     _, plan = running_local_job(job, "check the hosts of", isolated=True)
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    from tenter.launch.isolation.faults import ACTIONS
+    from tenter.launch.launcher.isolation.faults import ACTIONS
 
     parser = sub.add_parser(
         "fault",
@@ -45,7 +45,7 @@ def add_parser(sub: Any) -> None:
 
 def fault(args: argparse.Namespace) -> int:
     from tenter.errors import TenterError
-    from tenter.launch.isolation.faults import kill_rank, request
+    from tenter.launch.launcher.isolation.faults import kill_rank, request
 
     if args.rank is not None:
         if args.action != "kill" or args.host is not None:

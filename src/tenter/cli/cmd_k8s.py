@@ -111,9 +111,9 @@ def _emit(text: str, out: str | None) -> None:
 def cluster_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from tenter.cli.parsing import stderr
     from tenter.errors import with_fix
-    from tenter.launch.kubernetes import eksctl
-    from tenter.launch.kubernetes import rules as k8s_rules
-    from tenter.launch.kubernetes.request import to_yaml
+    from tenter.launch.backends.kubernetes import eksctl
+    from tenter.launch.backends.kubernetes import rules as k8s_rules
+    from tenter.launch.backends.kubernetes.request import to_yaml
 
     if not _CLUSTER_NAME.match(args.name) or len(args.name) > 100:
         parser.error(
@@ -168,7 +168,7 @@ def nccl_tests(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         device = ["--device", "cuda"] if itype.gpus else []
         entry = {"module": "tenter.perf", "args": [args.collective, *sizes, *device]}
 
-    from tenter.launch.kubernetes import KubernetesBackend
+    from tenter.launch.backends.kubernetes import KubernetesBackend
     from tenter.spec import load
 
     spec, _ = load(
@@ -192,7 +192,7 @@ def _handle(args: argparse.Namespace) -> Any:
     name on the cluster (a job started elsewhere)."""
     from tenter.errors import JobNotFoundError
     from tenter.jobdir.lookup import open_handle
-    from tenter.launch.kubernetes import KubernetesBackend
+    from tenter.launch.backends.kubernetes import KubernetesBackend
 
     try:
         return KubernetesBackend(), open_handle(args.job)

@@ -1,5 +1,5 @@
 """The address plan of isolated hosts (``isolation: network``): pure data, shared by the plan
-(what the workers are told) and :mod:`tenter.launch.isolation.network` (what is created).
+(what the workers are told) and :mod:`tenter.launch.launcher.isolation.network` (what is created).
 
 Each host is in network namespaces of its own, on a bridge in a *switch* namespace that has
 :data:`SWITCH_ADDR`, where the launcher's rendezvous store listens. Host ``i`` has

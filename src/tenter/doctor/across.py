@@ -27,7 +27,7 @@ from tenter.doctor.runner import run_checks
 from tenter.doctor.system import System
 from tenter.errors import TenterError
 from tenter.jobdir import layout
-from tenter.launch.isolation.network import HostNetwork
+from tenter.launch.launcher.isolation.network import HostNetwork
 from tenter.spec import lookup
 
 PROBE_TIMEOUT_S = 120.0

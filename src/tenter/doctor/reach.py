@@ -2,8 +2,8 @@
 NCCL bound to an interface the other hosts cannot reach, or a host cut off.)
 
 Each host listens on the address of the interface gloo picks there (a socket created inside
-its network namespace, :func:`~tenter.launch.isolation.network.socket_in`); every other host
-connects to it from its own such address. The kernel completes a TCP handshake on a listening
+its network namespace, :func:`~tenter.launch.launcher.isolation.network.socket_in`); every other
+host connects to it from its own such address. The kernel completes a TCP handshake on a listening
 socket without an ``accept``, so a connection that opens proves the path both ways.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tenter.doctor.result import CheckResult
-from tenter.launch.isolation.network import HostNetwork, socket_in
+from tenter.launch.launcher.isolation.network import HostNetwork, socket_in
 
 if TYPE_CHECKING:
     from tenter.doctor.across import HostFacts

@@ -1,7 +1,8 @@
 """What one host reports: ``agent-result.json`` in its host directory. Its agent writes it
 (:mod:`tenter.launch.agent`), or, for mpirun's ranks, which have no agent, the mpi launcher
-from what mpirun saw; the launcher reads it (:func:`tenter.launch.report.collect_failures`).
-One writer and one reader of the format, here."""
+from what mpirun saw; the launcher reads it
+(:func:`tenter.launch.diagnosis.root_cause.collect_failures`). One writer and one reader of the
+format, here."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@
                                            <log stem>.fr.pkl (when newer than its last dump)
     <job_dir>/control/join-<id>            ``tenter join``: one more host, please
     <job_dir>/control/fault-<id>.json      ``tenter fault``: a fault to inject, and its answer,
-    <job_dir>/control/reply-<id>.json      (:mod:`tenter.launch.isolation.faults`)
+    <job_dir>/control/reply-<id>.json      (:mod:`tenter.launch.launcher.isolation.faults`)
     <job_dir>/control/kill-rank-<N>        ``tenter fault JOB kill --rank N``: the agent running
     <job_dir>/control/killed-rank-<N>      rank N SIGKILLs it, and says which process it was
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from tenter.contract.plan import Plan
     from tenter.spec import JobSpec
 
-BACKENDS = {name: f"tenter.launch.{name}" for name in KNOWN_BACKENDS}
+BACKENDS = {name: f"tenter.launch.backends.{name}" for name in KNOWN_BACKENDS}
 """Backend name (the spec's list) -> package exposing ``create_backend() -> Backend``."""
 
 

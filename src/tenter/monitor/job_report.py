@@ -35,7 +35,7 @@ from tenter.goodput.keeper import named_stragglers
 from tenter.jobdir import layout
 from tenter.jobdir.events import read_events
 from tenter.jobdir.progress import RankProgress, Step, read_progress
-from tenter.launch.console import read_index
+from tenter.launch.shared.console import read_index
 from tenter.monitor.goodput_report import goodput_section
 from tenter.monitor.metrics_files import Sample, read_metrics
 from tenter.monitor.snapshot import format_bytes, format_duration

@@ -41,7 +41,7 @@ from tenter.jobdir import layout, private
 from tenter.jobdir.layout import METRICS_FILE, METRICS_TOKEN_FILE
 from tenter.jobdir.line_files import JsonlFollower
 from tenter.jobdir.progress import ProgressReader, RankProgress
-from tenter.launch.console import say
+from tenter.launch.shared.console import say
 from tenter.monitor.goodput_report import GoodputFeed
 from tenter.monitor.gpu import GpuUsage, Nvml, open_nvml
 from tenter.monitor.snapshot import RankStatus, Snapshot, render, status_line

@@ -34,7 +34,7 @@ from tenter.jobdir.layout import rank_steps_file, write_atomic
 from tenter.jobdir.line_files import read_lines
 from tenter.jobdir.membership import launch_time
 from tenter.jobdir.progress import ProgressReader
-from tenter.launch.console import read_index
+from tenter.launch.shared.console import read_index
 
 PHASES = ("detection", "stop", "rendezvous", "restart", "init", "checkpoint load", "first step")
 """A rank's phases of a recovery, in order; each ends where the next begins."""

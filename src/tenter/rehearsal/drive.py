@@ -37,10 +37,10 @@ from tenter.goodput.stragglers import StragglerRule
 from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
-from tenter.launch import hang
-from tenter.launch.isolation.faults import kill_rank
-from tenter.launch.output import create_job_dir
-from tenter.launch.processes import process_identity
+from tenter.launch.diagnosis import hang
+from tenter.launch.launcher.isolation.faults import kill_rank
+from tenter.launch.launcher.output import create_job_dir
+from tenter.launch.shared.processes import process_identity
 from tenter.rehearsal import commands, store_count
 from tenter.rehearsal.job import RehearsalJob
 
@@ -118,7 +118,7 @@ def _job_dir_usage(job_dir: str) -> tuple[int, int]:
 
 
 def _ledger_and_stragglers(keeper: LedgerKeeper) -> None:
-    """One pass of the launcher's ledger watcher (launch/watchers/ledger.py)."""
+    """One pass of the launcher's ledger watcher (launch/launcher/watchers/ledger.py)."""
     keeper.write()
     keeper.stragglers(StragglerRule())
 

@@ -1,6 +1,7 @@
-"""The rehearsal's launcher: tenter's local launcher (:class:`~tenter.launch.local.job.LocalJob`:
-its loop, lost hosts, hang report, ledger, stragglers, summary), whose hosts' agents run in
-packs (:mod:`tenter.rehearsal.pack`) instead of a process each.
+"""The rehearsal's launcher: tenter's local launcher
+(:class:`~tenter.launch.backends.local.job.LocalJob`: its loop, lost hosts, hang report, ledger,
+stragglers, summary), whose hosts' agents run in packs (:mod:`tenter.rehearsal.pack`) instead of a
+process each.
 
 The launcher still sees one process per host (:class:`HostProc`, ``Popen``'s ``pid``,
 ``poll``, ``wait``, ``send_signal``, ``kill``): the host's agent result gives its status, a
@@ -18,8 +19,8 @@ from pathlib import Path
 from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir import agent_result, layout
 from tenter.launch.api import python_executable
-from tenter.launch.local.job import LocalJob
-from tenter.launch.processes import start_process
+from tenter.launch.backends.local.job import LocalJob
+from tenter.launch.shared.processes import start_process
 from tenter.rehearsal.pack import lost_marker
 
 WAIT_POLL_S = 0.02

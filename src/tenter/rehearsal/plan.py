@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tenter.contract.plan import Plan
 from tenter.contract.planner import new_job_id
-from tenter.launch.local.backend import LocalBackend
+from tenter.launch.backends.local.backend import LocalBackend
 from tenter.rehearsal.rank import STEP_ENV
 from tenter.spec.load import load_file
 

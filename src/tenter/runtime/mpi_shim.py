@@ -8,7 +8,7 @@ mpirun's ``-x`` gives (``MASTER_ADDR``/``MASTER_PORT``, the user's; listed in
 ``TENTER_MPIRUN_ENV``). ``TENTER_PLAN`` says where the plan is: the job directory's
 ``plan.json``, which every host of the mpi backend reads, or the address of a Kubernetes
 MPIJob's launcher (``http://ADDR:PORT``), which serves each rank its environment, since its
-workers share no file system with it (:mod:`tenter.launch.kubernetes.mpi_launcher`).
+workers share no file system with it (:mod:`tenter.launch.backends.kubernetes.mpi_launcher`).
 The shim adds the per-rank torchrun variables with the same
 function every backend uses (:func:`tenter.contract.torchrun.torchrun_env`), so a plain
 ``init_process_group("gloo")`` script works unchanged under mpirun. ``LOCAL_RANK`` is
@@ -42,8 +42,9 @@ from tenter.jobdir.line_files import record_worker_logs
 from tenter.runtime.parent_death import dies_with_parent
 
 PLAN_ENV = "TENTER_PLAN"
-"""Where the shim finds the plan (:func:`tenter.launch.mpirun.mpirun_argv`'s ``plan_source``):
-a file, or an ``http://`` server of each rank's environment at :data:`RANK_PATH` ``N``."""
+"""Where the shim finds the plan (:func:`tenter.launch.backends.mpirun.mpirun_argv`'s
+``plan_source``): a file, or an ``http://`` server of each rank's environment at :data:`RANK_PATH`
+``N``."""
 RANK_PATH = "/rank/"
 FETCH_TIMEOUT_S = 60
 """How long a rank waits for its environment from the launcher, which serves it before it

@@ -1,6 +1,7 @@
-"""A rank's progress record (:mod:`tenter.runtime.watchdog` keeps it; :mod:`tenter.launch.hang`
-reads it): one JSON line in a small memory-mapped file, rewritten in place. Torch-free, so that
-the rehearsal's light ranks (:mod:`tenter.rehearsal.rank`) write the very same record."""
+"""A rank's progress record (:mod:`tenter.runtime.watchdog` keeps it;
+:mod:`tenter.launch.diagnosis.hang` reads it): one JSON line in a small memory-mapped file,
+rewritten in place. Torch-free, so that the rehearsal's light ranks (:mod:`tenter.rehearsal.rank`)
+write the very same record."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 
 RECORD_BYTES = 4096
 STARTED, EXITING = "started", "exiting"
-"""The states before any progress and after the last (tenter.launch.hang reads them)."""
+"""The states before any progress and after the last (tenter.launch.diagnosis.hang reads them)."""
 
 
 class ProgressRecord:

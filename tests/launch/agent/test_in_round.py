@@ -14,7 +14,7 @@ import pytest
 import torch.distributed as dist
 
 from tenter.launch.agent import in_round, rendezvous
-from tenter.launch.store import serve_store
+from tenter.launch.shared.store import serve_store
 
 
 class Waiting:

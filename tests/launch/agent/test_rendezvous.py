@@ -16,7 +16,7 @@ from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
 from tenter.contract.plan import Plan
 from tenter.contract.planner import make_plan
 from tenter.launch.agent import rendezvous
-from tenter.launch.store import serve_store
+from tenter.launch.shared.store import serve_store
 from tenter.spec import load
 
 

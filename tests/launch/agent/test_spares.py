@@ -20,7 +20,7 @@ import pytest
 from tenter.contract.torchrun import torchrun_env, worker_env
 from tenter.launch.agent import spares as warm_pool
 from tenter.launch.agent.spares import PER_WORKER, differing
-from tenter.launch.processes import env_of
+from tenter.launch.shared.processes import env_of
 from tenter.runtime.warm import WAIT_FLAG
 from tests.conftest import (
     AS_A_BACKGROUND_JOB,

@@ -17,7 +17,7 @@ import pytest
 
 from tenter.contract.isolation import host_addr
 from tenter.errors import ExitCode, JobNotFoundError
-from tenter.launch.isolation.record import attach
+from tenter.launch.launcher.isolation.record import attach
 from tenter.runtime.warm import WAIT_FLAG
 from tests.conftest import (
     REPO,

@@ -1,6 +1,6 @@
 """Real multi-host mpirun on one machine: the mpirun command line a cluster runs over ssh,
 on isolated hosts, with only Open MPI's remote shell (``plm_rsh_agent``) replaced by
-``python -m tenter.launch.isolation.rsh``, which enters the host's namespaces."""
+``python -m tenter.launch.launcher.isolation.rsh``, which enters the host's namespaces."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 from tenter.contract.isolation import SWITCH_ADDR, host_addr
 from tenter.contract.plan import Plan
 from tenter.errors import ExitCode
-from tenter.launch.isolation import record
-from tenter.launch.isolation.network import HostNetwork
-from tenter.launch.isolation.rsh import NETWORK_ENV, UNREACHABLE
+from tenter.launch.launcher.isolation import record
+from tenter.launch.launcher.isolation.network import HostNetwork
+from tenter.launch.launcher.isolation.rsh import NETWORK_ENV, UNREACHABLE
 from tests.conftest import (
     REPO,
     SCRIPTS,
@@ -55,7 +55,7 @@ def test_each_host_runs_its_ranks_in_its_own_namespaces() -> None:
     mca = {argv[i + 1]: argv[i + 2] for i, arg in enumerate(argv) if arg == "--mca"}
     assert mca["btl_tcp_if_include"] == mca["oob_tcp_if_include"] == "eth0"
     # ... and only the remote shell replaced; the ranks find the launcher's store on the switch.
-    assert mca["plm_rsh_agent"] == f"{sys.executable} -m tenter.launch.isolation.rsh"
+    assert mca["plm_rsh_agent"] == f"{sys.executable} -m tenter.launch.launcher.isolation.rsh"
     assert _values(argv, "-x").count(f"MASTER_ADDR={SWITCH_ADDR}") == 2
     assert_nothing_left(done.job_dir)
 
@@ -89,7 +89,7 @@ def _rsh(*argv: str, network_dir: str | None) -> subprocess.CompletedProcess[str
     if network_dir is not None:
         env[NETWORK_ENV] = network_dir
     return subprocess.run(
-        [sys.executable, "-m", "tenter.launch.isolation.rsh", *argv],
+        [sys.executable, "-m", "tenter.launch.launcher.isolation.rsh", *argv],
         capture_output=True,
         text=True,
         env=env,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tenter.launch.isolation.network import host_addr
+from tenter.launch.launcher.isolation.network import host_addr
 from tests.conftest import REPO, SCRIPTS, job_dirs, job_processes
 from tests.launch.etcd_server import etcd_server
 from tests.launch.slurm_cluster import SlurmNodes, cancel_when_ready, slurm_nodes, wait_until

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tenter.launch.isolation.network import HostNetwork, host_addr, interfaces_in
+from tenter.launch.launcher.isolation.network import HostNetwork, host_addr, interfaces_in
 from tests.conftest import WAIT_S, OutputReader
 
 
@@ -80,7 +80,7 @@ def test_a_partition_cuts_a_host_off_until_healed(user_namespace: bool) -> None:
 HOLD_AND_DIE = """
 import os, sys
 sys.path[:0] = sys.argv[1:]
-from tenter.launch.isolation.network import HostNetwork
+from tenter.launch.launcher.isolation.network import HostNetwork
 net = HostNetwork(["algo-1", "algo-2", "algo-3"])
 net.start()
 print(" ".join(str(ns.pid) for ns in [net.switch, *net.hosts.values()]), flush=True)

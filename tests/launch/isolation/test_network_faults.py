@@ -11,8 +11,8 @@ import pytest
 
 from tenter.errors import ExitCode, TenterError
 from tenter.jobdir.events import EventKind
-from tenter.launch import report
-from tenter.launch.isolation import faults
+from tenter.launch.diagnosis import root_cause
+from tenter.launch.launcher.isolation import faults
 from tests.conftest import SCRIPTS, Background, assert_nothing_left, tenter
 from tests.launch.specs import write_spec
 
@@ -104,7 +104,7 @@ def test_a_partition_stops_a_static_job_with_one_root_cause() -> None:
     assert summary.count("root cause:") == 1
     assert "root cause: host algo-2 became unreachable at" in summary
     assert "(network partition)" in summary
-    assert primary_failures(job.job_dir) == [("algo-2", report.HOST_RANK)]
+    assert primary_failures(job.job_dir) == [("algo-2", root_cause.HOST_RANK)]
     assert_nothing_left(job.job_dir)
 
 
@@ -117,7 +117,7 @@ def test_kill_is_a_lost_host() -> None:
     assert job.proc.returncode == ExitCode.JOB_FAILED, out
     assert "fault: host algo-2 killed (its agent and workers, SIGKILL)" in out
     assert "root cause: host algo-2 lost (its agent, pid" in out
-    assert primary_failures(job.job_dir) == [("algo-2", report.HOST_RANK)]
+    assert primary_failures(job.job_dir) == [("algo-2", root_cause.HOST_RANK)]
     assert_nothing_left(job.job_dir)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tenter.launch.kubernetes import KubernetesBackend
-from tenter.launch.kubernetes.mpi_job import JOB_ENV, MpiJobLaunch, parse_job
-from tenter.launch.kubernetes.request import KubernetesRequest
+from tenter.launch.backends.kubernetes import KubernetesBackend
+from tenter.launch.backends.kubernetes.mpi_job import JOB_ENV, MpiJobLaunch, parse_job
+from tenter.launch.backends.kubernetes.request import KubernetesRequest
 from tenter.spec import JobSpec, load
 
 HERE = Path(__file__).parent

@@ -32,10 +32,10 @@ from tenter.cli.main import main
 from tenter.errors import JobNotFoundError, TenterError
 from tenter.jobdir.results import JobResult
 from tenter.launch.api import get_backend
-from tenter.launch.kubernetes import KubernetesBackend
-from tenter.launch.kubernetes import backend as k8s_backend
-from tenter.launch.kubernetes.cluster import Clients, connect, job_state
-from tenter.launch.kubernetes.request import KubernetesRequest
+from tenter.launch.backends.kubernetes import KubernetesBackend
+from tenter.launch.backends.kubernetes import backend as k8s_backend
+from tenter.launch.backends.kubernetes.cluster import Clients, connect, job_state
+from tenter.launch.backends.kubernetes.request import KubernetesRequest
 from tenter.spec import SpecError
 from tests.launch.kubernetes.k8s_specs import JOB_ID, MPI, p5_spec
 

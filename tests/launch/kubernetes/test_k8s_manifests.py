@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from tenter.launch.kubernetes import KubernetesBackend, eksctl
-from tenter.launch.kubernetes import kinds as k8s_kinds
-from tenter.launch.kubernetes import rules as k8s_rules
-from tenter.launch.kubernetes.request import to_yaml
+from tenter.launch.backends.kubernetes import KubernetesBackend, eksctl
+from tenter.launch.backends.kubernetes import kinds as k8s_kinds
+from tenter.launch.backends.kubernetes import rules as k8s_rules
+from tenter.launch.backends.kubernetes.request import to_yaml
 from tenter.spec import SpecError, lookup
 from tests.conftest import assert_golden
 from tests.launch.kubernetes.k8s_schemas import schema_errors

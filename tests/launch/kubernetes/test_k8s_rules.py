@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tenter.launch.kubernetes import eksctl
-from tenter.launch.kubernetes import rules as k8s_rules
-from tenter.launch.kubernetes.backend import KubernetesBackend
+from tenter.launch.backends.kubernetes import eksctl
+from tenter.launch.backends.kubernetes import rules as k8s_rules
+from tenter.launch.backends.kubernetes.backend import KubernetesBackend
 from tenter.spec import lookup
 from tests.launch.kubernetes.k8s_specs import JOB_ID, MPI, p5_spec
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tenter.launch.kubernetes import KubernetesBackend
-from tenter.launch.kubernetes.follow import WATCH_S
+from tenter.launch.backends.kubernetes import KubernetesBackend
+from tenter.launch.backends.kubernetes.follow import WATCH_S
 from tests.launch.kubernetes.fake_apiserver import Collection, Episode, fake_apiserver
 from tests.launch.kubernetes.k8s_specs import JOB_ID, p5_spec
 

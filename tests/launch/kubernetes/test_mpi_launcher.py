@@ -1,5 +1,5 @@
-"""An MPIJob's launcher pod entry (:mod:`tenter.launch.kubernetes.mpi_launcher`): given the job
-as the manifest carries it, it makes the plan and mpirun's command, serves the ranks' store
+"""An MPIJob's launcher pod entry (:mod:`tenter.launch.backends.kubernetes.mpi_launcher`): given
+the job as the manifest carries it, it makes the plan and mpirun's command, serves the ranks' store
 and each rank's environment on the pod's address only, never on all interfaces, and runs
 mpirun. Real Open MPI runs on this machine, a loopback address of its own standing in for the
 pod's and ``localhost`` for every worker."""
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tenter.launch.kubernetes.mpi_job import (
+from tenter.launch.backends.kubernetes.mpi_job import (
     JOB_ENV,
     POD_IP_ENV,
     MpiJobLaunch,
@@ -76,7 +76,7 @@ def _job(tmp_path: Path, **environment: str) -> MpiJobLaunch:
 
 
 def _launch(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "tenter.launch.kubernetes.mpi_launcher", *argv]
+    command = [sys.executable, "-m", "tenter.launch.backends.kubernetes.mpi_launcher", *argv]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 

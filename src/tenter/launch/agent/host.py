@@ -71,7 +71,7 @@ from tenter.launch.agent.ranks_watch import RanksWatch
 from tenter.launch.agent.spares import WarmPool
 from tenter.launch.agent.spec import AgentSpec
 from tenter.launch.agent.workers import GroupState, WorkerGroup, start_worker, stop_telling
-from tenter.launch.console import read_index
+from tenter.launch.shared.console import read_index
 
 logger = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from torch.distributed import Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from tenter.launch.agent import rendezvous
-from tenter.launch.processes import STOP_GRACE_S
+from tenter.launch.shared.processes import STOP_GRACE_S
 from tenter.spec.errors import counted
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir import agent_result, published
-from tenter.launch.store import listener_on, serve_store
+from tenter.launch.shared.store import listener_on, serve_store
 
 logger = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from tenter.jobdir.events import EventKind, record_event
 from tenter.jobdir.host_ranks import RanksSummary, write_summary
 from tenter.launch.agent.spec import AgentSpec
 from tenter.launch.agent.workers import WorkerGroup
-from tenter.launch.report import is_peer_error
+from tenter.launch.diagnosis.root_cause import is_peer_error
 
 SUMMARY_S = 0.5
 """How often the ranks' progress records are read into the host's summary: the launcher's
-hang check reads the summaries as often (tenter.launch.watchers.hang)."""
+hang check reads the summaries as often (tenter.launch.launcher.watchers.hang)."""
 
 
 class RanksWatch:

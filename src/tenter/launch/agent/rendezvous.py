@@ -42,7 +42,7 @@ from torch.distributed.elastic.rendezvous import (
 
 from tenter.contract.placeholders import RDZV_PORT, resolve
 from tenter.contract.plan import HostPlan, Plan
-from tenter.launch.store import listener_on, serve_store
+from tenter.launch.shared.store import listener_on, serve_store
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from tenter.launch.agent import rendezvous
 from tenter.launch.agent.host import HostAgent, StopSignal
 from tenter.launch.agent.spares import WarmPool
 from tenter.launch.agent.spec import agent_spec
-from tenter.launch.signals import STOP_SIGNALS
+from tenter.launch.shared.signals import STOP_SIGNALS
 
 AGENT_SIGNALS = (*STOP_SIGNALS, signal.SIGQUIT)
 """The signals that stop the agent: torchrun's (``TORCHELASTIC_SIGNALS_TO_HANDLE``)."""

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import psutil
 
-from tenter.launch.processes import worker_preexec
+from tenter.launch.shared.processes import worker_preexec
 from tenter.runtime import warm_protocol as protocol
 from tenter.runtime.warm import TITLE_ROOM, WAIT_FLAG
 

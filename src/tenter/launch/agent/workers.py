@@ -25,8 +25,8 @@ from tenter.contract.torchrun import finished_marker
 from tenter.jobdir.agent_result import WorkerFailure
 from tenter.launch.agent.spares import WarmPool
 from tenter.launch.agent.template import ForkedProcess
-from tenter.launch.processes import STOP_GRACE_S, worker_preexec
-from tenter.launch.signals import STOP_SIGNALS
+from tenter.launch.shared.processes import STOP_GRACE_S, worker_preexec
+from tenter.launch.shared.signals import STOP_SIGNALS
 
 STOP_POLL_S = 0.02
 """How often a stop checks whether the workers have exited."""

@@ -1,0 +1,2 @@
+"""What went wrong: hang reports (stacks and flight recorders) and the failures' root cause and
+summary."""

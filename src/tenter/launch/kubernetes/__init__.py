@@ -1,9 +1,0 @@
-"""The kubernetes backend: a job as a Kubeflow PyTorchJob, MPIJob or TrainJob."""
-
-from tenter.launch.kubernetes.backend import KubernetesBackend
-
-__all__ = ["KubernetesBackend", "create_backend"]
-
-
-def create_backend() -> KubernetesBackend:
-    return KubernetesBackend()

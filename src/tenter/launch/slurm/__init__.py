@@ -1,9 +1,0 @@
-"""The slurm backend: ``sbatch`` submits the job; one tenter agent per node runs it."""
-
-from tenter.launch.slurm.backend import SlurmBackend
-
-__all__ = ["SlurmBackend", "create_backend"]
-
-
-def create_backend() -> SlurmBackend:
-    return SlurmBackend()
