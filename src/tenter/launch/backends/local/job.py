@@ -116,7 +116,7 @@ class LocalJob(Supervisor):
         declare_lost(self.plan.job_dir, name)  # the other agents restart without waiting
         # Its workers run in sessions of their own and outlive their killed agent.
         kill_all([p for p in job_processes(self.plan.job_id) if env_of(p, "TENTER_HOST") == name])
-        left = len(self.procs) - len(self.lost)
+        left = self.hosts_running
         self.lost_hosts[name] = f"its agent was killed by {why}"
         going_on = counted(left, "host")
         say(f"host {name} lost (its agent was killed by {why}); going on with {going_on}")
@@ -126,6 +126,11 @@ class LocalJob(Supervisor):
         self.faults.on_tick()
 
     # ---- what faults do to a host (tenter.launch.launcher.isolation.faults decides when) ----
+
+    @property
+    def hosts_running(self) -> int:
+        """Hosts whose agent still takes part (started, not lost or fenced)."""
+        return len(self.procs) - len(self.lost)
 
     def agent_log(self, index: int) -> str:
         return self._agent_logs[index]

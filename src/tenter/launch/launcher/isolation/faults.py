@@ -36,20 +36,19 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
 from tenter.jobdir import control, layout
 from tenter.jobdir.events import EventKind, record_event
 from tenter.jobdir.lookup import is_running
+from tenter.jobdir.results import Failure
 from tenter.launch.diagnosis import root_cause
+from tenter.launch.launcher.isolation.network import HostNetwork
 from tenter.launch.launcher.isolation.running import running_local_job
 from tenter.launch.shared.console import say
 from tenter.spec.errors import counted
-
-if TYPE_CHECKING:
-    from tenter.launch.backends.local.job import LocalJob
 
 ACTIONS = {
     "partition": "cut HOST off the network (its bridge port down)",
@@ -177,10 +176,27 @@ def clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
+class FaultableJob(Protocol):
+    """What faults need of the job they act on (the local backend's ``LocalJob``): its hosts'
+    agents and network. A protocol, so that the launcher's isolation does not import a backend."""
+
+    plan: Plan
+    lost: set[int]
+    network: HostNetwork | None
+    host_failures: list[Failure]
+
+    @property
+    def hosts_running(self) -> int: ...
+    def kill_host(self, index: int) -> None: ...
+    def fence_host(self, index: int, why: str) -> None: ...
+    def restart_agent(self, index: int) -> None: ...
+    def agent_log(self, index: int) -> str: ...
+
+
 class NetworkFaults:
     """Takes the fault requests of one local job and makes the job react to them."""
 
-    def __init__(self, job: LocalJob) -> None:
+    def __init__(self, job: FaultableJob) -> None:
         self.job = job
         self.cut: dict[str, float] = {}
         """Partitioned hosts -> since when."""
@@ -257,7 +273,7 @@ class NetworkFaults:
             self.declared.add(host)
             self._event(EventKind.UNREACHABLE, host, since=since)
             index = self._index(host)
-            active = len(self.job.procs) - len(self.job.lost)
+            active = self.job.hosts_running
             if index in self.job.lost:
                 continue  # lost before (a kill): nothing left to react to
             why = f"unreachable since {clock(since)} (network partition)"
