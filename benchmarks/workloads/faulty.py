@@ -2,10 +2,11 @@
 ``<wall time> <step>`` to ``$TIMES_DIR/steps-<rank>`` after each step, and that rank
 FAULT_RANK, on reaching step FAULT_STEP the first time (no ``$TIMES_DIR/fault`` yet), records
 the time there and does FAULT (one of :data:`FAULTS`); ``STEP_SLEEP_S`` (default 0) makes each
-step that much longer. It also appends ``<run>/<restart> <step> <indices>`` to
-``$TIMES_DIR/samples-<rank>``: the sample indices the rank's ``ResumableSampler`` gave for the
-step (benchmarks/fault_campaign.py's sample ledger). For benchmarks/recovery.py and
-benchmarks/fault_campaign.py; the same under tenter and torchrun.
+step that much longer. It also logs the sample indices the rank's ``ResumableSampler`` gave
+for each step through :class:`tenter.data.ledger.SampleLog`, under ``$TIMES_DIR`` (so that
+the runs of a job run again share one log: benchmarks/fault_campaign.py's sample ledger).
+For benchmarks/recovery.py and benchmarks/fault_campaign.py; the same under tenter and
+torchrun.
 
 A step is seen where the script reports it: ``tenter.checkpoint.Checkpointer.maybe_save``
 (examples/elastic/train.py) or ``tenter.runtime.ft.Progress.step`` (examples/torchft/train.py,
@@ -26,6 +27,7 @@ import psutil
 
 from tenter.checkpoint import Checkpointer, ResumableSampler, atomic, default_dir
 from tenter.checkpoint.run_state import STATE_FILE
+from tenter.data.ledger import SampleLog
 from tenter.launch.isolation import faults
 from tenter.runtime import ft
 
@@ -114,6 +116,17 @@ def truncate_checkpoint() -> None:
     kill_worker()
 
 
+def freeze() -> None:
+    """This rank stops (SIGSTOP) and never goes on: the others wait in its collectives."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def kill_in_checkpoint() -> None:
+    """This rank (rank 0, which commits checkpoints) dies in its next checkpoint's write: the
+    folder renamed into place, the manifest not yet replaced (atomic.py's crash point)."""
+    atomic.crash_hook = lambda point: kill_worker() if point == "renamed" else None
+
+
 def slow_down() -> None:
     """This rank turns slow: each of its steps from here on 0.3 s longer (a straggler)."""
     global STEP_SLEEP_S
@@ -133,6 +146,8 @@ FAULTS: dict[str, Callable[[], None]] = {
     "cancel_preempt": cancel_preempt,
     "kill_launcher": kill_launcher,
     "slow_down": slow_down,
+    "freeze": freeze,
+    "kill_in_checkpoint": kill_in_checkpoint,
     "flip_checkpoint_byte": flip_checkpoint_byte,
     "truncate_checkpoint": truncate_checkpoint,
     "partition": partition_other_host,
@@ -146,12 +161,11 @@ fault_step = int(os.environ["FAULT_STEP"])
 faulty = rank == os.environ["FAULT_RANK"] and not (times / "fault").exists()
 last_step = -1
 STEP_SLEEP_S = float(os.environ.get("STEP_SLEEP_S", "0"))
-samples = open(times / f"samples-{rank}", "a")  # noqa: SIM115 (open for the process's life)
-run = Path(os.environ.get("TENTER_JOB_DIR", "")).name  # a job id: its launch time, sortable
-generation = f"{run}/{int(os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')):03d}"
-"""Which run and restart this process is: the sample ledger keeps each step's last."""
+samples = SampleLog(times, int(rank))
 drawn: list[int] = []
 """The sample indices the sampler gave since the last step."""
+drawn_epoch = 0
+"""The epoch they are of."""
 
 
 def record(step: int, everyone: bool = True) -> None:
@@ -163,8 +177,7 @@ def record(step: int, everyone: bool = True) -> None:
     last_step = step
     steps.write(f"{time.time()!r} {step}\n")
     steps.flush()
-    samples.write(f"{generation} {step} {','.join(map(str, drawn))}\n")
-    samples.flush()
+    samples.write(step, drawn_epoch, drawn)
     drawn.clear()
     time.sleep(STEP_SLEEP_S)  # a longer step (the example's take milliseconds)
     if faulty and step >= fault_step and everyone:
@@ -186,6 +199,8 @@ def progress_step(self: ft.Progress) -> None:
 
 
 def logged_iter(self: ResumableSampler) -> Iterator[int]:
+    global drawn_epoch
+    drawn_epoch = self.epoch
     for index in sampler_iter(self):
         drawn.append(int(index))
         yield index
