@@ -71,6 +71,7 @@ class CampaignFault:
     """The step it hits."""
     elastic: str = ""
     """The job's further elastic keys (``, key: value``...)."""
+    max_restarts: int = 1
 
 
 FAULTS: dict[str, CampaignFault] = {
@@ -91,6 +92,12 @@ FAULTS: dict[str, CampaignFault] = {
         recovery.Fault("freeze", 3, min_hosts=2, exact=True),
         elastic=", hang_timeout: 2, on_hang: restart",
     ),
+    # Rank 3 dies at step 11; as the job restarts, rank 1 dies before its rendezvous.
+    "second_fault_in_recovery": CampaignFault(
+        recovery.Fault("kill_twice", 3, min_hosts=2, exact=True), max_restarts=2
+    ),
+    # The kernel's OOM killer, a memory cgroup's limit passed (needs cgroup v1 memory, root).
+    "worker_oom_killed": CampaignFault(recovery.Fault("out_of_memory", 1, min_hosts=2, exact=True)),
     # Rank 0 dies inside the checkpoint of step 16 (renamed, not in the manifest): from 8.
     "checkpoint_write_kill": CampaignFault(
         recovery.Fault("kill_in_checkpoint", 0, min_hosts=2, exact=True)
@@ -185,7 +192,13 @@ def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int) -> recove
     env = recovery._cell_env(work / "times", chosen.fault) | {"FAULT_STEP": str(chosen.step)}
     cell = recovery.Cell(name, chosen.fault, work, env)
     script = [recovery.TRAIN, "--epochs", str(epochs), "--checkpoint_every", str(CHECKPOINT_EVERY)]
-    return recovery._tenter_job(cell, script, recovery._elastic(cell, chosen.elastic))
+    try:
+        elastic = recovery._elastic(cell, chosen.elastic, chosen.max_restarts)
+        return recovery._tenter_job(cell, script, elastic)
+    finally:
+        cgroup = work / "times" / "cgroup"  # the OOM fault's, its worker gone with the job
+        if cgroup.exists():
+            Path(cgroup.read_text()).rmdir()
 
 
 def campaign_row(name: str, work: Path, epochs: int, reference: Mapping[str, torch.Tensor]) -> Row:

@@ -127,6 +127,30 @@ def kill_in_checkpoint() -> None:
     atomic.crash_hook = lambda point: kill_worker() if point == "renamed" else None
 
 
+def kill_twice() -> None:
+    """This worker dies; then, while the job recovers, another (rank 1, as it starts again,
+    before its rendezvous) dies too: see :func:`second_fault`."""
+    kill_worker()
+
+
+OOM_CGROUP = Path("/sys/fs/cgroup/memory")
+"""cgroup v1's memory controller (this machine's cgroup v2 has none)."""
+
+
+def out_of_memory() -> None:
+    """This worker joins a memory cgroup of 64 MiB over its size, then allocates past it: the
+    kernel's OOM killer SIGKILLs it. The cgroup's path goes to ``$TIMES_DIR/cgroup``, for the
+    campaign to remove once the job is over."""
+    cgroup = OOM_CGROUP / f"tenter-campaign-{os.getpid()}"
+    cgroup.mkdir()
+    (times / "cgroup").write_text(str(cgroup))
+    limit = psutil.Process().memory_info().rss + (64 << 20)
+    (cgroup / "memory.limit_in_bytes").write_text(str(limit))
+    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+    hog = [bytearray(16 << 20) for _ in range(64)]  # 1 GiB, touched: past the limit
+    raise AssertionError(f"not OOM-killed under {cgroup} ({len(hog)} blocks)")
+
+
 def slow_down() -> None:
     """This rank turns slow: each of its steps from here on 0.3 s longer (a straggler)."""
     global STEP_SLEEP_S
@@ -148,6 +172,8 @@ FAULTS: dict[str, Callable[[], None]] = {
     "slow_down": slow_down,
     "freeze": freeze,
     "kill_in_checkpoint": kill_in_checkpoint,
+    "kill_twice": kill_twice,
+    "out_of_memory": out_of_memory,
     "flip_checkpoint_byte": flip_checkpoint_byte,
     "truncate_checkpoint": truncate_checkpoint,
     "partition": partition_other_host,
@@ -159,6 +185,18 @@ rank = str(int(os.environ.get("REPLICA_GROUP_ID", "0")) * group_size + int(os.en
 steps = open(times / f"steps-{rank}", "a")  # noqa: SIM115 (open for the process's life)
 fault_step = int(os.environ["FAULT_STEP"])
 faulty = rank == os.environ["FAULT_RANK"] and not (times / "fault").exists()
+
+
+def second_fault() -> None:
+    """``kill_twice``'s second: rank 1 of the first restart dies as it starts."""
+    first_restart = os.environ.get("TORCHELASTIC_RESTART_COUNT") == "1"
+    mine = os.environ["FAULT"] == "kill_twice" and rank == "1" and first_restart
+    if mine and not (times / "second-fault").exists():
+        (times / "second-fault").write_text(repr(time.time()))
+        kill_worker()
+
+
+second_fault()
 last_step = -1
 STEP_SLEEP_S = float(os.environ.get("STEP_SLEEP_S", "0"))
 samples = SampleLog(times, int(rank))
