@@ -38,6 +38,8 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -72,6 +74,12 @@ class CampaignFault:
     elastic: str = ""
     """The job's further elastic keys (``, key: value``...)."""
     max_restarts: int = 1
+    tmpfs: bool = False
+    """The checkpoint directory a tmpfs of :data:`TMPFS_SIZE` (needs root)."""
+
+
+TMPFS_SIZE = "1m"
+"""Some 11 checkpoints of the example's (88 KiB each)."""
 
 
 FAULTS: dict[str, CampaignFault] = {
@@ -98,6 +106,10 @@ FAULTS: dict[str, CampaignFault] = {
     ),
     # The kernel's OOM killer, a memory cgroup's limit passed (needs cgroup v1 memory, root).
     "worker_oom_killed": CampaignFault(recovery.Fault("out_of_memory", 1, min_hosts=2, exact=True)),
+    # Rank 0 fills the checkpoint directory's file system; the checkpoint of step 16 fails.
+    "checkpoint_disk_full": CampaignFault(
+        recovery.Fault("fill_disk", 0, min_hosts=2, exact=True), "disk_full_job_stopped", tmpfs=True
+    ),
     # Rank 0 dies inside the checkpoint of step 16 (renamed, not in the manifest): from 8.
     "checkpoint_write_kill": CampaignFault(
         recovery.Fault("kill_in_checkpoint", 0, min_hosts=2, exact=True)
@@ -192,10 +204,22 @@ def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int) -> recove
     env = recovery._cell_env(work / "times", chosen.fault) | {"FAULT_STEP": str(chosen.step)}
     cell = recovery.Cell(name, chosen.fault, work, env)
     script = [recovery.TRAIN, "--epochs", str(epochs), "--checkpoint_every", str(CHECKPOINT_EVERY)]
+    if chosen.tmpfs:
+        (work / "ckpt").mkdir()
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", work / "ckpt"], check=True
+        )
     try:
         elastic = recovery._elastic(cell, chosen.elastic, chosen.max_restarts)
         return recovery._tenter_job(cell, script, elastic)
     finally:
+        if chosen.tmpfs:
+            shutil.copytree(
+                work / "ckpt", work / "ckpt-kept", ignore=shutil.ignore_patterns("filler")
+            )
+            subprocess.run(["umount", work / "ckpt"], check=True)
+            (work / "ckpt").rmdir()
+            (work / "ckpt-kept").rename(work / "ckpt")
         cgroup = work / "times" / "cgroup"  # the OOM fault's, its worker gone with the job
         if cgroup.exists():
             Path(cgroup.read_text()).rmdir()

@@ -151,6 +151,14 @@ def out_of_memory() -> None:
     raise AssertionError(f"not OOM-killed under {cgroup} ({len(hog)} blocks)")
 
 
+def fill_disk() -> None:
+    """The checkpoint directory's file system (the campaign's small tmpfs) fills up: a file
+    takes all of it but 16 KiB, and stays."""
+    root = default_dir()
+    free = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
+    (root / "filler").write_bytes(bytes(max(free - (16 << 10), 0)))
+
+
 def slow_down() -> None:
     """This rank turns slow: each of its steps from here on 0.3 s longer (a straggler)."""
     global STEP_SLEEP_S
@@ -174,6 +182,7 @@ FAULTS: dict[str, Callable[[], None]] = {
     "kill_in_checkpoint": kill_in_checkpoint,
     "kill_twice": kill_twice,
     "out_of_memory": out_of_memory,
+    "fill_disk": fill_disk,
     "flip_checkpoint_byte": flip_checkpoint_byte,
     "truncate_checkpoint": truncate_checkpoint,
     "partition": partition_other_host,
