@@ -121,6 +121,11 @@ FAULTS: dict[str, CampaignFault] = {
     "checkpoint_truncated": CampaignFault(
         recovery.Fault("truncate_checkpoint", 0, min_hosts=2, exact=True), step=19
     ),
+    # Rank 0 cuts algo-2 off the network (isolation: network): the job goes on without it.
+    "partition_shrink": CampaignFault(
+        recovery.Fault("partition", 0, min_hosts=1, exact=False, isolated=True),
+        "world_shrank_from_4_to_2_ranks",
+    ),
     "host_lost_shrink": CampaignFault(
         recovery.Fault("kill_host", 2, min_hosts=1, exact=False),
         "world_shrank_from_4_to_2_ranks",
