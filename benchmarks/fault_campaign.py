@@ -19,8 +19,9 @@ checkpoint is the final state. For each fault (:data:`FAULTS`):
   over other ranks) and the largest difference;
 - ``straggler`` (the table only): the ranks tenter named as stragglers (``slow_rank``: each
   step of rank 2 0.3 s longer from the fault on);
-- ``duplicates``, ``gaps``: the sample ledger (:func:`sample_ledger`): over each epoch, the
-  samples trained on twice, and those never trained on, counting each step's last execution.
+- ``duplicates``, ``gaps``: tenter's sample ledger (:mod:`tenter.data.ledger`): over each
+  epoch, the samples trained on twice, and those never trained on, counting each step's last
+  execution.
 
 One line per run, then a table::
 
@@ -37,9 +38,10 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
-from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,7 @@ import recovery
 
 from tenter.checkpoint import atomic
 from tenter.checkpoint.run_state import STATE_FILE
+from tenter.data import ledger
 
 CHECKPOINT_EVERY = 8
 FAULT_STEP = 11
@@ -59,7 +62,6 @@ FAULT_STEP = 11
 (the CI test's) meets it too."""
 DATASET_SIZE = 1024
 """examples/elastic/train.py's dataset; a global batch of 64: 16 steps an epoch."""
-STEPS_PER_EPOCH = 16
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,15 @@ class CampaignFault:
     """Where the run cannot end bit-identical: why (no spaces); None: it must."""
     step: int = FAULT_STEP
     """The step it hits."""
+    elastic: str = ""
+    """The job's further elastic keys (``, key: value``...)."""
+    max_restarts: int = 1
+    tmpfs: bool = False
+    """The checkpoint directory a tmpfs of :data:`TMPFS_SIZE` (needs root)."""
+
+
+TMPFS_SIZE = "1m"
+"""Some 11 checkpoints of the example's (88 KiB each)."""
 
 
 FAULTS: dict[str, CampaignFault] = {
@@ -84,12 +95,36 @@ FAULTS: dict[str, CampaignFault] = {
         recovery.Fault("kill_launcher", 0, min_hosts=2, exact=True, resume=True)
     ),
     "slow_rank": CampaignFault(recovery.Fault("slow_down", 2, min_hosts=2, exact=True)),
+    # A rank stops (SIGSTOP): no rank makes progress; after hang_timeout, a restart.
+    "frozen_rank": CampaignFault(
+        recovery.Fault("freeze", 3, min_hosts=2, exact=True),
+        elastic=", hang_timeout: 2, on_hang: restart",
+    ),
+    # Rank 3 dies at step 11; as the job restarts, rank 1 dies before its rendezvous.
+    "second_fault_in_recovery": CampaignFault(
+        recovery.Fault("kill_twice", 3, min_hosts=2, exact=True), max_restarts=2
+    ),
+    # The kernel's OOM killer, a memory cgroup's limit passed (needs cgroup v1 memory, root).
+    "worker_oom_killed": CampaignFault(recovery.Fault("out_of_memory", 1, min_hosts=2, exact=True)),
+    # Rank 0 fills the checkpoint directory's file system; the checkpoint of step 16 fails.
+    "checkpoint_disk_full": CampaignFault(
+        recovery.Fault("fill_disk", 0, min_hosts=2, exact=True), "disk_full_job_stopped", tmpfs=True
+    ),
+    # Rank 0 dies inside the checkpoint of step 16 (renamed, not in the manifest): from 8.
+    "checkpoint_write_kill": CampaignFault(
+        recovery.Fault("kill_in_checkpoint", 0, min_hosts=2, exact=True)
+    ),
     # After the checkpoints of steps 8 and 16: the newest damaged, the job resumes from 8.
     "checkpoint_flipped_byte": CampaignFault(
         recovery.Fault("flip_checkpoint_byte", 0, min_hosts=2, exact=True), step=19
     ),
     "checkpoint_truncated": CampaignFault(
         recovery.Fault("truncate_checkpoint", 0, min_hosts=2, exact=True), step=19
+    ),
+    # Rank 0 cuts algo-2 off the network (isolation: network): the job goes on without it.
+    "partition_shrink": CampaignFault(
+        recovery.Fault("partition", 0, min_hosts=1, exact=False, isolated=True),
+        "world_shrank_from_4_to_2_ranks",
     ),
     "host_lost_shrink": CampaignFault(
         recovery.Fault("kill_host", 2, min_hosts=1, exact=False),
@@ -124,24 +159,12 @@ class Row:
         return text if self.identical else f"{text} reason={self.reason}"
 
 
-def sample_ledger(times: Path, steps_per_epoch: int, dataset_size: int) -> tuple[int, int]:
-    """The samples trained on twice over an epoch, and those never trained on, from
-    faulty.py's ``samples-<rank>`` logs: each step as its last execution (the latest run and
-    restart that did it) drew them. One function, to swap for tenter's own ledger."""
-    latest: dict[int, str] = {}
-    drawn: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for log in times.glob("samples-*"):
-        for line in log.read_text().splitlines():
-            generation, number, indices = [*line.split(" "), ""][:3]
-            step = int(number)
-            latest[step] = max(latest.get(step, ""), generation)
-            drawn[step, generation] += [int(i) for i in indices.split(",") if i]
-    epochs: dict[int, list[int]] = defaultdict(list)
-    for step, last in latest.items():
-        epochs[(step - 1) // steps_per_epoch] += drawn[step, last]
-    duplicates = sum(len(seen) - len(set(seen)) for seen in epochs.values())
-    gaps = sum(dataset_size - len(set(seen)) for seen in epochs.values())
-    return duplicates, gaps
+def duplicates_and_gaps(times: Path) -> tuple[int, int]:
+    """The job's sample ledger (:func:`tenter.data.ledger.sample_ledger` over faulty.py's
+    log in ``times``), summed over its epochs: samples trained on twice, never trained on."""
+    epochs = ledger.sample_ledger(ledger.read_sample_log(times), DATASET_SIZE).values()
+    duplicates = sum(n - 1 for epoch in epochs for n in epoch.duplicates.values())
+    return duplicates, sum(len(epoch.gaps) for epoch in epochs)
 
 
 def _tensors(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
@@ -181,20 +204,36 @@ def largest_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tens
     )
 
 
-def run_job(
-    name: str, fault: recovery.Fault, work: Path, epochs: int, step: int = FAULT_STEP
-) -> recovery.Ran:
-    """The DDP job with ``fault`` at ``step`` (none where its rank is -1), in ``work``."""
-    env = recovery._cell_env(work / "times", fault) | {"FAULT_STEP": str(step)}
-    cell = recovery.Cell(name, fault, work, env)
+def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int) -> recovery.Ran:
+    """The DDP job with ``chosen`` fault (none where its rank is -1), in ``work``."""
+    env = recovery._cell_env(work / "times", chosen.fault) | {"FAULT_STEP": str(chosen.step)}
+    cell = recovery.Cell(name, chosen.fault, work, env)
     script = [recovery.TRAIN, "--epochs", str(epochs), "--checkpoint_every", str(CHECKPOINT_EVERY)]
-    return recovery._tenter_job(cell, script, recovery._elastic(cell))
+    if chosen.tmpfs:
+        (work / "ckpt").mkdir()
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", work / "ckpt"], check=True
+        )
+    try:
+        elastic = recovery._elastic(cell, chosen.elastic, chosen.max_restarts)
+        return recovery._tenter_job(cell, script, elastic)
+    finally:
+        if chosen.tmpfs:
+            shutil.copytree(
+                work / "ckpt", work / "ckpt-kept", ignore=shutil.ignore_patterns("filler")
+            )
+            subprocess.run(["umount", work / "ckpt"], check=True)
+            (work / "ckpt").rmdir()
+            (work / "ckpt-kept").rename(work / "ckpt")
+        cgroup = work / "times" / "cgroup"  # the OOM fault's, its worker gone with the job
+        if cgroup.exists():
+            Path(cgroup.read_text()).rmdir()
 
 
 def campaign_row(name: str, work: Path, epochs: int, reference: Mapping[str, torch.Tensor]) -> Row:
     """Run the job with fault ``name`` and compare its end with ``reference``."""
     chosen = FAULTS[name]
-    ran = run_job(name, chosen.fault, work, epochs, chosen.step)
+    ran = run_job(name, chosen, work, epochs)
     cell = recovery.Cell(name, chosen.fault, work, {"TIMES_DIR": str(work / "times")})
     measured = recovery.measure(cell, dataclasses.replace(ran, code=0), None)
     state = final_state(work / "ckpt")
@@ -203,7 +242,7 @@ def campaign_row(name: str, work: Path, epochs: int, reference: Mapping[str, tor
     if not identical:
         why = chosen.why_not_identical or "unexpected"
         reason = f"{why}:max_abs_diff={largest_difference(state, reference):.3g}"
-    duplicates, gaps = sample_ledger(work / "times", STEPS_PER_EPOCH, DATASET_SIZE)
+    duplicates, gaps = duplicates_and_gaps(work / "times")
     return Row(
         name,
         "ddp",
@@ -229,8 +268,9 @@ def named_stragglers(home: Path) -> str:
 
 
 def uninterrupted(work: Path, epochs: int) -> tuple[Row, dict[str, torch.Tensor]]:
-    ran = run_job("none", recovery.Fault("kill_worker", -1, 2, exact=True), work, epochs)
-    duplicates, gaps = sample_ledger(work / "times", STEPS_PER_EPOCH, DATASET_SIZE)
+    none = CampaignFault(recovery.Fault("kill_worker", -1, 2, exact=True))
+    ran = run_job("none", none, work, epochs)
+    duplicates, gaps = duplicates_and_gaps(work / "times")
     row = Row("none", "ddp", ran.code, None, None, True, "", duplicates, gaps)
     return row, final_state(work / "ckpt")
 

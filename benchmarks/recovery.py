@@ -195,10 +195,11 @@ def _tenter_job(
     return Ran(code, logs, model, resumed_at=resumed_at, noticed=noticed)
 
 
-def _elastic(cell: Cell) -> str:
+def _elastic(cell: Cell, more: str = "", max_restarts: int = 1) -> str:
+    """The job's elastic spec line; ``more``: its further keys (``, key: value``...)."""
     return (
-        f"elastic: {{min_hosts: {cell.fault.min_hosts}, max_restarts: 1,"
-        f" rendezvous: {{last_call_timeout: {LAST_CALL_S}}}}}\n"
+        f"elastic: {{min_hosts: {cell.fault.min_hosts}, max_restarts: {max_restarts},"
+        f" rendezvous: {{last_call_timeout: {LAST_CALL_S}}}{more}}}\n"
     )
 
 

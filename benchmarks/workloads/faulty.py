@@ -2,10 +2,11 @@
 ``<wall time> <step>`` to ``$TIMES_DIR/steps-<rank>`` after each step, and that rank
 FAULT_RANK, on reaching step FAULT_STEP the first time (no ``$TIMES_DIR/fault`` yet), records
 the time there and does FAULT (one of :data:`FAULTS`); ``STEP_SLEEP_S`` (default 0) makes each
-step that much longer. It also appends ``<run>/<restart> <step> <indices>`` to
-``$TIMES_DIR/samples-<rank>``: the sample indices the rank's ``ResumableSampler`` gave for the
-step (benchmarks/fault_campaign.py's sample ledger). For benchmarks/recovery.py and
-benchmarks/fault_campaign.py; the same under tenter and torchrun.
+step that much longer. It also logs the sample indices the rank's ``ResumableSampler`` gave
+for each step through :class:`tenter.data.ledger.SampleLog`, under ``$TIMES_DIR`` (so that
+the runs of a job run again share one log: benchmarks/fault_campaign.py's sample ledger).
+For benchmarks/recovery.py and benchmarks/fault_campaign.py; the same under tenter and
+torchrun.
 
 A step is seen where the script reports it: ``tenter.checkpoint.Checkpointer.maybe_save``
 (examples/elastic/train.py) or ``tenter.runtime.ft.Progress.step`` (examples/torchft/train.py,
@@ -26,6 +27,7 @@ import psutil
 
 from tenter.checkpoint import Checkpointer, ResumableSampler, atomic, default_dir
 from tenter.checkpoint.run_state import STATE_FILE
+from tenter.data.ledger import SampleLog
 from tenter.launch.launcher.isolation import faults
 from tenter.runtime import ft
 
@@ -114,6 +116,49 @@ def truncate_checkpoint() -> None:
     kill_worker()
 
 
+def freeze() -> None:
+    """This rank stops (SIGSTOP) and never goes on: the others wait in its collectives."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def kill_in_checkpoint() -> None:
+    """This rank (rank 0, which commits checkpoints) dies in its next checkpoint's write: the
+    folder renamed into place, the manifest not yet replaced (atomic.py's crash point)."""
+    atomic.crash_hook = lambda point: kill_worker() if point == "renamed" else None
+
+
+def kill_twice() -> None:
+    """This worker dies; then, while the job recovers, another (rank 1, as it starts again,
+    before its rendezvous) dies too: see :func:`second_fault`."""
+    kill_worker()
+
+
+OOM_CGROUP = Path("/sys/fs/cgroup/memory")
+"""cgroup v1's memory controller (this machine's cgroup v2 has none)."""
+
+
+def out_of_memory() -> None:
+    """This worker joins a memory cgroup of 64 MiB over its size, then allocates past it: the
+    kernel's OOM killer SIGKILLs it. The cgroup's path goes to ``$TIMES_DIR/cgroup``, for the
+    campaign to remove once the job is over."""
+    cgroup = OOM_CGROUP / f"tenter-campaign-{os.getpid()}"
+    cgroup.mkdir()
+    (times / "cgroup").write_text(str(cgroup))
+    limit = psutil.Process().memory_info().rss + (64 << 20)
+    (cgroup / "memory.limit_in_bytes").write_text(str(limit))
+    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+    hog = [bytearray(16 << 20) for _ in range(64)]  # 1 GiB, touched: past the limit
+    raise AssertionError(f"not OOM-killed under {cgroup} ({len(hog)} blocks)")
+
+
+def fill_disk() -> None:
+    """The checkpoint directory's file system (the campaign's small tmpfs) fills up: a file
+    takes all of it but 16 KiB, and stays."""
+    root = default_dir()
+    free = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
+    (root / "filler").write_bytes(bytes(max(free - (16 << 10), 0)))
+
+
 def slow_down() -> None:
     """This rank turns slow: each of its steps from here on 0.3 s longer (a straggler)."""
     global STEP_SLEEP_S
@@ -133,6 +178,11 @@ FAULTS: dict[str, Callable[[], None]] = {
     "cancel_preempt": cancel_preempt,
     "kill_launcher": kill_launcher,
     "slow_down": slow_down,
+    "freeze": freeze,
+    "kill_in_checkpoint": kill_in_checkpoint,
+    "kill_twice": kill_twice,
+    "out_of_memory": out_of_memory,
+    "fill_disk": fill_disk,
     "flip_checkpoint_byte": flip_checkpoint_byte,
     "truncate_checkpoint": truncate_checkpoint,
     "partition": partition_other_host,
@@ -144,14 +194,25 @@ rank = str(int(os.environ.get("REPLICA_GROUP_ID", "0")) * group_size + int(os.en
 steps = open(times / f"steps-{rank}", "a")  # noqa: SIM115 (open for the process's life)
 fault_step = int(os.environ["FAULT_STEP"])
 faulty = rank == os.environ["FAULT_RANK"] and not (times / "fault").exists()
+
+
+def second_fault() -> None:
+    """``kill_twice``'s second: rank 1 of the first restart dies as it starts."""
+    first_restart = os.environ.get("TORCHELASTIC_RESTART_COUNT") == "1"
+    mine = os.environ["FAULT"] == "kill_twice" and rank == "1" and first_restart
+    if mine and not (times / "second-fault").exists():
+        (times / "second-fault").write_text(repr(time.time()))
+        kill_worker()
+
+
+second_fault()
 last_step = -1
 STEP_SLEEP_S = float(os.environ.get("STEP_SLEEP_S", "0"))
-samples = open(times / f"samples-{rank}", "a")  # noqa: SIM115 (open for the process's life)
-run = Path(os.environ.get("TENTER_JOB_DIR", "")).name  # a job id: its launch time, sortable
-generation = f"{run}/{int(os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')):03d}"
-"""Which run and restart this process is: the sample ledger keeps each step's last."""
+samples = SampleLog(times, int(rank))
 drawn: list[int] = []
 """The sample indices the sampler gave since the last step."""
+drawn_epoch = 0
+"""The epoch they are of."""
 
 
 def record(step: int, everyone: bool = True) -> None:
@@ -163,8 +224,7 @@ def record(step: int, everyone: bool = True) -> None:
     last_step = step
     steps.write(f"{time.time()!r} {step}\n")
     steps.flush()
-    samples.write(f"{generation} {step} {','.join(map(str, drawn))}\n")
-    samples.flush()
+    samples.write(step, drawn_epoch, drawn)
     drawn.clear()
     time.sleep(STEP_SLEEP_S)  # a longer step (the example's take milliseconds)
     if faulty and step >= fault_step and everyone:
@@ -186,6 +246,8 @@ def progress_step(self: ft.Progress) -> None:
 
 
 def logged_iter(self: ResumableSampler) -> Iterator[int]:
+    global drawn_epoch
+    drawn_epoch = self.epoch
     for index in sampler_iter(self):
         drawn.append(int(index))
         yield index

@@ -17,6 +17,7 @@ folder not yet deleted) are removed by :func:`remove_stale` when the next job st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -99,6 +100,8 @@ def check_writable(root: Path) -> None:
             os.fsync(f.fileno())
         probe.unlink()
     except OSError as e:
+        with contextlib.suppress(OSError):  # a full disk: the probe created, its write refused
+            probe.unlink(missing_ok=True)
         raise CheckpointError(
             f"the checkpoint directory {root} is not writable ({e.strerror or e}); "
             "pass Checkpointer(dir=...) a writable directory that every host can reach"
