@@ -42,7 +42,7 @@ SECRET = f"hf_{secrets.token_hex(16)}"
 """The secret the job is given: random, so that no file can hold it by chance."""
 WRONG = {"Authorization": "Bearer not-the-token"}
 PROBE_USER = "tenter-probe"
-"""A second, unprivileged user of this machine (made if missing)."""
+"""A second, unprivileged user of this machine (made if missing, then removed)."""
 RANK = Path(__file__).with_name("rank.py")
 HOSTS, PROCS = 2, 1
 
@@ -165,16 +165,22 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedJob]:
 
 
 @pytest.fixture(scope="module")
-def other_user() -> str:
+def other_user() -> Iterator[str]:
+    """``tenter-probe``; made for the module, and removed after it, if the machine lacks it."""
     if os.geteuid() != 0:
         pytest.skip("making a second user and acting as it needs root")
-    if subprocess.run(["id", PROBE_USER], capture_output=True).returncode != 0:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PROBE_USER],
-            check=True,
-            timeout=60,
-        )
-    return PROBE_USER
+    if subprocess.run(["id", PROBE_USER], capture_output=True).returncode == 0:
+        yield PROBE_USER
+        return
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PROBE_USER],
+        check=True,
+        timeout=60,
+    )
+    try:
+        yield PROBE_USER
+    finally:
+        subprocess.run(["userdel", PROBE_USER], check=True, timeout=60)
 
 
 def _as(user: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -207,18 +213,47 @@ def test_another_user_cannot_read_the_jobs_directory_plan_logs_or_checkpoints(
     assert [s for s in shared if int(s.split()[-1], 8) & 0o077] == []
 
 
+def _assert_kept_yet_every_rank_has_it(
+    job_dir: Path, console: str, cmdlines: list[str], world: int
+) -> None:
+    """The secret is in no file under ``job_dir``, not in ``console`` nor in any of
+    ``cmdlines``; each of the ``world`` ranks said the hash of the value it got."""
+    files = [p for p in job_dir.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert len(files) > 10  # plan, events, summary, logs...
+    assert [p for p in files if SECRET.encode() in p.read_bytes()] == []
+    assert SECRET not in console
+    assert [c for c in cmdlines if SECRET in c] == []
+    digest = hashlib.sha256(SECRET.encode()).hexdigest()
+    seen = re.findall(r"secret-sha256 (\d+) (\w+)", console)
+    assert sorted(seen) == [(str(r), digest) for r in range(world)]
+
+
 def test_the_secret_is_written_nowhere_and_shown_to_no_one_yet_every_rank_has_it(
     job: SharedJob,
 ) -> None:
-    files = [p for p in job.job_dir.rglob("*") if p.is_file() and not p.is_symlink()]
-    assert len(files) > 10  # plan, events, summary, logs...
-    assert [p for p in files if SECRET.encode() in p.read_bytes()] == []
-    assert SECRET not in job.console
     assert len(job.job_processes) >= HOSTS * (PROCS + 1)  # the scan saw the job's processes
-    assert [c for c in job.cmdlines if SECRET in c] == []
-    digest = hashlib.sha256(SECRET.encode()).hexdigest()
-    seen = re.findall(r"secret-sha256 (\d+) (\w+)", job.console)
-    assert sorted(seen) == [(str(r), digest) for r in range(HOSTS * PROCS)]
+    _assert_kept_yet_every_rank_has_it(job.job_dir, job.console, job.cmdlines, HOSTS * PROCS)
+
+
+def test_on_the_mpi_backend_the_secret_reaches_every_rank_by_name_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = tmp_path / "release"
+    spec = tmp_path / "job.yaml"
+    job = {"entry_point": str(RANK), "instance_count": 2, "processes_per_host": 1}
+    job |= {"secrets": ["HF_TOKEN"], "environment": {"RELEASE_FILE": str(release)}}
+    spec.write_text(yaml.safe_dump(job))
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    run = Background("run", "--backend", "mpi", str(spec))
+    try:
+        run.wait_for("ready", count=2)
+        cmdlines = _every_cmdline()  # mpirun's among them: -x HF_TOKEN, the name only
+    finally:
+        release.touch()
+    console = run.finish()
+    assert run.proc.returncode == 0, console
+    assert any("mpirun" in c and "HF_TOKEN" in c for c in cmdlines)
+    _assert_kept_yet_every_rank_has_it(run.job_dir, console, cmdlines, 2)
 
 
 def test_the_metrics_endpoint_beyond_loopback_answers_only_with_the_jobs_token(
@@ -303,6 +338,25 @@ def test_a_secret_missing_from_the_environment_is_bad_input_and_nothing_starts(
     done = tenter("run", "--secret", "HF_TOKEN", str(tmp_path / "train.py"), cwd=tmp_path)
     assert done.returncode == 2
     assert "secrets.HF_TOKEN: HF_TOKEN is not set" in done.stderr
+    assert job_dirs(tenter_home / "jobs") == []
+
+
+def test_a_secret_named_like_tenters_or_torchs_own_variables_is_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tenter_home: Path
+) -> None:
+    # Its value would be replaced by tenter's (RANK...), or would steer tenter (TENTER_*).
+    names = ("MASTER_ADDR", "TENTER_JOB_ID", "TENTER_TOKEN")
+    for name in names:
+        monkeypatch.setenv(name, SECRET)
+    (tmp_path / "train.py").write_text("")
+    flags = [arg for name in names for arg in ("--secret", name)]
+    done = tenter("run", *flags, str(tmp_path / "train.py"), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "secrets.MASTER_ADDR: is set by tenter for every process" in done.stderr
+    assert "secrets.TENTER_JOB_ID: is set by tenter for every process from the spec" in done.stderr
+    assert "Fix: set name in the spec, or --name instead" in done.stderr
+    assert "secrets.TENTER_TOKEN: TENTER_* names are tenter's own" in done.stderr
+    assert "Traceback" not in done.stderr and SECRET not in done.stderr
     assert job_dirs(tenter_home / "jobs") == []
 
 

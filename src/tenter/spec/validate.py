@@ -99,19 +99,38 @@ def _environment_problems(environment: dict[str, str]) -> list[Problem]:
                     "use letters, digits and '_', not starting with a digit",
                 )
             )
-        elif TENTER_OWNED_ENV.get(key):
+        elif owned := _owned_problem(path, key):
+            out.append(owned)
+    return out
+
+
+def _owned_problem(path: str, name: str) -> Problem | None:
+    """The error of a variable ``name`` (an environment value's, a secret's) that tenter or
+    torch sets for every process: a user value would be silently overwritten."""
+    if TENTER_OWNED_ENV.get(name):
+        return Problem(
+            path,
+            "is set by tenter for every process from the spec",
+            f"set {TENTER_OWNED_ENV[name]} instead",
+        )
+    if _RESERVED_ENV.match(name) or name in TENTER_OWNED_ENV:
+        return Problem(
+            path, "is set by tenter for every process and cannot be overridden", "remove it"
+        )
+    return None
+
+
+def _owned_secret_problems(secrets: Iterable[str]) -> list[Problem]:
+    """A secret named like one of tenter's or torch's variables would not reach the ranks
+    (tenter's value wins), or would change what tenter does (any ``TENTER_*``)."""
+    out = []
+    for name in secrets:
+        path = key_path("secrets", name)
+        if owned := _owned_problem(path, name):
+            out.append(owned)
+        elif name.startswith("TENTER_"):
             out.append(
-                Problem(
-                    path,
-                    "is set by tenter for every process from the spec",
-                    f"set {TENTER_OWNED_ENV[key]} instead",
-                )
-            )
-        elif _RESERVED_ENV.match(key) or key in TENTER_OWNED_ENV:
-            out.append(
-                Problem(
-                    path, "is set by tenter for every process and cannot be overridden", "remove it"
-                )
+                Problem(path, "TENTER_* names are tenter's own", "give the secret another name")
             )
     return out
 
@@ -223,6 +242,7 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
     errors += _input_problems(spec)
     errors += _environment_problems(spec.environment)
     errors += secret_problems(spec.secrets, spec.environment, spec.backend)
+    errors += _owned_secret_problems(spec.secrets)
     warnings += credential_warnings(spec.environment)
     errors += _size_problems(spec)
     errors += _backend_choice_problems(spec)
