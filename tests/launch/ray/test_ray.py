@@ -10,8 +10,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import assert_nothing_left, tenter
+from tests.conftest import Background, assert_nothing_left, tenter
 from tests.launch.specs import write_spec
+from tests.launch.test_faults import agent_of
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +51,37 @@ def test_a_killed_worker_restarts_on_ray_and_the_cluster_is_gone_after(tmp_path:
     assert not Path(found.group()).exists()
     assert ray_processes_in(found.group()) == []
     assert_nothing_left(done.job_dir)
+
+
+def raylet_of(agent: psutil.Process) -> psutil.Process:
+    """The raylet of an agent's Ray node: the parent of its actor's worker process."""
+    raylet = agent.parent().parent()
+    assert raylet.name() == "raylet", raylet.cmdline()
+    return raylet
+
+
+def test_a_killed_raylet_is_a_lost_host_an_elastic_job_goes_on_without(tmp_path: Path) -> None:
+    # The same spec file as tests/launch/test_faults.py's lost host on the local backend.
+    spec = write_spec(
+        tmp_path,
+        "elastic.py",
+        instance_count=2,
+        processes_per_host=1,
+        environment={"TARGET_WORLD": "1"},
+        elastic={"min_hosts": 1, "max_restarts": 2, "rendezvous": {"last_call_timeout": 1}},
+    )
+    job = Background("run", "--backend", "ray", str(spec))
+    job.wait_for("ready world 2 rank 0", "ready world 2 rank 1")
+    raylet_of(agent_of(job.job_dir.name, "algo-2")).kill()
+    out = job.finish()
+    assert job.proc.returncode == 0, out
+    assert "host algo-2 lost (its Ray node was lost); going on with 1 host" in out
+    assert "rendezvous: 1 host (algo-1), world size 1" in out
+    assert "done world 1 rank 0" in out
+    assert "(1 host x 1 process = 1 rank; lost: algo-2)" in out
+    lost = (job.job_dir / "hosts/algo-2/output/failure").read_text()
+    assert lost == "host algo-2 lost: its Ray node was lost\n"
+    assert_nothing_left(job.job_dir)
 
 
 def test_a_ray_block_on_another_backend_is_refused(tmp_path: Path) -> None:

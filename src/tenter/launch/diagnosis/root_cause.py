@@ -119,9 +119,13 @@ def oom_kills_since(before: int | None) -> int | None:
     return None if after is None or before is None else after - before
 
 
-def host_lost(host: HostPlan, agent_pid: int, exit_code: int, log: str) -> Failure:
-    """A host whose agent was killed: its workers went with it (their parent-death signal),
-    so no rank of it reports; the host is the failure. Rank -1 marks a host's failure."""
+def host_lost(
+    host: HostPlan, agent_pid: int | None, exit_code: int, log: str, cause: str = ""
+) -> Failure:
+    """A host whose agent was killed (or whose node was lost: ``cause``): its workers went
+    with it (their parent-death signal), so no rank of it reports; the host is the failure.
+    Rank -1 marks a host's failure."""
+    cause = cause or f"its agent was killed by {signal.Signals(-exit_code).name}"
     return Failure(
         host=host.name,
         rank=HOST_RANK,
@@ -129,7 +133,7 @@ def host_lost(host: HostPlan, agent_pid: int, exit_code: int, log: str) -> Failu
         pid=agent_pid,
         exit_code=exit_code,
         timestamp=time.time(),
-        message=f"host {host.name} lost: its agent was killed by {signal.Signals(-exit_code).name}",
+        message=f"host {host.name} lost: {cause}",
         log=log,
     )
 

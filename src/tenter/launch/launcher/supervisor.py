@@ -25,6 +25,7 @@ from tenter.contract.isolation import SWITCH_ADDR
 from tenter.contract.plan import HostPlan, Plan
 from tenter.errors import ExitCode
 from tenter.jobdir import layout, published
+from tenter.jobdir.control import declare_lost
 from tenter.jobdir.results import Failure, JobResult, JobState
 from tenter.launch.diagnosis import root_cause
 from tenter.launch.launcher.isolation import hosts as isolated_hosts
@@ -36,9 +37,16 @@ from tenter.launch.launcher.watchers.hang import HangWatcher
 from tenter.launch.launcher.watchers.ledger import LedgerWatcher
 from tenter.launch.launcher.watchers.rank_failure import RankFailureWatcher
 from tenter.launch.launcher.watchers.stop import StopWatcher
-from tenter.launch.shared.console import EventFeed
-from tenter.launch.shared.processes import job_processes, kill_all, start_process, stop_launched
+from tenter.launch.shared.console import EventFeed, say
+from tenter.launch.shared.processes import (
+    env_of,
+    job_processes,
+    kill_all,
+    start_process,
+    stop_launched,
+)
 from tenter.launch.shared.store import serve_store
+from tenter.spec.errors import counted
 
 POLL_S = 0.05
 """How often the launcher checks its processes, error files and hang records: often enough
@@ -252,6 +260,21 @@ class Supervisor:
             oom_kills=root_cause.oom_kills_since(self._oom_kills_before),
         )
         return root_cause.record_result(self.plan, [*self.host_failures, *failures], outcome)
+
+
+def goes_on_without_one(plan: Plan, running: int) -> bool:
+    """Whether an elastic job of ``running`` hosts goes on when one is lost (min_hosts)."""
+    return running - 1 >= plan.min_hosts and plan.max_restarts > 0
+
+
+def lose_host(job: Supervisor, name: str, cause: str, left: int) -> None:
+    """Go on without host ``name`` (its agent killed, its node lost): the other agents restart
+    without waiting for it, its workers go, and the summary names it."""
+    declare_lost(job.plan.job_dir, name)
+    # Its workers run in sessions of their own and may outlive their agent.
+    kill_all([p for p in job_processes(job.plan.job_id) if env_of(p, "TENTER_HOST") == name])
+    job.lost_hosts[name] = cause
+    say(f"host {name} lost ({cause}); going on with {counted(left, 'host')}")
 
 
 def _watchers(job: Supervisor, stop: threading.Event) -> list[Watcher]:

@@ -24,11 +24,10 @@ from tenter.jobdir.results import JobState
 from tenter.launch.api import python_executable
 from tenter.launch.diagnosis import root_cause
 from tenter.launch.launcher.isolation.faults import NetworkFaults
-from tenter.launch.launcher.supervisor import Supervisor
+from tenter.launch.launcher.supervisor import Supervisor, goes_on_without_one, lose_host
 from tenter.launch.shared.console import read_index, say
 from tenter.launch.shared.processes import env_of, job_processes, kill_all
 from tenter.runtime.warm import TITLE_ROOM, WAIT_FLAG
-from tenter.spec.errors import counted
 
 
 class LocalJob(Supervisor):
@@ -77,8 +76,10 @@ class LocalJob(Supervisor):
             code = self.procs[i].poll()
             if code is None or code == 0:
                 continue
-            if code < 0 and len(active) - 1 >= self.plan.min_hosts and self.plan.max_restarts:
-                self._lose_host(i, signal.Signals(-code).name)
+            if code < 0 and goes_on_without_one(self.plan, len(active)):
+                self.lost.add(i)
+                why = f"its agent was killed by {signal.Signals(-code).name}"
+                lose_host(self, self.plan.hosts[i].name, why, self.hosts_running)
                 return JobState.RUNNING
             if code < 0:
                 # Its workers died with it (their parent-death signal); their peers' broken
@@ -109,17 +110,6 @@ class LocalJob(Supervisor):
 
     def host_dirs(self) -> list[str]:
         return [h.dir for i, h in enumerate(self.plan.hosts) if i not in self.lost]
-
-    def _lose_host(self, index: int, why: str) -> None:
-        self.lost.add(index)
-        name = self.plan.hosts[index].name
-        declare_lost(self.plan.job_dir, name)  # the other agents restart without waiting
-        # Its workers run in sessions of their own and outlive their killed agent.
-        kill_all([p for p in job_processes(self.plan.job_id) if env_of(p, "TENTER_HOST") == name])
-        left = self.hosts_running
-        self.lost_hosts[name] = f"its agent was killed by {why}"
-        going_on = counted(left, "host")
-        say(f"host {name} lost (its agent was killed by {why}); going on with {going_on}")
 
     def on_tick(self) -> None:
         self._admit_joining_hosts()

@@ -35,6 +35,11 @@ LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 TOKEN_FILE = "auth_token"
+NODE_HEALTH = {"RAY_health_check_period_ms": "100", "RAY_health_check_failure_threshold": "3"}
+"""How soon the GCS calls a node whose raylet is gone dead (within a second, not Ray's default
+15 s), so that its host counts as lost before its peers' broken collectives restart them into
+a rendezvous round that would wait for it. A killed raylet refuses each check at once; a busy
+one still has Ray's 10 s to answer each."""
 
 
 def host_resource(index: int) -> str:
@@ -103,7 +108,8 @@ class LocalCluster:
                 with open(log_dir / f"ray-node-{index}.log", "wb") as log:
                     # SIGTERM when the launcher dies: `ray start --block` then stops its node.
                     argv = [resolve(a, values) for a in argv]
-                    cluster.nodes.append(start_process(argv, cluster.auth_env, "/", log))
+                    env = {**cluster.auth_env, **NODE_HEALTH}
+                    cluster.nodes.append(start_process(argv, env, "/", log))
             cluster._wait_for_head(log_dir)
         except BaseException:
             cluster.stop()

@@ -21,12 +21,17 @@ from tenter.launch.api import python_executable
 from tenter.launch.backends.ray.cluster import START_TIMEOUT_S, LocalCluster
 from tenter.launch.backends.ray.host import HostAgent
 from tenter.launch.backends.ray.setup import SETUP_FILE, RaySetup
-from tenter.launch.launcher.supervisor import Supervisor
+from tenter.launch.diagnosis import root_cause
+from tenter.launch.launcher.supervisor import Supervisor, goes_on_without_one, lose_host
 from tenter.launch.shared.processes import AGENT_REPORT_S, STOP_GRACE_S
 from tenter.runtime.warm import TITLE_ROOM
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
+
+NODE_LOST = -signal.SIGKILL
+"""The status of a host whose actor died, as if its machine had: killed, not reporting."""
+NODE_LOST_CAUSE = "its Ray node was lost"
 
 
 class RayJob(Supervisor):
@@ -38,6 +43,8 @@ class RayJob(Supervisor):
         self.actors: list[Any] = []
         self.runs: list[Any] = []
         """Each host's ``HostAgent.run`` (an ObjectRef): its agent's exit status."""
+        self.lost: set[int] = set()
+        """Indexes of hosts whose node was lost while the job went on without them."""
 
     def start_processes(self) -> None:
         logs = layout.logs_dir(self.plan.job_dir)
@@ -98,13 +105,30 @@ class RayJob(Supervisor):
             )
 
     def check_processes(self) -> JobState:
+        """running, succeeded or failed; a host whose node was lost (its actor died with its
+        raylet) is a lost host, as a killed agent is on the local backend."""
         import ray
 
-        ready, _ = ray.wait(self.runs, num_returns=len(self.runs), timeout=0)
-        codes = [_status(ray, ref) for ref in ready]
-        if any(code != 0 for code in codes):
+        active = [i for i in range(len(self.runs)) if i not in self.lost]
+        ready, _ = ray.wait([self.runs[i] for i in active], num_returns=len(active), timeout=0)
+        done = {id(ref) for ref in ready}
+        for i in active:
+            if id(self.runs[i]) not in done or (code := _status(ray, self.runs[i])) == 0:
+                continue
+            host = self.plan.hosts[i]
+            if code == NODE_LOST and goes_on_without_one(self.plan, len(active)):
+                self.lost.add(i)
+                lose_host(self, host.name, NODE_LOST_CAUSE, len(active) - 1)
+                return JobState.RUNNING
+            if code == NODE_LOST:
+                log = str(layout.logs_dir(self.plan.job_dir) / layout.agent_log(host.name))
+                failure = root_cause.host_lost(host, None, code, log, NODE_LOST_CAUSE)
+                self.host_failures.append(failure)
             return JobState.FAILED
-        return JobState.SUCCEEDED if len(codes) == len(self.runs) else JobState.RUNNING
+        return JobState.SUCCEEDED if len(ready) == len(active) else JobState.RUNNING
+
+    def host_dirs(self) -> list[str]:
+        return [h.dir for i, h in enumerate(self.plan.hosts) if i not in self.lost]
 
     def stop_processes(self) -> None:
         import ray
@@ -124,11 +148,11 @@ class RayJob(Supervisor):
 
 
 def _status(ray: Any, ref: Any) -> int:
-    """An agent's exit status; an actor lost with its node counts as killed."""
+    """An agent's exit status; :data:`NODE_LOST` if its actor died (with its node)."""
     try:
         code: int = ray.get(ref)
     except ray.exceptions.RayError:
-        return -signal.SIGKILL
+        return NODE_LOST
     return code
 
 
