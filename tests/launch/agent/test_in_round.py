@@ -166,6 +166,11 @@ def test_a_restart_costs_each_host_a_number_of_requests_that_does_not_grow_with_
         restarted = list(pool.map(_restart, counted))
     assert all(restarted)
     # The first host to join watches and the last decides (they read every host's name);
-    # every other host sends its name, joins, waits for the outcome and reads it.
-    requests = sorted(s.requests for s in stores)
-    assert max(requests[: hosts - 2]) <= 6, requests
+    # every other host sends its name, joins, waits for the outcome and reads it; the new
+    # round's group rank 0 also publishes its workers' store (one request more). Which host
+    # is which depends on the threads' order: the publisher is known, the other two are the
+    # largest counts left.
+    requests = [s.requests for s in stores]
+    publisher = [r.group_rank for r in restarted if r is not None].index(0)
+    plain = sorted(n - (i == publisher) for i, n in enumerate(requests))
+    assert max(plain[: hosts - 2]) <= 6, requests
