@@ -64,15 +64,15 @@ def fingerprint(params: Iterable[torch.Tensor]) -> torch.Tensor:
 
 
 def replicas_of(model: nn.Module, sharded: bool) -> ReplicaCheck | None:
-    """The check of ``model``'s replicas: a DDP module's across its process group; a plain
-    module's across the world; a sharded model's (DTensor parameters, as after
-    ``fully_shard``) across the mesh dimension that replicates every parameter (HSDP's), each
-    rank comparing its own shard; None where no two ranks hold the same parameters (FSDP over
-    a single dimension, FSDP1, a pipeline)."""
+    """The check of ``model``'s replicas: a DDP module's across its process group; a sharded
+    model's (DTensor parameters, as after ``fully_shard``) across the mesh dimension that
+    replicates every parameter (HSDP's), each rank comparing its own shard; None where no two
+    ranks are known to hold the same parameters (a plain module, which a script may keep
+    different on each rank; FSDP over a single dimension, FSDP1, a pipeline)."""
     if isinstance(model, DistributedDataParallel):  # named as the script names them
         return ReplicaCheck(model.module, model.process_group)
     if not sharded:
-        return ReplicaCheck(model)
+        return None
     found = _replicate_dim(list(model.parameters()))
     return None if found is None else ReplicaCheck(model, found[0].get_group(found[1]))
 
