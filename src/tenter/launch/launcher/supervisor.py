@@ -19,6 +19,7 @@ import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from tenter.contract.isolation import SWITCH_ADDR
@@ -27,6 +28,7 @@ from tenter.errors import ExitCode
 from tenter.jobdir import layout, published
 from tenter.jobdir.control import declare_lost
 from tenter.jobdir.results import Failure, JobResult, JobState
+from tenter.launch.api import python_executable
 from tenter.launch.diagnosis import root_cause
 from tenter.launch.launcher.isolation import hosts as isolated_hosts
 from tenter.launch.launcher.isolation.network import HostNetwork
@@ -46,6 +48,7 @@ from tenter.launch.shared.processes import (
     stop_launched,
 )
 from tenter.launch.shared.store import serve_store
+from tenter.runtime.warm import TITLE_ROOM
 from tenter.spec.errors import counted
 
 POLL_S = 0.05
@@ -312,3 +315,16 @@ def _ending(
         why.insert(0, line)
         failures = [f for f in failures if not f.secondary]
     return exit_code, why, failures
+
+
+def agent_argv(plan: Plan, host: HostPlan, rdzv_port: int) -> list[str]:
+    """The command that runs ``host``'s tenter agent (on this machine or in a Ray actor)."""
+    return [
+        python_executable(),
+        "-m",
+        "tenter.launch.agent",
+        str(Path(plan.job_dir) / layout.PLAN_FILE),
+        str(host.index),
+        str(rdzv_port),
+        TITLE_ROOM,  # for the workers forked from the agent (tenter.launch.agent.main)
+    ]

@@ -21,13 +21,17 @@ from tenter.jobdir import agent_result, layout
 from tenter.jobdir.control import declare_found, declare_lost, join_requests
 from tenter.jobdir.membership import record_join
 from tenter.jobdir.results import JobState
-from tenter.launch.api import python_executable
 from tenter.launch.diagnosis import root_cause
 from tenter.launch.launcher.isolation.faults import NetworkFaults
-from tenter.launch.launcher.supervisor import Supervisor, goes_on_without_one, lose_host
+from tenter.launch.launcher.supervisor import (
+    Supervisor,
+    agent_argv,
+    goes_on_without_one,
+    lose_host,
+)
 from tenter.launch.shared.console import read_index, say
 from tenter.launch.shared.processes import env_of, job_processes, kill_all
-from tenter.runtime.warm import TITLE_ROOM, WAIT_FLAG
+from tenter.runtime.warm import WAIT_FLAG
 
 
 class LocalJob(Supervisor):
@@ -47,22 +51,12 @@ class LocalJob(Supervisor):
             self._start_agent(host)
 
     def _start_agent(self, host: HostPlan, log_name: str = "") -> None:
-        plan_file = str(Path(self.plan.job_dir) / layout.PLAN_FILE)
         log_path = layout.logs_dir(self.plan.job_dir) / (log_name or layout.agent_log(host.name))
         self._agent_logs[host.index] = str(log_path)
         # If the launcher dies, even by SIGKILL, each agent stops its workers as on a cancel
         # (SIGTERM, SIGKILL after the grace period).
         self.spawn(
-            [
-                *self.on_host(host),
-                python_executable(),
-                "-m",
-                "tenter.launch.agent",
-                plan_file,
-                str(host.index),
-                str(self.rdzv_port),
-                TITLE_ROOM,  # for the workers forked from the agent (tenter.launch.agent.main)
-            ],
+            [*self.on_host(host), *agent_argv(self.plan, host, self.rdzv_port)],
             self.plan.host_env(host),
             log_path.name,
         )

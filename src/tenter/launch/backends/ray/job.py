@@ -10,21 +10,23 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tenter.contract.plan import Plan
 from tenter.errors import BackendRefusedError
 from tenter.jobdir import layout
 from tenter.jobdir.results import JobState
-from tenter.launch.api import python_executable
 from tenter.launch.backends.ray.cluster import START_TIMEOUT_S, LocalCluster
 from tenter.launch.backends.ray.host import HostAgent
 from tenter.launch.backends.ray.setup import SETUP_FILE, RaySetup
 from tenter.launch.diagnosis import root_cause
-from tenter.launch.launcher.supervisor import Supervisor, goes_on_without_one, lose_host
+from tenter.launch.launcher.supervisor import (
+    Supervisor,
+    agent_argv,
+    goes_on_without_one,
+    lose_host,
+)
 from tenter.launch.shared.processes import AGENT_REPORT_S, STOP_GRACE_S
-from tenter.runtime.warm import TITLE_ROOM
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
@@ -82,22 +84,13 @@ class RayJob(Supervisor):
     def _start_agents(self, ray: Any, group: PlacementGroup) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        plan_file = str(Path(self.plan.job_dir) / layout.PLAN_FILE)
         actor_class = ray.remote(HostAgent)
         for host in self.plan.hosts:
             where = PlacementGroupSchedulingStrategy(group, host.index)
             actor = actor_class.options(
                 num_cpus=0, max_concurrency=2, scheduling_strategy=where
             ).remote()
-            argv = [
-                python_executable(),
-                "-m",
-                "tenter.launch.agent",
-                plan_file,
-                str(host.index),
-                str(self.rdzv_port),
-                TITLE_ROOM,  # for the workers forked from the agent (tenter.launch.agent.main)
-            ]
+            argv = agent_argv(self.plan, host, self.rdzv_port)
             log = layout.logs_dir(self.plan.job_dir) / layout.agent_log(host.name)
             self.actors.append(actor)
             self.runs.append(
