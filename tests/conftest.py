@@ -104,6 +104,17 @@ def own_children() -> list[psutil.Process]:
 
 
 @pytest.fixture(autouse=True)
+def umask_kept() -> Iterator[None]:
+    """Put back the umask a test changed: `tenter run` in the test's own process sets the job's
+    (private.enter, 077), and the tests after it would create their files private (munged
+    refuses a socket folder others cannot enter)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    yield
+    os.umask(umask)
+
+
+@pytest.fixture(autouse=True)
 def no_stray_processes() -> Iterator[None]:
     """Fail the test that leaves a child process running (those of longer-lived fixtures,
     started before the test, are not its own)."""

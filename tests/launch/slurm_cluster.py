@@ -186,7 +186,8 @@ def _state_dirs() -> Path:
     root.chmod(0o755)  # munged refuses a socket in a directory others cannot traverse
     (root / "state").mkdir()
     munge_dir = root / "munge"
-    munge_dir.mkdir(mode=0o755)
+    munge_dir.mkdir()
+    munge_dir.chmod(0o755)  # whatever the umask: munged checks the socket's folder too
     shutil.chown(munge_dir, "munge", "munge")
     return root
 

@@ -200,10 +200,17 @@ def _wait_for_spare(job_id: str, besides: set[int], after: float) -> int:
 
 
 def _started(pid: int) -> float:
+    """When ``pid`` started, in wall-clock seconds to a clock tick: psutil's create_time adds
+    the boot time in whole seconds (/proc/stat's btime), up to a second early, and a spare
+    forked just after the preload's log line could seem to come before it."""
     try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
+        with open(f"/proc/{pid}/stat") as stat:
+            # The fields after the command's name (which may hold spaces); starttime is 22nd.
+            ticks = int(stat.read().rpartition(")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
         return 0.0
+    since_boot = ticks / os.sysconf("SC_CLK_TCK")
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + since_boot
 
 
 def _preloaded_at(agent_log: Path) -> float:
