@@ -68,6 +68,10 @@ PRELOAD_DELAY_S = 1.0
 :data:`tenter.runtime.warm.PRELOAD` (a second or two of CPU): long enough for those workers
 to be past their start (which the measure of a restart, the first step after it, includes);
 short enough for the spares a first failure takes to have it."""
+SPARES_CHECK_S = 1.0
+"""How often the agent looks for spares that died waiting (a read of each one's state): a
+rare event, replaced within a second; every monitor pass was a third of an idle agent's CPU
+(docs/scale.md)."""
 
 
 def enabled() -> bool:
@@ -110,6 +114,7 @@ class WarmPool:
         self._template: Template | None = None
         self._spares: list[ForkedProcess] = []
         self._preload_at = math.inf  # not before the first workers started
+        self._next_check = 0.0
 
     @classmethod
     def for_workers(
@@ -197,7 +202,9 @@ class WarmPool:
     def fill_when_due(self) -> None:
         """Called often: once the first workers are past their start, the template's
         preload, and spares that died waiting replaced."""
-        if time.monotonic() >= self._preload_at:
+        now = time.monotonic()
+        if now >= self._preload_at and now >= self._next_check:
+            self._next_check = now + SPARES_CHECK_S
             self.preload()
             self.fill()
 
