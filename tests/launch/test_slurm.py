@@ -15,6 +15,7 @@ import pytest
 from tenter.errors import ExitCode
 from tenter.launch import api
 from tenter.launch.backends.slurm.node import SlurmNode, in_rendezvous_order, resolve_plan
+from tenter.launch.backends.slurm.script import SCRIPT
 from tenter.spec import load
 from tests.conftest import (
     REPO,
@@ -33,6 +34,7 @@ from tests.launch.slurm_cluster import (
     start_controller,
     stop_controller,
 )
+from tests.security.kept import RANK, SECRET, assert_kept_yet_every_rank_has_it, every_cmdline
 
 DIGITS = REPO / "examples" / "digits"
 GOLDEN = Path(__file__).parent / "golden"
@@ -183,6 +185,30 @@ def test_digits_trains_as_a_one_node_two_task_slurm_job(cluster: dict[str, str])
     assert "[algo-1,0]" not in logs.stdout
     assert queue(cluster) == []
     assert_nothing_left(done.job_dir)
+
+
+@pytest.mark.slow
+def test_a_secret_reaches_every_rank_of_a_slurm_job_and_is_written_and_shown_nowhere(
+    cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = tmp_path / "release"
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    job = Background(
+        "run", "--backend", "slurm", "--hosts", "1", "--procs-per-host", "2",
+        "--secret", "HF_TOKEN", "--env", f"RELEASE_FILE={release}", str(RANK),
+    )  # fmt: skip
+    try:
+        job.wait_for("<stdout>: ready", count=2)
+        cmdlines = every_cmdline()  # sbatch's steps, the node's agent, the ranks among them
+    finally:
+        release.touch()
+    console = job.finish()
+    assert job.proc.returncode == 0, console
+    assert sum(str(RANK) in c for c in cmdlines) >= 2, cmdlines
+    assert (job.job_dir / SCRIPT).is_file()  # the batch script: among the files checked here
+    assert_kept_yet_every_rank_has_it(job.job_dir, console, cmdlines, world=2)
+    assert queue(cluster) == []
+    assert_nothing_left(job.job_dir)
 
 
 @pytest.mark.slow

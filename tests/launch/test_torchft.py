@@ -24,10 +24,12 @@ from tests.conftest import (
     REPO,
     Background,
     assert_nothing_left,
+    job_processes,
     port_is_free,
     tenter,
     warning_lines,
 )
+from tests.launch.listening import foreign, listening, own_addresses
 from tests.launch.slurm_cluster import queue, slurm_cluster
 from tests.launch.specs import write_spec
 
@@ -156,6 +158,8 @@ def test_a_killed_lighthouse_is_restarted_and_the_groups_train_on(tmp_path: Path
     # Group 0 waits after its step 10 (or the first after it both groups took part in, if
     # group 1 joined late): the next quorum is asked of the restarted lighthouse.
     run.wait_for("paused after step ")
+    # What the job's processes listen on while the groups train (checked once it ended).
+    found = listening([psutil.Process(run.proc.pid), *job_processes(run.job_dir.name)])
     os.kill(lighthouse_of(run.job_dir.name).pid, signal.SIGKILL)
     run.wait_for("torchft lighthouse exited (killed by signal 9); restarting it")
     (pause / "go").write_text("")
@@ -168,6 +172,11 @@ def test_a_killed_lighthouse_is_restarted_and_the_groups_train_on(tmp_path: Path
     assert_same_model(run.job_dir)
     assert_lighthouse_gone(out)
     assert_nothing_left(run.job_dir)
+    # Every server of the job (the launcher, the lighthouse, the agents; the workers'
+    # ManagerServer, checkpoint transport and gloo) was on its own addresses: torchft's own
+    # Manager binds the ManagerServer and the transport to every interface.
+    assert len(found) == 6, found  # every process of the job listened: none was missed
+    assert foreign(found, own_addresses(run.job_dir)) == {}, found
 
 
 def test_the_other_group_goes_on_at_once_without_a_partitioned_one_which_comes_back_healed(

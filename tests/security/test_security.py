@@ -9,11 +9,9 @@ what the job left."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -37,13 +35,11 @@ from tenter.jobdir import layout, private
 from tenter.launch.backends.kubernetes.mpi_launcher import serve_rank_envs
 from tenter.spec import load, lookup
 from tests.conftest import Background, job_checkpoints, job_dirs, tenter
+from tests.security.kept import RANK, SECRET, assert_kept_yet_every_rank_has_it, every_cmdline
 
-SECRET = f"hf_{secrets.token_hex(16)}"
-"""The secret the job is given: random, so that no file can hold it by chance."""
 WRONG = {"Authorization": "Bearer not-the-token"}
 PROBE_USER = "tenter-probe"
 """A second, unprivileged user of this machine (made if missing, then removed)."""
-RANK = Path(__file__).with_name("rank.py")
 HOSTS, PROCS = 2, 1
 
 
@@ -54,16 +50,6 @@ def _reply(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]
             return r.status, r.read()
     except HTTPError as e:
         return e.code, e.read()
-
-
-def _every_cmdline() -> list[str]:
-    """The command line of every process of this machine, as ``ps`` shows it."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                out.append((proc / "cmdline").read_bytes().decode(errors="replace"))
-    return out
 
 
 def _job_processes(job_id: str) -> set[int]:
@@ -144,7 +130,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedJob]:
             "wrong": _reply(url, WRONG),
             "token": _reply(url, private.bearer(token)),
         }
-        cmdlines, processes = _every_cmdline(), _job_processes(job_dir.name)
+        cmdlines, processes = every_cmdline(), _job_processes(job_dir.name)
         listening = _listening({run.proc.pid, *processes})
         release.touch()
         console = run.finish()
@@ -213,26 +199,11 @@ def test_another_user_cannot_read_the_jobs_directory_plan_logs_or_checkpoints(
     assert [s for s in shared if int(s.split()[-1], 8) & 0o077] == []
 
 
-def _assert_kept_yet_every_rank_has_it(
-    job_dir: Path, console: str, cmdlines: list[str], world: int
-) -> None:
-    """The secret is in no file under ``job_dir``, not in ``console`` nor in any of
-    ``cmdlines``; each of the ``world`` ranks said the hash of the value it got."""
-    files = [p for p in job_dir.rglob("*") if p.is_file() and not p.is_symlink()]
-    assert len(files) > 10  # plan, events, summary, logs...
-    assert [p for p in files if SECRET.encode() in p.read_bytes()] == []
-    assert SECRET not in console
-    assert [c for c in cmdlines if SECRET in c] == []
-    digest = hashlib.sha256(SECRET.encode()).hexdigest()
-    seen = re.findall(r"secret-sha256 (\d+) (\w+)", console)
-    assert sorted(seen) == [(str(r), digest) for r in range(world)]
-
-
 def test_the_secret_is_written_nowhere_and_shown_to_no_one_yet_every_rank_has_it(
     job: SharedJob,
 ) -> None:
     assert len(job.job_processes) >= HOSTS * (PROCS + 1)  # the scan saw the job's processes
-    _assert_kept_yet_every_rank_has_it(job.job_dir, job.console, job.cmdlines, HOSTS * PROCS)
+    assert_kept_yet_every_rank_has_it(job.job_dir, job.console, job.cmdlines, HOSTS * PROCS)
 
 
 def test_on_the_mpi_backend_the_secret_reaches_every_rank_by_name_only(
@@ -247,13 +218,13 @@ def test_on_the_mpi_backend_the_secret_reaches_every_rank_by_name_only(
     run = Background("run", "--backend", "mpi", str(spec))
     try:
         run.wait_for("ready", count=2)
-        cmdlines = _every_cmdline()  # mpirun's among them: -x HF_TOKEN, the name only
+        cmdlines = every_cmdline()  # mpirun's among them: -x HF_TOKEN, the name only
     finally:
         release.touch()
     console = run.finish()
     assert run.proc.returncode == 0, console
     assert any("mpirun" in c and "HF_TOKEN" in c for c in cmdlines)
-    _assert_kept_yet_every_rank_has_it(run.job_dir, console, cmdlines, 2)
+    assert_kept_yet_every_rank_has_it(run.job_dir, console, cmdlines, 2)
 
 
 def test_the_metrics_endpoint_beyond_loopback_answers_only_with_the_jobs_token(

@@ -1,13 +1,16 @@
 """What differs between the torch versions ``tenter.runtime`` runs on: torch's flight
 recorder (the last collectives of every process group, as the process group recorded them),
-and the private names torchft's checkpoint transport is mended through.
+and the private names through which torchft's checkpoint transport is mended and its
+servers are bound to the host's address.
 
 Kept in one place so that dropping an old version means deleting lines here.
 """
 
 from __future__ import annotations
 
+import functools
 import io
+import socket
 import urllib.request
 from collections.abc import Callable
 from datetime import timedelta
@@ -85,17 +88,70 @@ class _WritableReads(io.BufferedIOBase):
         return self._response.readline(-1 if size is None else size)
 
 
-def http_checkpoint_transport(timeout: timedelta) -> Any:
+def _url_host(host: str) -> str:
+    """``host`` as a URL (or a Rust socket address) writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
+def bind_manager_server(host: str) -> None:
+    """The ManagerServer that torchft's ``Manager`` starts on a group's rank 0 listens on
+    ``host`` (from now on, in this process), not on every interface."""
+    import torchft.manager  # type: ignore[import-untyped]
+
+    server = torchft.manager.ManagerServer
+    original = getattr(server, "__wrapped__", server)  # torchft's own, if bound before
+
+    @functools.wraps(original)
+    def on_host(*, bind: str, **options: Any) -> Any:
+        return original(bind=f"{_url_host(host)}:{bind.rpartition(':')[2]}", **options)
+
+    torchft.manager.ManagerServer = on_host  # [torchft 0.2] Manager binds f"[::]:{port}"
+
+
+def _http_server_on(host: str, base: type) -> type:
+    """``base`` (torchft's HTTP server class) listening on ``host``, whatever it is given."""
+    family = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]
+
+    class HostServer(base):  # type: ignore[misc]
+        address_family = family
+
+        def __init__(self, address: tuple[str, int], handler: Any) -> None:
+            super().__init__((host, address[1]), handler)
+
+    return HostServer
+
+
+def http_checkpoint_transport(timeout: timedelta, host: str | None) -> Any:
     """torchft's ``HTTPTransport`` as its ``Manager`` builds by default (one request per
-    checkpoint), whose loads hand torch writable buffers (see :class:`_WritableReads`)."""
+    checkpoint), whose loads hand torch writable buffers (see :class:`_WritableReads`), and
+    which serves on ``host`` (this host's address; None: every interface, as torchft's)."""
     from torch.distributed._serialization import _streaming_load  # [torch 2.7+]
-    from torchft.checkpointing import HTTPTransport  # type: ignore[import-untyped]
+    from torchft.checkpointing import HTTPTransport, http_transport  # type: ignore[import-untyped]
 
     class WritableHTTPTransport(HTTPTransport):  # type: ignore[misc]
+        def __init__(self) -> None:
+            if host is None:
+                super().__init__(timeout=timeout, num_chunks=0)
+                return
+            # The server class torchft's __init__ binds to ("", 0), swapped for this call only:
+            # another HTTPTransport (whose address names the hostname) keeps torchft's.
+            everywhere = http_transport._IPv6HTTPServer  # [torchft 0.2]
+            http_transport._IPv6HTTPServer = _http_server_on(host, everywhere)
+            try:
+                super().__init__(timeout=timeout, num_chunks=0)
+            finally:
+                http_transport._IPv6HTTPServer = everywhere
+
+        def address(self) -> str:  # [torchft 0.2] names socket.gethostname(), any interface
+            if host is None:
+                return str(super().address())
+            port = self._server.socket.getsockname()[1]  # [torchft 0.2]
+            return f"http://{_url_host(host)}:{port}/checkpoint/"
+
         @classmethod
         def _load_from_address(cls, address: str, timeout: timedelta) -> object:  # [torchft 0.2]
             with urllib.request.urlopen(address, timeout=timeout.total_seconds()) as response:
                 # weights_only=False as torchft's own: the state holds non-tensor values.
                 return _streaming_load(_WritableReads(response), weights_only=False)
 
-    return WritableHTTPTransport(timeout=timeout, num_chunks=0)
+    return WritableHTTPTransport()

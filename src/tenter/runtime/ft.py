@@ -63,15 +63,20 @@ def manager_options(timeout: timedelta = timedelta(seconds=60)) -> dict[str, Any
     the group's number), the spec's ``min_replicas``, this host's address to advertise (the
     machine's hostname can name any interface, or all simulated hosts at once), ``timeout``
     (torchft's default), and the checkpoint transport a healing group fetches its peer's state
-    through (torchft's, without torch's warning of a non-writable buffer: see compat)."""
-    from tenter.runtime.compat import http_checkpoint_transport
+    through (torchft's, without torch's warning of a non-writable buffer: see compat).
+    Under tenter, the Manager's servers (its ManagerServer, the transport's) then listen on
+    this host's address only, not on every interface as torchft's own."""
+    from tenter.runtime.compat import bind_manager_server, http_checkpoint_transport
 
+    addr = os.environ.get("TENTER_HOST_ADDR") or None
+    if addr:
+        bind_manager_server(addr)
     return {
         "replica_id": f"tenter_group_{replica_group()}",
         "min_replica_size": int(os.environ.get("TENTER_MIN_REPLICAS", "1")),
-        "hostname": os.environ.get("TENTER_HOST_ADDR") or socket.gethostname(),
+        "hostname": addr or socket.gethostname(),
         "timeout": timeout,
-        "checkpoint_transport": http_checkpoint_transport(timeout),
+        "checkpoint_transport": http_checkpoint_transport(timeout, addr),
     }
 
 
