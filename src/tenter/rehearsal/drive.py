@@ -49,7 +49,6 @@ CULPRIT = 1
 """The rank the hang phase stops."""
 STEADY_S = 5.0
 STEADY_PHASE = "steady"
-LAUNCH_PHASE = "launch"
 
 
 class RehearsalFailed(Exception):
@@ -65,29 +64,17 @@ class Figures:
     store_requests: dict[str, float] = field(default_factory=dict)
     """Phase name to store requests per host (mean; max in ``store_requests_max``)."""
     store_requests_max: dict[str, int] = field(default_factory=dict)
-    store_window_s: dict[str, float] = field(default_factory=dict)
-    """Phase name to the seconds its requests were counted over (since the last phase's)."""
+    store_polls: dict[str, float] = field(default_factory=dict)
+    """Phase name to the agents' polls among its store requests per host (mean)."""
     steady: dict[str, float] = field(default_factory=dict)
     result: JobResult | None = None
     hang_report: str = ""
 
-    def polls_per_host_s(self) -> float:
-        """Each agent's steady requests per second (its monitor pass asks whether another
-        host restarts, torch's rendezvous whether one waits to join, its heartbeat): the
-        steady phase's, 0 where it was not measured."""
-        window = self.store_window_s.get(STEADY_PHASE, 0.0)
-        return self.store_requests.get(STEADY_PHASE, 0.0) / window if window else 0.0
-
     def event_requests(self, phase: str) -> float:
         """Store requests per host (mean) that ``phase``'s event made: its count less the
-        steady polls over its window. The polls grow with the phase's length, which grows
-        with the hosts on this machine's two cores (not on a cluster, each agent on its own
-        cores): the raw count of a restart seemed O(hosts) per host (docs/scale.md). The
-        launch's is its count: the agents poll only once their workers run."""
-        if phase == LAUNCH_PHASE:
-            return self.store_requests.get(phase, 0.0)
-        polls = self.polls_per_host_s() * self.store_window_s.get(phase, 0.0)
-        return max(0.0, self.store_requests.get(phase, 0.0) - polls)
+        agents' polls, which grow with the phase's length (on this machine's two cores, with
+        the hosts: the raw count of a restart seemed to grow with them, docs/scale.md)."""
+        return self.store_requests.get(phase, 0.0) - self.store_polls.get(phase, 0.0)
 
     def worst_phase_requests(self) -> float:
         """Store requests per host that the event of the phase that made the most made:
@@ -161,7 +148,7 @@ class Rehearsal:
         self.job = RehearsalJob(plan, hosts_per_pack)
         self.figures = Figures(len(plan.hosts), len(plan.hosts) * plan.procs_per_host)
         self._requests: dict[int, int] = {}
-        self._counted_at = time.monotonic()
+        self._polls: dict[int, int] = {}
         self._stop = threading.Event()
         self._launcher: threading.Thread | None = None
 
@@ -182,15 +169,15 @@ class Rehearsal:
         return self.figures
 
     def _count_requests(self, phase: str) -> None:
-        ended, packs, counted_at = time.time(), len(self.job.packs), time.monotonic()
+        ended, packs = time.time(), len(self.job.packs)
         saved = functools.partial(store_count.saved_since, self.plan.job_dir, packs, ended)
         _wait("the packs' store counts", saved, self.bound_s)
-        now = store_count.requests_by_host(self.plan.job_dir)
+        now, polls = store_count.requests_by_host(self.plan.job_dir)
         deltas = [count - self._requests.get(host, 0) for host, count in now.items()]
-        self._requests = now
-        self.figures.store_window_s[phase] = counted_at - self._counted_at
-        self._counted_at = counted_at
+        poll_deltas = [count - self._polls.get(host, 0) for host, count in polls.items()]
+        self._requests, self._polls = now, polls
         self.figures.store_requests[phase] = sum(deltas) / max(1, len(deltas))
+        self.figures.store_polls[phase] = sum(poll_deltas) / max(1, len(deltas))
         self.figures.store_requests_max[phase] = max(deltas, default=0)
 
     def _launch(self) -> None:
@@ -213,7 +200,7 @@ class Rehearsal:
             self.bound_s,
         )
         self.figures.seconds["first_step"] = time.monotonic() - started
-        self._count_requests(LAUNCH_PHASE)
+        self._count_requests("launch")
 
     def _kill_a_rank(self) -> None:
         old = _pids(self.plan)

@@ -1,8 +1,11 @@
 """Counting the store requests each host's agent makes, in a pack of agents
 (:mod:`tenter.rehearsal.pack`): every public request method of torch's ``Store`` is wrapped
 (:func:`tenter.rehearsal.compat.wrap_store_requests`) to add one to the calling thread's
-host. Saved as ``rehearsal/store-<first host>.json`` in the job directory: host index to
-requests so far (:func:`requests_by_host` sums the packs')."""
+host, and its ``check`` requests apart: those are the agents' polls (each monitor pass asks
+whether another host restarts, :func:`tenter.launch.agent.in_round.asked`), whose count grows
+with a phase's length, not with what its event asks of the store. Saved as
+``rehearsal/store-<first host>.json`` in the job directory: host index to requests so far, and
+to polls so far (:func:`requests_by_host` sums the packs')."""
 
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ from tenter.jobdir.layout import write_atomic
 from tenter.rehearsal import compat
 from tenter.rehearsal.commands import FOLDER
 
+POLL = "check"
 _counts: Counter[int] = Counter()
+_polls: Counter[int] = Counter()
 _this = threading.local()
 _file: Path | None = None
 
@@ -28,9 +33,14 @@ def this_thread_is(host_index: int) -> None:
 
 
 def _counted(method: Callable[..., Any]) -> Callable[..., Any]:
+    polls = method.__name__ == POLL
+
     @functools.wraps(method)
     def counted(*args: Any, **kwargs: Any) -> Any:
-        _counts[getattr(_this, "host", -1)] += 1
+        host = getattr(_this, "host", -1)
+        _counts[host] += 1
+        if polls:
+            _polls[host] += 1
         return method(*args, **kwargs)
 
     return counted
@@ -45,7 +55,9 @@ def install(job_dir: str, first_host: int) -> None:
 
 def save() -> None:
     if _file is not None:
-        write_atomic(_file, json.dumps({str(k): v for k, v in _counts.items() if k >= 0}))
+        requests = {str(k): v for k, v in _counts.items() if k >= 0}
+        polls = {str(k): v for k, v in _polls.items() if k >= 0}
+        write_atomic(_file, json.dumps({"requests": requests, "polls": polls}))
 
 
 def saved_since(job_dir: str, packs: int, since: float) -> bool:
@@ -58,12 +70,16 @@ def saved_since(job_dir: str, packs: int, since: float) -> bool:
     return len(times) >= packs and min(times) >= since
 
 
-def requests_by_host(job_dir: str) -> dict[int, int]:
-    """Every pack's counts so far: host index to store requests."""
-    found: dict[int, int] = {}
+def requests_by_host(job_dir: str) -> tuple[dict[int, int], dict[int, int]]:
+    """Every pack's counts so far: host index to store requests, and to its polls among
+    them."""
+    requests: dict[int, int] = {}
+    polls: dict[int, int] = {}
     for path in (Path(job_dir) / FOLDER).glob("store-*.json"):
         try:
-            found.update({int(k): v for k, v in json.loads(path.read_text()).items()})
+            saved = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # a pack replaced it meanwhile: the next look reads it
-    return found
+        requests.update({int(k): v for k, v in saved["requests"].items()})
+        polls.update({int(k): v for k, v in saved["polls"].items()})
+    return requests, polls

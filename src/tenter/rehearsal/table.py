@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tenter.rehearsal.drive import LAUNCH_PHASE, STEADY_PHASE, Figures
+from tenter.rehearsal.drive import Figures
 
 TARGETS = {
     "first_step": ("launch -> every rank at its first step", 30.0),
@@ -34,15 +34,11 @@ def rows(figures: Figures, hang_timeout: float) -> list[tuple[str, str, str]]:
     for key, (what, target) in STEADY.items():
         if key in figures.steady:
             out.append((what, f"{figures.steady[key]:.3g}", _target(figures.steady[key], target)))
-    polls = figures.polls_per_host_s()
     for phase, mean in figures.store_requests.items():
         worst = figures.store_requests_max.get(phase, 0)
-        measured = f"{mean:.1f} (max {worst})"
-        if polls and phase not in (STEADY_PHASE, LAUNCH_PHASE):
-            measured += f", {figures.event_requests(phase):.1f} beyond the polls"
+        events = figures.event_requests(phase)
+        measured = f"{mean:.1f} (max {worst}), {events:.1f} beyond the agents' polls"
         out.append((f"store requests per host: {phase}", measured, ""))
-    if polls:
-        out.append(("store requests per host per s (steady polls)", f"{polls:.1f}", ""))
     return out
 
 
