@@ -130,8 +130,15 @@ def main(argv: list[str]) -> int:
     store_count.install(plan.job_dir, int(first))
     stop = threading.Event()
 
+    signalled: list[int] = []
+
     def stopping(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        # Once: a signal that comes while the first one's handler is inside stop.set() would
+        # wait for the lock that handler holds, in the same thread, forever (a 256-host pack
+        # was found so, 60 handlers deep, after its launcher's SIGKILL).
+        if not signalled:
+            signalled.append(signum)
+            stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stopping)
