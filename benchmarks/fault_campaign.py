@@ -48,11 +48,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 sys.path.insert(0, str(Path(__file__).parent))  # recovery.py's own imports, when loaded
 import recovery
 
 from tenter.checkpoint import atomic
+from tenter.checkpoint.model_state import SHARDED_DIR
 from tenter.checkpoint.run_state import STATE_FILE
 from tenter.data import ledger
 
@@ -133,6 +135,18 @@ FAULTS: dict[str, CampaignFault] = {
 }
 """The faults, the cheap first."""
 
+JOBS = ("ddp", "fsdp2")
+"""The job's two forms: examples/elastic/train.py with DDP, and with ``--fsdp`` (FSDP2,
+sharded over the 4 ranks; its checkpoints through DCP)."""
+FSDP2_FAULTS = (
+    "worker_kill",
+    "worker_exception",
+    "preempt_sigterm",
+    "slow_rank",
+    "checkpoint_flipped_byte",
+)
+"""The faults the FSDP2 job runs too (``--jobs ddp,fsdp2``)."""
+
 
 @dataclass(frozen=True)
 class Row:
@@ -179,11 +193,19 @@ def _tensors(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]
 
 
 def final_state(checkpoints: Path) -> dict[str, torch.Tensor]:
-    """The model and optimizer state of the newest checkpoint in ``checkpoints``, by name."""
+    """The model and optimizer state of the newest checkpoint in ``checkpoints``, by name
+    (a sharded one's DCP files gathered into one state first)."""
     latest = atomic.read_manifest(checkpoints).latest
     if latest is None:
         return {}
-    state = torch.load(checkpoints / latest.name / STATE_FILE, weights_only=False)
+    folder = checkpoints / latest.name
+    if (folder / SHARDED_DIR).is_dir():
+        whole = folder.parent / f"{folder.name}.whole.pt"
+        dcp_to_torch_save(folder / SHARDED_DIR, whole)
+        state = torch.load(whole, weights_only=False)
+        whole.unlink()
+    else:
+        state = torch.load(folder / STATE_FILE, weights_only=False)
     return dict(_tensors({"model": state["model"], "optimizer": state["optimizer"]}))
 
 
@@ -204,11 +226,13 @@ def largest_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tens
     )
 
 
-def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int) -> recovery.Ran:
-    """The DDP job with ``chosen`` fault (none where its rank is -1), in ``work``."""
+def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int, job: str) -> recovery.Ran:
+    """The ``job`` (one of :data:`JOBS`) with ``chosen`` fault (none where its rank is -1),
+    in ``work``."""
     env = recovery._cell_env(work / "times", chosen.fault) | {"FAULT_STEP": str(chosen.step)}
     cell = recovery.Cell(name, chosen.fault, work, env)
     script = [recovery.TRAIN, "--epochs", str(epochs), "--checkpoint_every", str(CHECKPOINT_EVERY)]
+    script += ["--fsdp"] if job == "fsdp2" else []
     if chosen.tmpfs:
         (work / "ckpt").mkdir()
         subprocess.run(
@@ -230,10 +254,12 @@ def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int) -> recove
             Path(cgroup.read_text()).rmdir()
 
 
-def campaign_row(name: str, work: Path, epochs: int, reference: Mapping[str, torch.Tensor]) -> Row:
-    """Run the job with fault ``name`` and compare its end with ``reference``."""
+def campaign_row(
+    name: str, work: Path, epochs: int, job: str, reference: Mapping[str, torch.Tensor]
+) -> Row:
+    """Run ``job`` with fault ``name`` and compare its end with ``reference``."""
     chosen = FAULTS[name]
-    ran = run_job(name, chosen, work, epochs)
+    ran = run_job(name, chosen, work, epochs, job)
     cell = recovery.Cell(name, chosen.fault, work, {"TIMES_DIR": str(work / "times")})
     measured = recovery.measure(cell, dataclasses.replace(ran, code=0), None)
     state = final_state(work / "ckpt")
@@ -245,7 +271,7 @@ def campaign_row(name: str, work: Path, epochs: int, reference: Mapping[str, tor
     duplicates, gaps = duplicates_and_gaps(work / "times")
     return Row(
         name,
-        "ddp",
+        job,
         ran.code,
         measured.recover_s if measured else None,
         measured.lost_steps if measured else None,
@@ -267,11 +293,11 @@ def named_stragglers(home: Path) -> str:
     return ",".join(named)
 
 
-def uninterrupted(work: Path, epochs: int) -> tuple[Row, dict[str, torch.Tensor]]:
+def uninterrupted(work: Path, epochs: int, job: str) -> tuple[Row, dict[str, torch.Tensor]]:
     none = CampaignFault(recovery.Fault("kill_worker", -1, 2, exact=True))
-    ran = run_job("none", none, work, epochs)
+    ran = run_job("none", none, work, epochs, job)
     duplicates, gaps = duplicates_and_gaps(work / "times")
-    row = Row("none", "ddp", ran.code, None, None, True, "", duplicates, gaps)
+    row = Row("none", job, ran.code, None, None, True, "", duplicates, gaps)
     return row, final_state(work / "ckpt")
 
 
@@ -292,6 +318,9 @@ def table(rows: list[Row]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument(
+        "--jobs", default="ddp", help=f"ddp, fsdp2 or both (fsdp2 runs {', '.join(FSDP2_FAULTS)})"
+    )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--keep", metavar="DIR", help="run in DIR and keep the runs' files")
     args = parser.parse_args()
@@ -299,16 +328,28 @@ def main() -> None:
     unknown = set(names) - set(FAULTS)
     if unknown:
         parser.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}")
+    jobs = args.jobs.split(",")
+    if set(jobs) - set(JOBS):
+        parser.error(f"--jobs {args.jobs}: each one of {', '.join(JOBS)}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as scratch:
-        root = Path(args.keep or scratch)
-        first, reference = uninterrupted(root / "none", args.epochs)
-        print(first.line(), flush=True)
-        rows = [first]
-        for name in names:
-            rows.append(campaign_row(name, root / name, args.epochs, reference))
-            print(rows[-1].line(), flush=True)
+        for job in jobs:
+            rows += campaign(Path(args.keep or scratch) / job, job, names, args.epochs)
     print(table(rows))
+
+
+def campaign(root: Path, job: str, names: list[str], epochs: int) -> list[Row]:
+    """``job`` uninterrupted, then with each of the faults ``names`` (the FSDP2 job: those
+    of them in :data:`FSDP2_FAULTS`), in ``root``; each row printed as it ends."""
+    first, reference = uninterrupted(root / "none", epochs, job)
+    print(first.line(), flush=True)
+    rows = [first]
+    for name in names:
+        if job == "ddp" or name in FSDP2_FAULTS:
+            rows.append(campaign_row(name, root / name, epochs, job, reference))
+            print(rows[-1].line(), flush=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -34,9 +34,11 @@ def campaign() -> ModuleType:
 @pytest.fixture(scope="module")
 def rows(campaign: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("campaign")
-    first, reference = campaign.uninterrupted(root / "none", 1)
+    first, reference = campaign.uninterrupted(root / "none", 1, "ddp")
     assert first.exit == 0 and reference
-    return {name: campaign.campaign_row(name, root / name, 1, reference) for name in CI_FAULTS}
+    return {
+        name: campaign.campaign_row(name, root / name, 1, "ddp", reference) for name in CI_FAULTS
+    }
 
 
 @pytest.mark.parametrize("name", CI_FAULTS)
