@@ -1,27 +1,30 @@
-"""A fault campaign: one real training job, run once uninterrupted and once per fault, each
+"""A fault campaign: real training jobs, each run once uninterrupted and once per fault, each
 run's end checked against the uninterrupted one.
 
-    python benchmarks/fault_campaign.py [--faults worker_kill,...] [--epochs 3] [--keep DIR]
+    python benchmarks/fault_campaign.py [--faults worker_kill,...] [--jobs ddp,fsdp2,torchft]
+                                        [--epochs 3] [--keep DIR]
 
-The job: examples/elastic/train.py (DDP, deterministic) on 2 hosts x 2 processes under
-benchmarks/workloads/faulty.py, which logs each rank's steps and the sample indices of each
-step, and injects the fault at step :data:`FAULT_STEP` of the first attempt
-(benchmarks/recovery.py's machinery: its :class:`Fault`, :class:`Cell`, job runner and
-measures). Checkpoints every
+The jobs (:data:`JOBS`): examples/elastic/train.py (DDP, deterministic; ``fsdp2``: the same
+with ``--fsdp``) on 2 hosts x 2 processes, and examples/torchft/train.py (2 replica groups of
+1 process, 400 steps), under benchmarks/workloads/faulty.py, which logs each rank's steps and
+the sample indices of each step, and injects the fault at step :data:`FAULT_STEP` of the first
+attempt (benchmarks/recovery.py's machinery: its :class:`Fault`, :class:`Cell`, job runner and
+measures). Each fault runs in the jobs its ``jobs`` name. Checkpoints every
 ``CHECKPOINT_EVERY`` steps, a number of steps per epoch (16) divides, so that the last
 checkpoint is the final state. For each fault (:data:`FAULTS`):
 
 - ``exit``: the job's exit status (of its last run, for a fault that runs it again);
 - ``recover_s`` and ``lost_steps``: from the fault to rank 0's first step after it, and the
   steps done again (benchmarks/recovery_counting.py);
-- ``identical``: the final checkpoint's model and optimizer state, hashed, equal to the
-  uninterrupted run's; else ``reason`` names why (a world that shrank splits each batch
-  over other ranks) and the largest difference;
+- ``identical``: the final checkpoint's model and optimizer state (torchft: each replica
+  group's final model), hashed, equal to the uninterrupted run's; else ``reason`` names why
+  (a world that shrank or grew splits each batch over other ranks, with other dropout masks)
+  and the largest difference;
 - ``straggler`` (the table only): the ranks tenter named as stragglers (``slow_rank``: each
   step of rank 2 0.3 s longer from the fault on);
 - ``duplicates``, ``gaps``: tenter's sample ledger (:mod:`tenter.data.ledger`): over each
   epoch, the samples trained on twice, and those never trained on, counting each step's last
-  execution.
+  execution (``n/a`` for torchft's job: torchft's own sampler is not logged).
 
 One line per run, then a table::
 
@@ -42,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +82,10 @@ class CampaignFault:
     max_restarts: int = 1
     tmpfs: bool = False
     """The checkpoint directory a tmpfs of :data:`TMPFS_SIZE` (needs root)."""
+    jobs: tuple[str, ...] = ("ddp",)
+    """The jobs (:data:`JOBS`) it runs in."""
+    hosts: int = 2
+    """The hosts the job starts with."""
 
 
 TMPFS_SIZE = "1m"
@@ -85,10 +93,14 @@ TMPFS_SIZE = "1m"
 
 
 FAULTS: dict[str, CampaignFault] = {
-    "worker_kill": CampaignFault(recovery.Fault("kill_worker", 3, min_hosts=2, exact=True)),
-    "worker_exception": CampaignFault(recovery.Fault("raise_error", 1, min_hosts=2, exact=True)),
+    "worker_kill": CampaignFault(
+        recovery.Fault("kill_worker", 3, min_hosts=2, exact=True), jobs=("ddp", "fsdp2")
+    ),
+    "worker_exception": CampaignFault(
+        recovery.Fault("raise_error", 1, min_hosts=2, exact=True), jobs=("ddp", "fsdp2")
+    ),
     "preempt_sigterm": CampaignFault(
-        recovery.Fault("preempt", 0, min_hosts=2, exact=True, resume=True)
+        recovery.Fault("preempt", 0, min_hosts=2, exact=True, resume=True), jobs=("ddp", "fsdp2")
     ),
     "cancel_preempt": CampaignFault(
         recovery.Fault("cancel_preempt", 0, min_hosts=2, exact=True, resume=True)
@@ -96,7 +108,9 @@ FAULTS: dict[str, CampaignFault] = {
     "launcher_kill": CampaignFault(
         recovery.Fault("kill_launcher", 0, min_hosts=2, exact=True, resume=True)
     ),
-    "slow_rank": CampaignFault(recovery.Fault("slow_down", 2, min_hosts=2, exact=True)),
+    "slow_rank": CampaignFault(
+        recovery.Fault("slow_down", 2, min_hosts=2, exact=True), jobs=("ddp", "fsdp2")
+    ),
     # A rank stops (SIGSTOP): no rank makes progress; after hang_timeout, a restart.
     "frozen_rank": CampaignFault(
         recovery.Fault("freeze", 3, min_hosts=2, exact=True),
@@ -118,7 +132,9 @@ FAULTS: dict[str, CampaignFault] = {
     ),
     # After the checkpoints of steps 8 and 16: the newest damaged, the job resumes from 8.
     "checkpoint_flipped_byte": CampaignFault(
-        recovery.Fault("flip_checkpoint_byte", 0, min_hosts=2, exact=True), step=19
+        recovery.Fault("flip_checkpoint_byte", 0, min_hosts=2, exact=True),
+        step=19,
+        jobs=("ddp", "fsdp2"),
     ),
     "checkpoint_truncated": CampaignFault(
         recovery.Fault("truncate_checkpoint", 0, min_hosts=2, exact=True), step=19
@@ -132,20 +148,32 @@ FAULTS: dict[str, CampaignFault] = {
         recovery.Fault("kill_host", 2, min_hosts=1, exact=False),
         "world_shrank_from_4_to_2_ranks",
     ),
+    # A job of 1 host x 2 processes; rank 0 runs `tenter join`: it grows to 2 hosts.
+    "host_joins_grow": CampaignFault(
+        recovery.Fault("join_host", 0, min_hosts=1, exact=False),
+        "world_grew_from_2_to_4_ranks",
+        elastic=", max_hosts: 2",
+        hosts=1,
+    ),
+    # Ranks 0, 2 and 3 finish the job while rank 1 exits 3: every host restarts, and the
+    # restart resumes from the last step's checkpoint with nothing left to do.
+    "rank_fails_as_others_finish": CampaignFault(
+        recovery.Fault("fail_at_end", 1, min_hosts=2, exact=True), jobs=("ddp", "fsdp2")
+    ),
+    # torchft: replica group 1's process SIGKILLed; the group restarts and heals from group
+    # 0, which trains on alone meanwhile (min_replicas 1).
+    "replica_group_killed": CampaignFault(
+        recovery.Fault("kill_worker", 1, min_hosts=2, exact=True),
+        "group_0_trained_alone_while_group_1_restarted",
+        jobs=("torchft",),
+    ),
 }
 """The faults, the cheap first."""
 
-JOBS = ("ddp", "fsdp2")
-"""The job's two forms: examples/elastic/train.py with DDP, and with ``--fsdp`` (FSDP2,
-sharded over the 4 ranks; its checkpoints through DCP)."""
-FSDP2_FAULTS = (
-    "worker_kill",
-    "worker_exception",
-    "preempt_sigterm",
-    "slow_rank",
-    "checkpoint_flipped_byte",
-)
-"""The faults the FSDP2 job runs too (``--jobs ddp,fsdp2``)."""
+JOBS = ("ddp", "fsdp2", "torchft")
+"""The jobs: examples/elastic/train.py with DDP, and with ``--fsdp`` (FSDP2, sharded over the
+4 ranks; its checkpoints through DCP); examples/torchft/train.py in 2 replica groups of one
+process (no checkpoints: its end is each group's final model)."""
 
 
 @dataclass(frozen=True)
@@ -157,18 +185,27 @@ class Row:
     lost_steps: int | None
     identical: bool
     reason: str
-    duplicates: int
-    gaps: int
+    duplicates: int | None
+    """None: no sample ledger (torchft's example draws from torchft's own sampler)."""
+    gaps: int | None
     stragglers: str = ""
     """The stragglers tenter named (``rank N on HOST``, comma-separated)."""
 
-    def line(self) -> str:
+    def shown(self) -> dict[str, str]:
+        """The measures as printed: ``n/a`` where not measured."""
         recover = f"{self.recover_s:.2f}" if self.recover_s is not None else "n/a"
-        lost = self.lost_steps if self.lost_steps is not None else "n/a"
+        measures = {"lost": self.lost_steps, "dup": self.duplicates, "gaps": self.gaps}
+        return {"recover": recover} | {
+            key: "n/a" if value is None else str(value) for key, value in measures.items()
+        }
+
+    def line(self) -> str:
+        shown = self.shown()
         text = (
-            f"campaign fault={self.fault} job={self.job} exit={self.exit} recover_s={recover} "
-            f"lost_steps={lost} identical={'yes' if self.identical else 'no'} "
-            f"duplicates={self.duplicates} gaps={self.gaps}"
+            f"campaign fault={self.fault} job={self.job} exit={self.exit} "
+            f"recover_s={shown['recover']} lost_steps={shown['lost']} "
+            f"identical={'yes' if self.identical else 'no'} "
+            f"duplicates={shown['dup']} gaps={shown['gaps']}"
         )
         return text if self.identical else f"{text} reason={self.reason}"
 
@@ -233,6 +270,8 @@ def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int, job: str)
     cell = recovery.Cell(name, chosen.fault, work, env)
     script = [recovery.TRAIN, "--epochs", str(epochs), "--checkpoint_every", str(CHECKPOINT_EVERY)]
     script += ["--fsdp"] if job == "fsdp2" else []
+    if job == "torchft":
+        return recovery.torchft_job(cell)
     if chosen.tmpfs:
         (work / "ckpt").mkdir()
         subprocess.run(
@@ -240,7 +279,7 @@ def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int, job: str)
         )
     try:
         elastic = recovery._elastic(cell, chosen.elastic, chosen.max_restarts)
-        return recovery._tenter_job(cell, script, elastic)
+        return recovery._tenter_job(cell, script, elastic, hosts=chosen.hosts)
     finally:
         if chosen.tmpfs:
             shutil.copytree(
@@ -260,27 +299,54 @@ def campaign_row(
     """Run ``job`` with fault ``name`` and compare its end with ``reference``."""
     chosen = FAULTS[name]
     ran = run_job(name, chosen, work, epochs, job)
-    cell = recovery.Cell(name, chosen.fault, work, {"TIMES_DIR": str(work / "times")})
-    measured = recovery.measure(cell, dataclasses.replace(ran, code=0), None)
-    state = final_state(work / "ckpt")
-    identical = bool(state) and state_hash(state) == state_hash(reference)
+    recover_s, lost = recovery_measures(name, chosen, work, ran, ended=time.time())
+    ends = end_states(job, work)
+    identical = bool(ends[0]) and all(state_hash(s) == state_hash(reference) for s in ends)
     reason = ""
     if not identical:
         why = chosen.why_not_identical or "unexpected"
-        reason = f"{why}:max_abs_diff={largest_difference(state, reference):.3g}"
-    duplicates, gaps = duplicates_and_gaps(work / "times")
+        if any(state_hash(s) != state_hash(ends[0]) for s in ends):
+            why = "replica_groups_differ"  # a group that did not heal to its peer's state
+        reason = f"{why}:max_abs_diff={largest_difference(ends[0], reference):.3g}"
+    duplicates, gaps = duplicates_and_gaps(work / "times") if job != "torchft" else (None, None)
     return Row(
         name,
         job,
         ran.code,
-        measured.recover_s if measured else None,
-        measured.lost_steps if measured else None,
+        recover_s,
+        lost,
         identical,
         reason,
         duplicates,
         gaps,
         named_stragglers(work / "home"),
     )
+
+
+def recovery_measures(
+    name: str, chosen: CampaignFault, work: Path, ran: recovery.Ran, ended: float
+) -> tuple[float | None, int | None]:
+    """``recover_s`` and ``lost_steps``: to rank 0's first step after the fault; where no
+    step came after it (a fault as the job ends) and the job succeeded, to the job's end
+    (``ended``), none lost."""
+    cell = recovery.Cell(name, chosen.fault, work, {"TIMES_DIR": str(work / "times")})
+    measured = recovery.measure(cell, dataclasses.replace(ran, code=0), None)
+    if measured is not None:
+        return measured.recover_s, measured.lost_steps
+    fault = work / "times" / "fault"
+    if ran.code == 0 and fault.exists():
+        return ended - float(fault.read_text()), 0
+    return None, None
+
+
+def end_states(job: str, work: Path) -> list[dict[str, torch.Tensor]]:
+    """The job's end: the newest checkpoint's state; torchft's job (no checkpoints): each
+    replica group's final model (its host's ``model.pt``)."""
+    if job != "torchft":
+        return [final_state(work / "ckpt")]
+    (last,) = sorted((work / "home" / "jobs").iterdir())[-1:]
+    models = sorted(last.glob("hosts/algo-*/model/model.pt"))
+    return [dict(_tensors({"model": torch.load(model)})) for model in models] or [{}]
 
 
 def named_stragglers(home: Path) -> str:
@@ -296,20 +362,19 @@ def named_stragglers(home: Path) -> str:
 def uninterrupted(work: Path, epochs: int, job: str) -> tuple[Row, dict[str, torch.Tensor]]:
     none = CampaignFault(recovery.Fault("kill_worker", -1, 2, exact=True))
     ran = run_job("none", none, work, epochs, job)
-    duplicates, gaps = duplicates_and_gaps(work / "times")
+    duplicates, gaps = duplicates_and_gaps(work / "times") if job != "torchft" else (None, None)
     row = Row("none", job, ran.code, None, None, True, "", duplicates, gaps)
-    return row, final_state(work / "ckpt")
+    return row, end_states(job, work)[0]
 
 
 def table(rows: list[Row]) -> str:
-    head = f"{'fault':23s} {'job':5s} {'exit':>4s} {'recover_s':>9s} {'lost':>4s} "
+    head = f"{'fault':27s} {'job':7s} {'exit':>4s} {'recover_s':>9s} {'lost':>4s} "
     lines = [head + f"{'identical':>9s} {'dup':>4s} {'gaps':>4s}  straggler  reason"]
     for r in rows:
-        recover = f"{r.recover_s:.2f}" if r.recover_s is not None else "n/a"
-        lost = str(r.lost_steps) if r.lost_steps is not None else "n/a"
+        shown = r.shown()
         lines.append(
-            f"{r.fault:23s} {r.job:5s} {r.exit:>4d} {recover:>9s} {lost:>4s} "
-            f"{'yes' if r.identical else 'no':>9s} {r.duplicates:>4d} {r.gaps:>4d}  "
+            f"{r.fault:27s} {r.job:7s} {r.exit:>4d} {shown['recover']:>9s} {shown['lost']:>4s} "
+            f"{'yes' if r.identical else 'no':>9s} {shown['dup']:>4s} {shown['gaps']:>4s}  "
             f"{r.stragglers or '-':9s}  {r.reason}"
         )
     return "\n".join(lines)
@@ -319,7 +384,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument(
-        "--jobs", default="ddp", help=f"ddp, fsdp2 or both (fsdp2 runs {', '.join(FSDP2_FAULTS)})"
+        "--jobs", default=",".join(JOBS), help="of ddp, fsdp2, torchft (each its faults')"
     )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--keep", metavar="DIR", help="run in DIR and keep the runs' files")
@@ -340,15 +405,17 @@ def main() -> None:
 
 
 def campaign(root: Path, job: str, names: list[str], epochs: int) -> list[Row]:
-    """``job`` uninterrupted, then with each of the faults ``names`` (the FSDP2 job: those
-    of them in :data:`FSDP2_FAULTS`), in ``root``; each row printed as it ends."""
+    """``job`` uninterrupted, then with each of the faults ``names`` that it runs (their
+    ``jobs``), in ``root``; each row printed as it ends. Nothing where it runs none."""
+    names = [name for name in names if job in FAULTS[name].jobs]
+    if not names:
+        return []
     first, reference = uninterrupted(root / "none", epochs, job)
     print(first.line(), flush=True)
     rows = [first]
     for name in names:
-        if job == "ddp" or name in FSDP2_FAULTS:
-            rows.append(campaign_row(name, root / name, epochs, job, reference))
-            print(rows[-1].line(), flush=True)
+        rows.append(campaign_row(name, root / name, epochs, job, reference))
+        print(rows[-1].line(), flush=True)
     return rows
 
 
