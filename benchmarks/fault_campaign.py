@@ -1,27 +1,30 @@
-"""A fault campaign: one real training job, run once uninterrupted and once per fault, each
+"""A fault campaign: real training jobs, each run once uninterrupted and once per fault, each
 run's end checked against the uninterrupted one.
 
-    python benchmarks/fault_campaign.py [--faults worker_kill,...] [--epochs 3] [--keep DIR]
+    python benchmarks/fault_campaign.py [--faults worker_kill,...] [--jobs ddp,fsdp2,torchft]
+                                        [--epochs 3] [--keep DIR]
 
-The job: examples/elastic/train.py (DDP, deterministic) on 2 hosts x 2 processes under
-benchmarks/workloads/faulty.py, which logs each rank's steps and the sample indices of each
-step, and injects the fault at step :data:`FAULT_STEP` of the first attempt
-(benchmarks/recovery.py's machinery: its :class:`Fault`, :class:`Cell`, job runner and
-measures). Checkpoints every
+The jobs (:data:`JOBS`): examples/elastic/train.py (DDP, deterministic; ``fsdp2``: the same
+with ``--fsdp``) on 2 hosts x 2 processes, and examples/torchft/train.py (2 replica groups of
+1 process, 400 steps), under benchmarks/workloads/faulty.py, which logs each rank's steps and
+the sample indices of each step, and injects the fault at step :data:`FAULT_STEP` of the first
+attempt (benchmarks/recovery.py's machinery: its :class:`Fault`, :class:`Cell`, job runner and
+measures). Each fault runs in the jobs its ``jobs`` name. Checkpoints every
 ``CHECKPOINT_EVERY`` steps, a number of steps per epoch (16) divides, so that the last
 checkpoint is the final state. For each fault (:data:`FAULTS`):
 
 - ``exit``: the job's exit status (of its last run, for a fault that runs it again);
 - ``recover_s`` and ``lost_steps``: from the fault to rank 0's first step after it, and the
   steps done again (benchmarks/recovery_counting.py);
-- ``identical``: the final checkpoint's model and optimizer state, hashed, equal to the
-  uninterrupted run's; else ``reason`` names why (a world that shrank splits each batch
-  over other ranks) and the largest difference;
+- ``identical``: the final checkpoint's model and optimizer state (torchft: each replica
+  group's final model), hashed, equal to the uninterrupted run's; else ``reason`` names why
+  (a world that shrank or grew splits each batch over other ranks, with other dropout masks)
+  and the largest difference;
 - ``straggler`` (the table only): the ranks tenter named as stragglers (``slow_rank``: each
   step of rank 2 0.3 s longer from the fault on);
 - ``duplicates``, ``gaps``: tenter's sample ledger (:mod:`tenter.data.ledger`): over each
   epoch, the samples trained on twice, and those never trained on, counting each step's last
-  execution.
+  execution (``n/a`` for torchft's job: torchft's own sampler is not logged).
 
 One line per run, then a table::
 
@@ -42,17 +45,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 sys.path.insert(0, str(Path(__file__).parent))  # recovery.py's own imports, when loaded
 import recovery
 
 from tenter.checkpoint import atomic
+from tenter.checkpoint.model_state import SHARDED_DIR
 from tenter.checkpoint.run_state import STATE_FILE
 from tenter.data import ledger
 
@@ -76,6 +82,10 @@ class CampaignFault:
     max_restarts: int = 1
     tmpfs: bool = False
     """The checkpoint directory a tmpfs of :data:`TMPFS_SIZE` (needs root)."""
+    jobs: tuple[str, ...] = ("ddp",)
+    """The jobs (:data:`JOBS`) it runs in."""
+    hosts: int = 2
+    """The hosts the job starts with."""
 
 
 TMPFS_SIZE = "1m"
@@ -83,10 +93,14 @@ TMPFS_SIZE = "1m"
 
 
 FAULTS: dict[str, CampaignFault] = {
-    "worker_kill": CampaignFault(recovery.Fault("kill_worker", 3, min_hosts=2, exact=True)),
-    "worker_exception": CampaignFault(recovery.Fault("raise_error", 1, min_hosts=2, exact=True)),
+    "worker_kill": CampaignFault(
+        recovery.Fault("kill_worker", 3, min_hosts=2, exact=True), jobs=("ddp", "fsdp2")
+    ),
+    "worker_exception": CampaignFault(
+        recovery.Fault("raise_error", 1, min_hosts=2, exact=True), jobs=("ddp", "fsdp2")
+    ),
     "preempt_sigterm": CampaignFault(
-        recovery.Fault("preempt", 0, min_hosts=2, exact=True, resume=True)
+        recovery.Fault("preempt", 0, min_hosts=2, exact=True, resume=True), jobs=("ddp", "fsdp2")
     ),
     "cancel_preempt": CampaignFault(
         recovery.Fault("cancel_preempt", 0, min_hosts=2, exact=True, resume=True)
@@ -94,7 +108,9 @@ FAULTS: dict[str, CampaignFault] = {
     "launcher_kill": CampaignFault(
         recovery.Fault("kill_launcher", 0, min_hosts=2, exact=True, resume=True)
     ),
-    "slow_rank": CampaignFault(recovery.Fault("slow_down", 2, min_hosts=2, exact=True)),
+    "slow_rank": CampaignFault(
+        recovery.Fault("slow_down", 2, min_hosts=2, exact=True), jobs=("ddp", "fsdp2")
+    ),
     # A rank stops (SIGSTOP): no rank makes progress; after hang_timeout, a restart.
     "frozen_rank": CampaignFault(
         recovery.Fault("freeze", 3, min_hosts=2, exact=True),
@@ -116,7 +132,9 @@ FAULTS: dict[str, CampaignFault] = {
     ),
     # After the checkpoints of steps 8 and 16: the newest damaged, the job resumes from 8.
     "checkpoint_flipped_byte": CampaignFault(
-        recovery.Fault("flip_checkpoint_byte", 0, min_hosts=2, exact=True), step=19
+        recovery.Fault("flip_checkpoint_byte", 0, min_hosts=2, exact=True),
+        step=19,
+        jobs=("ddp", "fsdp2"),
     ),
     "checkpoint_truncated": CampaignFault(
         recovery.Fault("truncate_checkpoint", 0, min_hosts=2, exact=True), step=19
@@ -130,8 +148,32 @@ FAULTS: dict[str, CampaignFault] = {
         recovery.Fault("kill_host", 2, min_hosts=1, exact=False),
         "world_shrank_from_4_to_2_ranks",
     ),
+    # A job of 1 host x 2 processes; rank 0 runs `tenter join`: it grows to 2 hosts.
+    "host_joins_grow": CampaignFault(
+        recovery.Fault("join_host", 0, min_hosts=1, exact=False),
+        "world_grew_from_2_to_4_ranks",
+        elastic=", max_hosts: 2",
+        hosts=1,
+    ),
+    # Ranks 0, 2 and 3 finish the job while rank 1 exits 3: every host restarts, and the
+    # restart resumes from the last step's checkpoint with nothing left to do.
+    "rank_fails_as_others_finish": CampaignFault(
+        recovery.Fault("fail_at_end", 1, min_hosts=2, exact=True), jobs=("ddp", "fsdp2")
+    ),
+    # torchft: replica group 1's process SIGKILLed; the group restarts and heals from group
+    # 0, which trains on alone meanwhile (min_replicas 1).
+    "replica_group_killed": CampaignFault(
+        recovery.Fault("kill_worker", 1, min_hosts=2, exact=True),
+        "group_0_trained_alone_while_group_1_restarted",
+        jobs=("torchft",),
+    ),
 }
 """The faults, the cheap first."""
+
+JOBS = ("ddp", "fsdp2", "torchft")
+"""The jobs: examples/elastic/train.py with DDP, and with ``--fsdp`` (FSDP2, sharded over the
+4 ranks; its checkpoints through DCP); examples/torchft/train.py in 2 replica groups of one
+process (no checkpoints: its end is each group's final model)."""
 
 
 @dataclass(frozen=True)
@@ -143,18 +185,27 @@ class Row:
     lost_steps: int | None
     identical: bool
     reason: str
-    duplicates: int
-    gaps: int
+    duplicates: int | None
+    """None: no sample ledger (torchft's example draws from torchft's own sampler)."""
+    gaps: int | None
     stragglers: str = ""
     """The stragglers tenter named (``rank N on HOST``, comma-separated)."""
 
-    def line(self) -> str:
+    def shown(self) -> dict[str, str]:
+        """The measures as printed: ``n/a`` where not measured."""
         recover = f"{self.recover_s:.2f}" if self.recover_s is not None else "n/a"
-        lost = self.lost_steps if self.lost_steps is not None else "n/a"
+        measures = {"lost": self.lost_steps, "dup": self.duplicates, "gaps": self.gaps}
+        return {"recover": recover} | {
+            key: "n/a" if value is None else str(value) for key, value in measures.items()
+        }
+
+    def line(self) -> str:
+        shown = self.shown()
         text = (
-            f"campaign fault={self.fault} job={self.job} exit={self.exit} recover_s={recover} "
-            f"lost_steps={lost} identical={'yes' if self.identical else 'no'} "
-            f"duplicates={self.duplicates} gaps={self.gaps}"
+            f"campaign fault={self.fault} job={self.job} exit={self.exit} "
+            f"recover_s={shown['recover']} lost_steps={shown['lost']} "
+            f"identical={'yes' if self.identical else 'no'} "
+            f"duplicates={shown['dup']} gaps={shown['gaps']}"
         )
         return text if self.identical else f"{text} reason={self.reason}"
 
@@ -179,11 +230,19 @@ def _tensors(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]
 
 
 def final_state(checkpoints: Path) -> dict[str, torch.Tensor]:
-    """The model and optimizer state of the newest checkpoint in ``checkpoints``, by name."""
+    """The model and optimizer state of the newest checkpoint in ``checkpoints``, by name
+    (a sharded one's DCP files gathered into one state first)."""
     latest = atomic.read_manifest(checkpoints).latest
     if latest is None:
         return {}
-    state = torch.load(checkpoints / latest.name / STATE_FILE, weights_only=False)
+    folder = checkpoints / latest.name
+    if (folder / SHARDED_DIR).is_dir():
+        whole = folder.parent / f"{folder.name}.whole.pt"
+        dcp_to_torch_save(folder / SHARDED_DIR, whole)
+        state = torch.load(whole, weights_only=False)
+        whole.unlink()
+    else:
+        state = torch.load(folder / STATE_FILE, weights_only=False)
     return dict(_tensors({"model": state["model"], "optimizer": state["optimizer"]}))
 
 
@@ -204,11 +263,15 @@ def largest_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tens
     )
 
 
-def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int) -> recovery.Ran:
-    """The DDP job with ``chosen`` fault (none where its rank is -1), in ``work``."""
+def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int, job: str) -> recovery.Ran:
+    """The ``job`` (one of :data:`JOBS`) with ``chosen`` fault (none where its rank is -1),
+    in ``work``."""
     env = recovery._cell_env(work / "times", chosen.fault) | {"FAULT_STEP": str(chosen.step)}
     cell = recovery.Cell(name, chosen.fault, work, env)
     script = [recovery.TRAIN, "--epochs", str(epochs), "--checkpoint_every", str(CHECKPOINT_EVERY)]
+    script += ["--fsdp"] if job == "fsdp2" else []
+    if job == "torchft":
+        return recovery.torchft_job(cell)
     if chosen.tmpfs:
         (work / "ckpt").mkdir()
         subprocess.run(
@@ -216,7 +279,7 @@ def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int) -> recove
         )
     try:
         elastic = recovery._elastic(cell, chosen.elastic, chosen.max_restarts)
-        return recovery._tenter_job(cell, script, elastic)
+        return recovery._tenter_job(cell, script, elastic, hosts=chosen.hosts)
     finally:
         if chosen.tmpfs:
             shutil.copytree(
@@ -230,31 +293,60 @@ def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int) -> recove
             Path(cgroup.read_text()).rmdir()
 
 
-def campaign_row(name: str, work: Path, epochs: int, reference: Mapping[str, torch.Tensor]) -> Row:
-    """Run the job with fault ``name`` and compare its end with ``reference``."""
+def campaign_row(
+    name: str, work: Path, epochs: int, job: str, reference: Mapping[str, torch.Tensor]
+) -> Row:
+    """Run ``job`` with fault ``name`` and compare its end with ``reference``."""
     chosen = FAULTS[name]
-    ran = run_job(name, chosen, work, epochs)
-    cell = recovery.Cell(name, chosen.fault, work, {"TIMES_DIR": str(work / "times")})
-    measured = recovery.measure(cell, dataclasses.replace(ran, code=0), None)
-    state = final_state(work / "ckpt")
-    identical = bool(state) and state_hash(state) == state_hash(reference)
+    ran = run_job(name, chosen, work, epochs, job)
+    recover_s, lost = recovery_measures(name, chosen, work, ran, ended=time.time())
+    ends = end_states(job, work)
+    identical = bool(ends[0]) and all(state_hash(s) == state_hash(reference) for s in ends)
     reason = ""
     if not identical:
         why = chosen.why_not_identical or "unexpected"
-        reason = f"{why}:max_abs_diff={largest_difference(state, reference):.3g}"
-    duplicates, gaps = duplicates_and_gaps(work / "times")
+        if any(state_hash(s) != state_hash(ends[0]) for s in ends):
+            why = "replica_groups_differ"  # a group that did not heal to its peer's state
+        reason = f"{why}:max_abs_diff={largest_difference(ends[0], reference):.3g}"
+    duplicates, gaps = duplicates_and_gaps(work / "times") if job != "torchft" else (None, None)
     return Row(
         name,
-        "ddp",
+        job,
         ran.code,
-        measured.recover_s if measured else None,
-        measured.lost_steps if measured else None,
+        recover_s,
+        lost,
         identical,
         reason,
         duplicates,
         gaps,
         named_stragglers(work / "home"),
     )
+
+
+def recovery_measures(
+    name: str, chosen: CampaignFault, work: Path, ran: recovery.Ran, ended: float
+) -> tuple[float | None, int | None]:
+    """``recover_s`` and ``lost_steps``: to rank 0's first step after the fault; where no
+    step came after it (a fault as the job ends) and the job succeeded, to the job's end
+    (``ended``), none lost."""
+    cell = recovery.Cell(name, chosen.fault, work, {"TIMES_DIR": str(work / "times")})
+    measured = recovery.measure(cell, dataclasses.replace(ran, code=0), None)
+    if measured is not None:
+        return measured.recover_s, measured.lost_steps
+    fault = work / "times" / "fault"
+    if ran.code == 0 and fault.exists():
+        return ended - float(fault.read_text()), 0
+    return None, None
+
+
+def end_states(job: str, work: Path) -> list[dict[str, torch.Tensor]]:
+    """The job's end: the newest checkpoint's state; torchft's job (no checkpoints): each
+    replica group's final model (its host's ``model.pt``)."""
+    if job != "torchft":
+        return [final_state(work / "ckpt")]
+    (last,) = sorted((work / "home" / "jobs").iterdir())[-1:]
+    models = sorted(last.glob("hosts/algo-*/model/model.pt"))
+    return [dict(_tensors({"model": torch.load(model)})) for model in models] or [{}]
 
 
 def named_stragglers(home: Path) -> str:
@@ -267,23 +359,22 @@ def named_stragglers(home: Path) -> str:
     return ",".join(named)
 
 
-def uninterrupted(work: Path, epochs: int) -> tuple[Row, dict[str, torch.Tensor]]:
+def uninterrupted(work: Path, epochs: int, job: str) -> tuple[Row, dict[str, torch.Tensor]]:
     none = CampaignFault(recovery.Fault("kill_worker", -1, 2, exact=True))
-    ran = run_job("none", none, work, epochs)
-    duplicates, gaps = duplicates_and_gaps(work / "times")
-    row = Row("none", "ddp", ran.code, None, None, True, "", duplicates, gaps)
-    return row, final_state(work / "ckpt")
+    ran = run_job("none", none, work, epochs, job)
+    duplicates, gaps = duplicates_and_gaps(work / "times") if job != "torchft" else (None, None)
+    row = Row("none", job, ran.code, None, None, True, "", duplicates, gaps)
+    return row, end_states(job, work)[0]
 
 
 def table(rows: list[Row]) -> str:
-    head = f"{'fault':23s} {'job':5s} {'exit':>4s} {'recover_s':>9s} {'lost':>4s} "
+    head = f"{'fault':27s} {'job':7s} {'exit':>4s} {'recover_s':>9s} {'lost':>4s} "
     lines = [head + f"{'identical':>9s} {'dup':>4s} {'gaps':>4s}  straggler  reason"]
     for r in rows:
-        recover = f"{r.recover_s:.2f}" if r.recover_s is not None else "n/a"
-        lost = str(r.lost_steps) if r.lost_steps is not None else "n/a"
+        shown = r.shown()
         lines.append(
-            f"{r.fault:23s} {r.job:5s} {r.exit:>4d} {recover:>9s} {lost:>4s} "
-            f"{'yes' if r.identical else 'no':>9s} {r.duplicates:>4d} {r.gaps:>4d}  "
+            f"{r.fault:27s} {r.job:7s} {r.exit:>4d} {shown['recover']:>9s} {shown['lost']:>4s} "
+            f"{'yes' if r.identical else 'no':>9s} {shown['dup']:>4s} {shown['gaps']:>4s}  "
             f"{r.stragglers or '-':9s}  {r.reason}"
         )
     return "\n".join(lines)
@@ -292,6 +383,9 @@ def table(rows: list[Row]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument(
+        "--jobs", default=",".join(JOBS), help="of ddp, fsdp2, torchft (each its faults')"
+    )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--keep", metavar="DIR", help="run in DIR and keep the runs' files")
     args = parser.parse_args()
@@ -299,16 +393,30 @@ def main() -> None:
     unknown = set(names) - set(FAULTS)
     if unknown:
         parser.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}")
+    jobs = args.jobs.split(",")
+    if set(jobs) - set(JOBS):
+        parser.error(f"--jobs {args.jobs}: each one of {', '.join(JOBS)}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as scratch:
-        root = Path(args.keep or scratch)
-        first, reference = uninterrupted(root / "none", args.epochs)
-        print(first.line(), flush=True)
-        rows = [first]
-        for name in names:
-            rows.append(campaign_row(name, root / name, args.epochs, reference))
-            print(rows[-1].line(), flush=True)
+        for job in jobs:
+            rows += campaign(Path(args.keep or scratch) / job, job, names, args.epochs)
     print(table(rows))
+
+
+def campaign(root: Path, job: str, names: list[str], epochs: int) -> list[Row]:
+    """``job`` uninterrupted, then with each of the faults ``names`` that it runs (their
+    ``jobs``), in ``root``; each row printed as it ends. Nothing where it runs none."""
+    names = [name for name in names if job in FAULTS[name].jobs]
+    if not names:
+        return []
+    first, reference = uninterrupted(root / "none", epochs, job)
+    print(first.line(), flush=True)
+    rows = [first]
+    for name in names:
+        rows.append(campaign_row(name, root / name, epochs, job, reference))
+        print(rows[-1].line(), flush=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -159,15 +159,20 @@ def preempt() -> Fault:
 
 
 def _tenter_job(
-    cell: Cell, script: list[str], more: str, procs: int = 2, warm: bool | None = None
+    cell: Cell,
+    script: list[str],
+    more: str,
+    procs: int = 2,
+    warm: bool | None = None,
+    hosts: int = 2,
 ) -> Ran:
-    """``tenter run`` of ``script`` on 2 hosts x ``procs`` processes (``more``: spec lines);
-    run again after a preemption. ``warm``: warm workers forced on or off; None: tenter's
-    default (on)."""
+    """``tenter run`` of ``script`` on ``hosts`` hosts x ``procs`` processes (``more``: spec
+    lines); run again after a preemption. ``warm``: warm workers forced on or off; None:
+    tenter's default (on)."""
     home = cell.work / "home"
     spec = cell.work / "job.yaml"
     spec.write_text(
-        f"entry_point: {FAULTY}\nargs: {script}\ninstance_count: 2\n"
+        f"entry_point: {FAULTY}\nargs: {script}\ninstance_count: {hosts}\n"
         f"processes_per_host: {procs}\n"
         f"checkpoint: {{dir: {cell.work / 'ckpt'}}}\n"
         f"isolation: {'network' if cell.fault.isolated else 'none'}\n{more}"
@@ -221,7 +226,13 @@ def run_torchft(cell: Cell) -> Ran | None:
     # fault of the second host's is rank 1's (the second group's).
     if cell.fault.rank >= 2:
         cell = dataclasses.replace(cell, env={**cell.env, "FAULT_RANK": "1"})
-    ran = _tenter_job(
+    return dataclasses.replace(torchft_job(cell), comparable=False)
+
+
+def torchft_job(cell: Cell) -> Ran:
+    """examples/torchft/train.py in 2 replica groups of one host x 1 process; rank ``r`` is
+    group ``r``'s."""
+    return _tenter_job(
         cell,
         # More steps than the others: with min_replicas 1 a group trains alone until the
         # other has started, and the fault waits for a step both take part in.
@@ -230,7 +241,6 @@ def run_torchft(cell: Cell) -> Ran | None:
         "fault_tolerance: {replica_groups: 2, min_replicas: 1}\n",
         procs=1,
     )
-    return dataclasses.replace(ran, comparable=False)
 
 
 @strategy

@@ -165,6 +165,27 @@ def slow_down() -> None:
     STEP_SLEEP_S += 0.3
 
 
+JOIN_WAIT_S = 60.0
+"""How long :func:`join_host`'s rank waits for the restart that lets the new host in."""
+
+
+def join_host() -> None:
+    """A host joins the running job (``tenter join``); the job restarts its workers to let it
+    in, from the last checkpoint. This rank waits for that restart (the others wait in its
+    next collective), so that the job does not end first."""
+    join = [sys.executable, "-m", "tenter", "join", os.environ["TENTER_JOB_DIR"]]
+    subprocess.run(join, stdout=subprocess.DEVNULL, check=True, timeout=JOIN_WAIT_S)
+    time.sleep(JOIN_WAIT_S)  # a bound: the restart kills this worker long before
+    raise RuntimeError(f"no restart let the joining host in within {JOIN_WAIT_S:.0f} s")
+
+
+def fail_at_end() -> None:
+    """This rank fails (exit 3) just as the others finish: once the script has returned, with
+    the job's last step done and checkpointed (the fault's time is then)."""
+    global fails_at_end
+    fails_at_end = True
+
+
 def partition_other_host() -> None:
     """The other host of a 2-host isolated job drops off the network (tenter's fault tool)."""
     faults.partition(os.environ["TENTER_JOB_DIR"], "algo-2")
@@ -186,6 +207,8 @@ FAULTS: dict[str, Callable[[], None]] = {
     "flip_checkpoint_byte": flip_checkpoint_byte,
     "truncate_checkpoint": truncate_checkpoint,
     "partition": partition_other_host,
+    "join_host": join_host,
+    "fail_at_end": fail_at_end,
 }
 
 times = Path(os.environ["TIMES_DIR"])
@@ -206,6 +229,7 @@ def second_fault() -> None:
 
 
 second_fault()
+fails_at_end = False
 last_step = -1
 STEP_SLEEP_S = float(os.environ.get("STEP_SLEEP_S", "0"))
 samples = SampleLog(times, int(rank))
@@ -260,3 +284,6 @@ Checkpointer.maybe_save = maybe_save  # type: ignore[method-assign]
 ft.Progress.step = progress_step  # type: ignore[method-assign]
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
+if fails_at_end:
+    (times / "fault").write_text(repr(time.time()))
+    sys.exit(3)

@@ -30,11 +30,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
 import tenter
+import tenter.parallel
 from tenter.checkpoint import Checkpointer, ResumableSampler
+from tenter.parallel.data_parallel import apply_fsdp
 
 
 def dataset(seed: int, size: int = 1024, features: int = 16) -> TensorDataset:
@@ -82,6 +85,18 @@ def all_reduce_each_gradient(
     return summed.then(mean)
 
 
+def data_parallel(module: nn.Module, fsdp: bool) -> nn.Module:
+    """``module`` replicated on every rank (DDP, exact: see :func:`all_reduce_each_gradient`)
+    or, with ``fsdp``, sharded over all ranks (FSDP2, tenter.parallel's helpers: each
+    gradient reduce-scattered, the same sums wherever the job resumes)."""
+    if fsdp:
+        apply_fsdp(module, tenter.parallel.mesh(dp_shard=tenter.world_size()), pipelined=False)
+        return module
+    model = DistributedDataParallel(module)
+    model.register_comm_hook(None, all_reduce_each_gradient)
+    return model
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=3)
@@ -98,6 +113,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--checkpoint_dir", default=None, help="default: the job's")
     parser.add_argument("--async_save", action="store_true", help="save in the background")
+    parser.add_argument(
+        "--fsdp", action="store_true", help="shard the model over the ranks (FSDP2), not DDP"
+    )
     return parser.parse_args()
 
 
@@ -115,10 +133,9 @@ def train(args: argparse.Namespace) -> None:
         # its iterator after the restore) would be one draw off from then on.
         generator=torch.Generator(),
     )
-    model = DistributedDataParallel(
-        nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 1))
+    model = data_parallel(
+        nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 1)), args.fsdp
     )
-    model.register_comm_hook(None, all_reduce_each_gradient)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
         optimizer, T_max=args.epochs * len(loader)
@@ -169,10 +186,11 @@ def train(args: argparse.Namespace) -> None:
             tenter.print0(f"epoch {epoch + 1}  step {step}  loss {total[0] / total[1]:.4f}")
     ckpt.close()
 
+    full_state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     if tenter.is_main() and not ckpt.preempted:
         model_dir = Path(os.environ.get("SM_MODEL_DIR", "model"))
         model_dir.mkdir(parents=True, exist_ok=True)
-        torch.save(model.module.state_dict(), model_dir / "model.pt")
+        torch.save(full_state, model_dir / "model.pt")
         print(f"done after {step} steps; model saved to {model_dir / 'model.pt'}", flush=True)
 
 

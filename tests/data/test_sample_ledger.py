@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tenter.data.ledger import SampleLog, read_sample_log, sample_ledger
+from tenter.data.ledger import SampleLog, attempt_of, read_sample_log, sample_ledger
 
 
 def log(job_dir: Path, rank: int, attempt: str, steps: list[tuple[int, int, list[int]]]) -> None:
@@ -29,3 +29,10 @@ def test_a_sample_seen_twice_and_one_skipped_are_named(tmp_path: Path) -> None:
     log(tmp_path, 0, "r/0", [(1, 0, [0, 1]), (2, 0, [2, 1])])
     (epoch,) = sample_ledger(read_sample_log(tmp_path), dataset_size=4).values()
     assert epoch.duplicates == {1: 2} and epoch.gaps == [3]
+
+
+def test_a_restart_that_lets_a_host_join_is_another_attempt() -> None:
+    # A join restarts the workers with the restart count unchanged, in a new rendezvous round.
+    before = {"TORCHELASTIC_RUN_ID": "r", "TORCHELASTIC_RESTART_COUNT": "0", "MASTER_PORT": "41"}
+    joined = before | {"MASTER_PORT": "42"}
+    assert attempt_of(before) == attempt_of(dict(before)) != attempt_of(joined)

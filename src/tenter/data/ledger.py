@@ -3,7 +3,7 @@
 A training script logs, after each step, the dataset indices this rank trained on
 (:class:`SampleLog`, one line per step in ``<job_dir>/metrics/samples/rank-<N>.jsonl``)::
 
-    {"attempt": "<run id>/<restart>", "step": 7, "epoch": 1, "indices": [5, 17, 2], "time": ...}
+    {"attempt": "<run id>/<restart>/<port>", "step": 7, "epoch": 1, "indices": [5, 17], "time": ...}
 
 :func:`sample_ledger` reads them back: a step that a restart did again (from an earlier
 checkpoint) counts once, in the attempt that did it last, since the model of the rolled-back
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,13 +57,21 @@ class SampleLog:
         self.rank = rank if rank is not None else int(os.environ.get("RANK", "0"))
         self.path = rank_samples_file(job_dir, self.rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        run = os.environ.get("TORCHELASTIC_RUN_ID", "")
-        self.attempt = f"{run}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        self.attempt = attempt_of(os.environ)
 
     def write(self, step: int, epoch: int, indices: Sequence[int]) -> None:
         """Step ``step`` (the steps done, this one included) of ``epoch`` trained on ``indices``."""
         record = {"attempt": self.attempt, "step": step, "epoch": epoch}
         append_line(self.path, {**record, "indices": list(indices), "time": time.time()})
+
+
+def attempt_of(environ: Mapping[str, str]) -> str:
+    """The workers' attempt (``environ``: a worker's): the same on every rank of one start of
+    the workers, another at every restart. ``TORCHELASTIC_RESTART_COUNT`` alone is not: a
+    restart that lets a joining host in leaves it unchanged; each rendezvous round's workers
+    meet at a new ``MASTER_PORT`` (group rank 0's fresh store, under tenter and torchrun)."""
+    run, restart = environ.get("TORCHELASTIC_RUN_ID", ""), environ.get("TORCHELASTIC_RESTART_COUNT")
+    return f"{run}/{restart or '0'}/{environ.get('MASTER_PORT', '')}"
 
 
 def read_sample_log(job_dir: str | os.PathLike[str]) -> list[SampleRecord]:

@@ -205,6 +205,7 @@ class Pipeline:
             )
         if self.is_last and target is None:
             raise ValueError("this rank runs the last stage: pass target= to step()")
+        steps.counted_by_caller()  # not by its stages' FSDP2 forwards, one per microbatch
         losses: list[torch.Tensor] = []
         args = inputs if self.is_first else ()
         if self.is_last:

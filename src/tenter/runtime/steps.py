@@ -12,7 +12,12 @@ next forward (or when the script returns) the step's arrival is appended to
 buffer (about a microsecond per step). The straggler rule compares these arrivals across
 ranks; the ledger takes them as the rank's steps.
 
-Training that is no DDP module tells the counter itself where its steps end
+An FSDP2 module (``fully_shard``'s ``FSDPModule``) is found the same way: its gradients are
+reduced inside FSDP's own backward, so its step's arrival is the start of its forward, where
+the rank reaches the step's first collective (the parameters' all-gather); a rank that takes
+longer between its steps (its data, its checkpoint, a slow host) arrives late there.
+
+Training that is neither tells the counter itself where its steps end
 (:func:`completed`): tenter's own step helpers do, so that scripts using them need no
 ``tenter.report`` either. :meth:`tenter.parallel.Pipeline.step` (pipelines, FSDP2, tensor
 parallelism) counts each step, :meth:`tenter.runtime.ft.Progress.step` each step torchft
@@ -35,6 +40,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.hooks import RemovableHandle
 
@@ -53,6 +59,7 @@ class StepCounter:
         self._arrival: float | None = None
         self._calls = 0
         self._ddp: DistributedDataParallel | None = None
+        self._sharded = False
         self._replicas: ReplicaCheck | None = None
         self._last_args: Any = None
         self._told = False
@@ -66,7 +73,9 @@ class StepCounter:
         self._calls += 1
         if isinstance(module, DistributedDataParallel):
             self._watch(module, args)
-        if self._ddp is not None or self._calls >= LOOK_FOR_DDP:
+        elif isinstance(module, FSDPModule):
+            self._watch_sharded(module, args)
+        if self._ddp is not None or self._sharded or self._calls >= LOOK_FOR_DDP:
             self._stop_looking()
 
     def _stop_looking(self) -> None:
@@ -83,19 +92,36 @@ class StepCounter:
                 param.register_post_accumulate_grad_hook(self._grad_ready)  # type: ignore[no-untyped-call]
         self._forward(ddp, args)
 
+    def _watch_sharded(self, root: nn.Module, args: Any) -> None:
+        """``root``: the first FSDP2 module to run a forward, the outermost."""
+        self._sharded = True
+        root.register_forward_pre_hook(self._sharded_forward)
+        self._sharded_forward(root, args)
+
+    def _sharded_forward(self, module: nn.Module, args: Any) -> None:
+        arrival = time.time()
+        if self._began(module, args):
+            self._arrival = arrival
+
     def _grad_ready(self, param: torch.Tensor) -> None:
         if not self._told:
             self._arrival = time.time()
 
     def _forward(self, module: nn.Module, args: Any) -> None:
-        """A forward begins: the step before it is done."""
+        """A forward pre-hook (which returns None: anything else replaces the forward's
+        arguments): a forward begins."""
+        self._began(module, args)
+
+    def _began(self, module: nn.Module, args: Any) -> bool:
+        """A forward begins: the step before it is done. Whether a step began."""
         if self._told or not module.training or args is self._last_args:
-            return  # evaluation is no step; the finder and the module's hook saw one forward
+            return False  # evaluation is no step; the finder and the module's hook saw one
         self._last_args = args
         self._write()
         if self.step and self._replicas is not None:
             self._replicas.maybe(self.step)  # after step `step`'s update, on every rank
         self.step += 1
+        return True
 
     def _write(self) -> None:
         if self._arrival is not None:
@@ -107,11 +133,15 @@ class StepCounter:
 
     def completed(self, step: int | None) -> None:
         """Step ``step`` (default: the next) ended now; from here on only these calls count."""
-        self._told = True
-        self._stop_looking()
+        self.counted_by_caller()
         self._arrival = None
         self.step = self.step + 1 if step is None else step
         self._lines.add({"time": time.time(), "step": self.step})
+
+    def counted_by_caller(self) -> None:
+        """From here on only :meth:`completed` counts steps, not the module hooks."""
+        self._told = True
+        self._stop_looking()
 
     def finish(self) -> None:
         """The script returned: its last step is done too."""
@@ -143,6 +173,13 @@ def completed(step: int | None = None) -> None:
     the last. For step helpers whose training the DDP counter cannot see."""
     if _counter is not None:
         _counter.completed(step)
+
+
+def counted_by_caller() -> None:
+    """The caller counts the steps with :func:`completed`, and the modules it runs are not to
+    count them too (a pipeline's FSDP2 stages run a forward per microbatch)."""
+    if _counter is not None:
+        _counter.counted_by_caller()
 
 
 def resumed_at(step: int) -> None:
