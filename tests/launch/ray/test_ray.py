@@ -4,15 +4,19 @@ tests/launch/test_plan_is_what_runs.py's ``ray`` case; here, what else the backe
 
 from __future__ import annotations
 
+import json
 import re
+import signal
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import Background, assert_nothing_left, tenter
+from tenter.errors import ExitCode
+from tests.conftest import Background, assert_nothing_left, job_dirs, tenter
 from tests.launch.specs import write_spec
 from tests.launch.test_faults import agent_of
+from tests.launch.test_preemption import latest_checkpoint, training_spec
 
 pytestmark = pytest.mark.slow
 
@@ -46,11 +50,17 @@ def test_a_killed_worker_restarts_on_ray_and_the_cluster_is_gone_after(tmp_path:
         "ray-node-0.log",
         "ray-node-1.log",
     ]
-    found = re.search(r"/tmp/tenter-ray-\w+", (logs / "ray-node-1.log").read_text())
+    assert_cluster_gone(done.job_dir)
+    assert_nothing_left(done.job_dir)
+
+
+def assert_cluster_gone(job_dir: Path) -> None:
+    """The local Ray cluster tenter started for the job: its directory and processes gone."""
+    logs = (job_dir / "logs" / "ray-node-1.log").read_text()
+    found = re.search(r"/tmp/tenter-ray-\w+", logs)
     assert found is not None
     assert not Path(found.group()).exists()
     assert ray_processes_in(found.group()) == []
-    assert_nothing_left(done.job_dir)
 
 
 def raylet_of(agent: psutil.Process) -> psutil.Process:
@@ -82,6 +92,34 @@ def test_a_killed_raylet_is_a_lost_host_an_elastic_job_goes_on_without(tmp_path:
     lost = (job.job_dir / "hosts/algo-2/output/failure").read_text()
     assert lost == "host algo-2 lost: its Ray node was lost\n"
     assert_nothing_left(job.job_dir)
+
+
+def test_sigterm_preempts_a_ray_job_after_a_final_checkpoint_and_a_new_run_resumes(
+    tmp_path: Path,
+) -> None:
+    # tests/launch/test_preemption.py's job on the local backend: the request at step 6, the
+    # ranks' agreement at step 7; the agents (Ray actors) see the job directory's request.
+    ckpt = tmp_path / "ckpt"
+    spec = training_spec(
+        tmp_path, "preempted", ckpt, backend="ray", environment={"PAUSE_AT_STEP": "6"}
+    )
+    job = Background("run", str(spec))
+    job.wait_for("paused at step 6", count=2)
+    job.proc.send_signal(signal.SIGTERM)
+    out = job.finish()
+    assert job.proc.returncode == ExitCode.PREEMPTED, out
+    assert re.search(r"^preempted: final checkpoint at step 7 in \d+\.\d s$", out, re.M), out
+    (preempted_dir,) = job_dirs(tmp_path / "preempted")
+    assert json.loads((preempted_dir / "summary.json").read_text())["state"] == "preempted"
+    assert latest_checkpoint(ckpt) == 7
+    assert_cluster_gone(preempted_dir)
+    assert_nothing_left(preempted_dir)
+
+    resumed = tenter("run", str(training_spec(tmp_path, "resumed", ckpt, backend="ray")))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "<stdout>: resumed at step 7 " in resumed.stdout
+    (resumed_dir,) = job_dirs(tmp_path / "resumed")
+    assert_nothing_left(resumed_dir)
 
 
 def test_a_ray_block_on_another_backend_is_refused(tmp_path: Path) -> None:
