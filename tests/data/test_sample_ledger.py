@@ -36,3 +36,6 @@ def test_a_restart_that_lets_a_host_join_is_another_attempt() -> None:
     before = {"TORCHELASTIC_RUN_ID": "r", "TORCHELASTIC_RESTART_COUNT": "0", "MASTER_PORT": "41"}
     joined = before | {"MASTER_PORT": "42"}
     assert attempt_of(before) == attempt_of(dict(before)) != attempt_of(joined)
+    # torchrun's c10d rendezvous keeps the workers' port (its store is shared): the world grew.
+    grown_under_torchrun = before | {"WORLD_SIZE": "4"}
+    assert attempt_of(before | {"WORLD_SIZE": "2"}) != attempt_of(grown_under_torchrun)

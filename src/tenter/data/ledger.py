@@ -68,10 +68,14 @@ class SampleLog:
 def attempt_of(environ: Mapping[str, str]) -> str:
     """The workers' attempt (``environ``: a worker's): the same on every rank of one start of
     the workers, another at every restart. ``TORCHELASTIC_RESTART_COUNT`` alone is not: a
-    restart that lets a joining host in leaves it unchanged; each rendezvous round's workers
-    meet at a new ``MASTER_PORT`` (group rank 0's fresh store, under tenter and torchrun)."""
+    restart that lets a joining host in leaves it unchanged. Under tenter each rendezvous
+    round's workers meet at a new ``MASTER_PORT`` (group rank 0's fresh store); under
+    torchrun's c10d rendezvous the port stays (its store is shared) but a join changes
+    ``WORLD_SIZE``. Not told apart: a torchrun round that loses a host and takes in another
+    at once."""
     run, restart = environ.get("TORCHELASTIC_RUN_ID", ""), environ.get("TORCHELASTIC_RESTART_COUNT")
-    return f"{run}/{restart or '0'}/{environ.get('MASTER_PORT', '')}"
+    world, port = environ.get("WORLD_SIZE", ""), environ.get("MASTER_PORT", "")
+    return f"{run}/{restart or '0'}/{world}/{port}"
 
 
 def read_sample_log(job_dir: str | os.PathLike[str]) -> list[SampleRecord]:
