@@ -40,7 +40,7 @@ from tenter.jobdir.results import JobResult
 from tenter.launch.diagnosis import hang
 from tenter.launch.launcher.isolation.faults import kill_rank
 from tenter.launch.launcher.output import create_job_dir
-from tenter.launch.shared.processes import process_identity
+from tenter.launch.shared.processes import process_identity, stat_fields
 from tenter.rehearsal import commands, store_count
 from tenter.rehearsal.job import RehearsalJob
 
@@ -110,7 +110,7 @@ def _pids(plan: Plan) -> set[int]:
 
 
 def _thread_cpu_s(native_id: int) -> float:
-    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(f"/proc/self/task/{native_id}/stat")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

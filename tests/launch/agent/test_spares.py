@@ -20,7 +20,7 @@ import pytest
 from tenter.contract.torchrun import torchrun_env, worker_env
 from tenter.launch.agent import spares as warm_pool
 from tenter.launch.agent.spares import PER_WORKER, differing
-from tenter.launch.shared.processes import env_of
+from tenter.launch.shared.processes import env_of, stat_fields
 from tenter.runtime.warm import WAIT_FLAG
 from tests.conftest import (
     AS_A_BACKGROUND_JOB,
@@ -204,9 +204,7 @@ def _started(pid: int) -> float:
     the boot time in whole seconds (/proc/stat's btime), up to a second early, and a spare
     forked just after the preload's log line could seem to come before it."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            # The fields after the command's name (which may hold spaces); starttime is 22nd.
-            ticks = int(stat.read().rpartition(")")[2].split()[19])
+        ticks = int(stat_fields(f"/proc/{pid}/stat")[19])
     except (OSError, IndexError, ValueError):
         return 0.0
     since_boot = ticks / os.sysconf("SC_CLK_TCK")

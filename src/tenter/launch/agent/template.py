@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 
-from tenter.launch.shared.processes import worker_preexec
+from tenter.launch.shared.processes import stat_fields, worker_preexec
 from tenter.runtime import warm_protocol as protocol
 from tenter.runtime.warm import TITLE_ROOM, WAIT_FLAG
 
@@ -218,9 +218,7 @@ def _ended(pid: int) -> bool:
     """Whether ``pid`` is a zombie or gone: one read of its stat line (psutil reads
     three files, in every agent's pass over its spares)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            # The state follows the command's name, which may hold spaces and parentheses.
-            return stat.read().rpartition(b")")[2].split()[0] == b"Z"
+        return stat_fields(f"/proc/{pid}/stat")[0] == b"Z"
     except FileNotFoundError:  # reaped: the report is on its way
         return True
     except (OSError, IndexError):

@@ -39,6 +39,14 @@ agent started in the background by a shell inherits SIGINT and SIGQUIT ignored, 
 ignored signal stays ignored across ``exec``."""
 
 
+def stat_fields(path: str) -> list[bytes]:
+    """The fields of a ``/proc/.../stat`` line after the command's name, which may hold spaces
+    and parentheses: ``[0]`` is the state (proc(5)'s field 3), ``[11]``/``[12]`` utime/stime,
+    ``[19]`` starttime. One read: psutil reads three files for what a pass needs of this one."""
+    with open(path, "rb") as stat:
+        return stat.read().rpartition(b")")[2].split()
+
+
 def worker_preexec(starter: int | None = None) -> Callable[[], None]:
     """The ``preexec_fn`` of a worker (or a warm template): default dispositions for the stop
     signals, and the kernel's SIGKILL when its agent (this process, or ``starter``) dies."""
