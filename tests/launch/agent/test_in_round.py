@@ -8,6 +8,7 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -143,12 +144,16 @@ class CountedStore:
     def __init__(self, store: dist.TCPStore) -> None:
         self.store = store
         self.requests = 0
+        self.most_keys = 0
+        """The most keys one request named."""
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.store, name)
 
         def counted(*args: Any) -> Any:
             self.requests += 1
+            keys = len(args[0]) if isinstance(args[0], list) else 1
+            self.most_keys = max(self.most_keys, keys)
             return method(*args)
 
         return counted
@@ -174,3 +179,55 @@ def test_a_restart_costs_each_host_a_number_of_requests_that_does_not_grow_with_
     publisher = [r.group_rank for r in restarted if r is not None].index(0)
     plain = sorted(n - (i == publisher) for i, n in enumerate(requests))
     assert max(plain[: hosts - 2]) <= 6, requests
+
+
+def test_joining_a_round_costs_each_host_but_rank_0_a_few_one_key_requests(
+    server: dist.TCPStore,
+) -> None:
+    hosts = 16
+    stores = [
+        CountedStore(dist.TCPStore("127.0.0.1", server.port, is_master=False)) for _ in range(hosts)
+    ]
+
+    class Handler:  # the part of torch's handler that join asks: the round it formed
+        def __init__(self, rank: int) -> None:
+            self.info = SimpleNamespace(store=stores[rank], rank=rank, world_size=hosts)
+
+        def next_rendezvous(self) -> SimpleNamespace:
+            return self.info
+
+    def join(rank: int) -> rendezvous.Round:
+        return rendezvous.join(Handler(rank), _name(rank), "127.0.0.1", restart_count=rank % 5)  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(hosts) as pool:
+        rounds = list(pool.map(join, range(hosts)))
+    # Every host learns the most restarts any host knew; rank 0 read the hosts' counts in two
+    # requests (each host used to read every host's: O(hosts^2) in all).
+    assert {r.restart_count for r in rounds} == {4}
+    assert stores[0].requests <= 8, stores[0].requests
+    assert max(s.requests for s in stores[1:]) <= 4, [s.requests for s in stores]
+    assert max(s.most_keys for s in stores[1:]) == 1
+    rounds[0].close()
+
+
+def test_the_exit_barrier_looks_at_one_key_whatever_the_hosts(server: dist.TCPStore) -> None:
+    hosts = 8
+    rounds = [_round(server, rank, hosts) for rank in range(hosts)]
+    stores = [CountedStore(r.store) for r in rounds]  # type: ignore[arg-type]
+    counted = [replace(r, store=s) for r, s in zip(rounds, stores, strict=True)]  # type: ignore[arg-type]
+    with ThreadPoolExecutor(hosts - 1) as pool:
+        early = [pool.submit(rendezvous.exit_barrier, r, 30.0, lambda: False) for r in counted[1:]]
+        finished, deadline = rendezvous.FINISHED_KEY.format(restarts=0), time.monotonic() + 10
+        while server.add(finished, 0) < hosts - 1:
+            assert time.monotonic() < deadline, "the early hosts never entered the barrier"
+            time.sleep(0.01)  # polls for the condition; nothing to be notified by
+        assert not any(f.done() for f in early)  # they wait for the last host
+        assert rendezvous.exit_barrier(counted[0], 30.0, lambda: False) is False
+        assert [f.result(timeout=10) for f in early] == [False] * (hosts - 1)
+    assert max(s.most_keys for s in stores) == 1  # every host's key used to be in each look
+
+
+def test_a_larger_round_looks_at_the_store_less_often_keeping_its_load_bounded() -> None:
+    assert rendezvous.poll_interval(64, 0.1) == 0.1
+    assert rendezvous.poll_interval(16_000, 0.1) == pytest.approx(1.6)
+    assert 16_000 / rendezvous.poll_interval(16_000, 0.1) <= rendezvous.STORE_POLLS_PER_S

@@ -131,6 +131,8 @@ class HostAgent:
         self.group = WorkerGroup([])
         self.crashed_at_exit: list[WorkerFailure] = []
         self._in_round = spec.restart_in_round
+        self._next_ask = 0.0
+        """When the store may next be asked whether another host restarts."""
         self._planned_round = planned_round
         self._stopping = stopping_marker(spec.job_dir, spec.host)
         self._preempting = False
@@ -207,7 +209,14 @@ class HostAgent:
         return None
 
     def _restart_asked(self) -> bool:
-        return self._in_round and self.round is not None and in_round.asked(self.round)
+        """Whether another host started a restart; the store is asked at most once per
+        :func:`~tenter.launch.agent.rendezvous.poll_interval` (every pass below 1,000 hosts)."""
+        if not self._in_round or self.round is None or time.monotonic() < self._next_ask:
+            return False
+        self._next_ask = time.monotonic() + rendezvous.poll_interval(
+            self.round.hosts, MONITOR_INTERVAL_S
+        )
+        return in_round.asked(self.round)
 
     def _preempted(self) -> AgentResult | None:
         """A preemption: every worker gets SIGTERM at once, as torchrun passes it on (a script
