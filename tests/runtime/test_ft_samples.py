@@ -28,8 +28,8 @@ class Quorum:
     step: int = 0
     rank: int | None = None
     participants: int = 0
-    load: Callable[[Any], None] = print
-    save: Callable[[], Any] = dict
+    load: Callable[[Any], None] = field(default=lambda state: None)
+    save: Callable[[], Any] = field(default=dict)
 
     def current_step(self) -> int:
         return self.step
@@ -123,3 +123,15 @@ def test_an_epochs_last_step_is_split_in_near_equal_chunks() -> None:
     assert order.step_share(0, 1, 2, 0) == range(0, 0)  # fewer samples than participants
     with pytest.raises(ValueError, match="participant 2 is not among 2"):
         order.step_share(0, 8, 2, 2)
+
+
+def test_the_ranks_of_a_replica_group_split_its_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TENTER_JOB_DIR", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    shares = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        dealer = ft.SampleDealer(Quorum(rank=1, participants=2), 20, 4, seed=SEED)
+        shares.append(dealer.indices())
+    group_share = ft.epoch_order(20, SEED, 0)[4:8]  # the second participant's 4 samples
+    assert shares == [group_share[0::2], group_share[1::2]]
