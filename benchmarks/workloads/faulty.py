@@ -5,7 +5,9 @@ the time there and does FAULT (one of :data:`FAULTS`); ``STEP_SLEEP_S`` (default
 step that much longer (under torchft a step without every replica group :data:`ALONE_STEP_S`
 more). It also logs the sample indices the rank's ``ResumableSampler`` gave
 for each step through :class:`tenter.data.ledger.SampleLog`, under ``$TIMES_DIR`` (so that
-the runs of a job run again share one log: benchmarks/fault_campaign.py's sample ledger).
+the runs of a job run again share one log: benchmarks/fault_campaign.py's sample ledger;
+examples/torchft/train.py draws from ``tenter.runtime.ft.SampleDealer``, which logs its
+committed steps in the job directory, the campaign's ledger there).
 For benchmarks/recovery.py and benchmarks/fault_campaign.py; the same under tenter and
 torchrun.
 
