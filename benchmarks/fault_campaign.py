@@ -1,13 +1,14 @@
 """A fault campaign: real training jobs, each run once uninterrupted and once per fault, each
 run's end checked against the uninterrupted one.
 
-    python benchmarks/fault_campaign.py [--faults worker_kill,...] [--jobs ddp,fsdp2,torchft]
+    python benchmarks/fault_campaign.py [--faults worker_kill,...] [--jobs ddp,fsdp2,torchft,...]
                                         [--epochs 3] [--keep DIR]
 
 The jobs (:data:`JOBS`): examples/elastic/train.py (DDP, deterministic; ``fsdp2``: the same
 with ``--fsdp``) on 2 hosts x 2 processes, and examples/torchft/train.py (2 replica groups of
-1 process, 400 steps), under benchmarks/workloads/faulty.py, which logs each rank's steps and
-the sample indices of each step, and injects the fault at step :data:`FAULT_STEP` of the first
+1 process, 400 steps; ``torchft_min2``: with ``min_replicas: 2``), under
+benchmarks/workloads/faulty.py, which logs each rank's steps and the sample indices of each
+step, and injects the fault at step :data:`FAULT_STEP` of the first
 attempt (benchmarks/recovery.py's machinery: its :class:`Fault`, :class:`Cell`, job runner and
 measures). Each fault runs in the jobs its ``jobs`` name. Checkpoints every
 ``CHECKPOINT_EVERY`` steps, a number of steps per epoch (16) divides, so that the last
@@ -24,7 +25,9 @@ checkpoint is the final state. For each fault (:data:`FAULTS`):
   step of rank 2 0.3 s longer from the fault on);
 - ``duplicates``, ``gaps``: tenter's sample ledger (:mod:`tenter.data.ledger`): over each
   epoch, the samples trained on twice, and those never trained on, counting each step's last
-  execution (``n/a`` for torchft's job: torchft's own sampler is not logged).
+  execution (torchft's jobs: the log of :class:`tenter.runtime.ft.SampleDealer`, each
+  committed step once; their last epoch, which the step count cuts, counts as gaps only the
+  samples before the position it reached).
 
 One line per run, then a table::
 
@@ -61,6 +64,7 @@ from tenter.checkpoint import atomic
 from tenter.checkpoint.model_state import SHARDED_DIR
 from tenter.checkpoint.run_state import STATE_FILE
 from tenter.data import ledger
+from tenter.runtime import ft
 
 CHECKPOINT_EVERY = 8
 FAULT_STEP = 11
@@ -86,6 +90,8 @@ class CampaignFault:
     """The jobs (:data:`JOBS`) it runs in."""
     hosts: int = 2
     """The hosts the job starts with."""
+    identical_in: tuple[str, ...] = ()
+    """The jobs where it must end bit-identical all the same."""
 
 
 TMPFS_SIZE = "1m"
@@ -161,19 +167,26 @@ FAULTS: dict[str, CampaignFault] = {
         recovery.Fault("fail_at_end", 1, min_hosts=2, exact=True), jobs=("ddp", "fsdp2")
     ),
     # torchft: replica group 1's process SIGKILLed; the group restarts and heals from group
-    # 0, which trains on alone meanwhile (min_replicas 1).
+    # 0, which trains on alone meanwhile (min_replicas 1; with 2, it waits for group 1).
     "replica_group_killed": CampaignFault(
         recovery.Fault("kill_worker", 1, min_hosts=2, exact=True),
         "group_0_trained_alone_while_group_1_restarted",
-        jobs=("torchft",),
+        jobs=("torchft", "torchft_min2"),
+        identical_in=("torchft_min2",),
     ),
 }
 """The faults, the cheap first."""
 
-JOBS = ("ddp", "fsdp2", "torchft")
+JOBS = ("ddp", "fsdp2", "torchft", "torchft_min2")
 """The jobs: examples/elastic/train.py with DDP, and with ``--fsdp`` (FSDP2, sharded over the
 4 ranks; its checkpoints through DCP); examples/torchft/train.py in 2 replica groups of one
-process (no checkpoints: its end is each group's final model)."""
+process (no checkpoints: its end is each group's final model), with ``min_replicas`` 1 (a
+group trains alone while the other is down) and 2 (``torchft_min2``: no step commits without
+both, so every step's global batch is the uninterrupted run's)."""
+TORCHFT_JOBS = {"torchft": 1, "torchft_min2": 2}
+"""The torchft jobs' ``min_replicas``."""
+TORCHFT_SEED = 0
+"""examples/torchft/train.py's, which orders its epochs (``ft.epoch_order``)."""
 
 
 @dataclass(frozen=True)
@@ -185,9 +198,8 @@ class Row:
     lost_steps: int | None
     identical: bool
     reason: str
-    duplicates: int | None
-    """None: no sample ledger (torchft's example draws from torchft's own sampler)."""
-    gaps: int | None
+    duplicates: int
+    gaps: int
     stragglers: str = ""
     """The stragglers tenter named (``rank N on HOST``, comma-separated)."""
 
@@ -216,6 +228,20 @@ def duplicates_and_gaps(times: Path) -> tuple[int, int]:
     epochs = ledger.sample_ledger(ledger.read_sample_log(times), DATASET_SIZE).values()
     duplicates = sum(n - 1 for epoch in epochs for n in epoch.duplicates.values())
     return duplicates, sum(len(epoch.gaps) for epoch in epochs)
+
+
+def sample_figures(job: str, work: Path) -> tuple[int, int]:
+    """``duplicates_and_gaps`` of the job in ``work``; a torchft job's from its job
+    directory's log (the dealer's), less its last epoch's rest, which the step count cut
+    before it (the epoch's order after the position the job reached)."""
+    if job not in TORCHFT_JOBS:
+        return duplicates_and_gaps(work / "times")
+    (job_dir,) = (work / "home" / "jobs").iterdir()
+    duplicates, gaps = duplicates_and_gaps(job_dir)
+    epochs = ledger.sample_ledger(ledger.read_sample_log(job_dir), DATASET_SIZE)
+    last = epochs[max(epochs)]
+    unreached = set(ft.epoch_order(DATASET_SIZE, TORCHFT_SEED, last.epoch)[last.seen :])
+    return duplicates, gaps - len(unreached & set(last.gaps))
 
 
 def _tensors(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
@@ -270,8 +296,8 @@ def run_job(name: str, chosen: CampaignFault, work: Path, epochs: int, job: str)
     cell = recovery.Cell(name, chosen.fault, work, env)
     script = [recovery.TRAIN, "--epochs", str(epochs), "--checkpoint_every", str(CHECKPOINT_EVERY)]
     script += ["--fsdp"] if job == "fsdp2" else []
-    if job == "torchft":
-        return recovery.torchft_job(cell)
+    if job in TORCHFT_JOBS:
+        return recovery.torchft_job(cell, TORCHFT_JOBS[job])
     if chosen.tmpfs:
         (work / "ckpt").mkdir()
         subprocess.run(
@@ -304,11 +330,12 @@ def campaign_row(
     identical = bool(ends[0]) and all(state_hash(s) == state_hash(reference) for s in ends)
     reason = ""
     if not identical:
-        why = chosen.why_not_identical or "unexpected"
+        expected = chosen.why_not_identical if job not in chosen.identical_in else None
+        why = expected or "unexpected"
         if any(state_hash(s) != state_hash(ends[0]) for s in ends):
             why = "replica_groups_differ"  # a group that did not heal to its peer's state
         reason = f"{why}:max_abs_diff={largest_difference(ends[0], reference):.3g}"
-    duplicates, gaps = duplicates_and_gaps(work / "times") if job != "torchft" else (None, None)
+    duplicates, gaps = sample_figures(job, work)
     return Row(
         name,
         job,
@@ -342,7 +369,7 @@ def recovery_measures(
 def end_states(job: str, work: Path) -> list[dict[str, torch.Tensor]]:
     """The job's end: the newest checkpoint's state; torchft's job (no checkpoints): each
     replica group's final model (its host's ``model.pt``)."""
-    if job != "torchft":
+    if job not in TORCHFT_JOBS:
         return [final_state(work / "ckpt")]
     (last,) = sorted((work / "home" / "jobs").iterdir())[-1:]
     models = sorted(last.glob("hosts/algo-*/model/model.pt"))
@@ -362,18 +389,18 @@ def named_stragglers(home: Path) -> str:
 def uninterrupted(work: Path, epochs: int, job: str) -> tuple[Row, dict[str, torch.Tensor]]:
     none = CampaignFault(recovery.Fault("kill_worker", -1, 2, exact=True))
     ran = run_job("none", none, work, epochs, job)
-    duplicates, gaps = duplicates_and_gaps(work / "times") if job != "torchft" else (None, None)
+    duplicates, gaps = sample_figures(job, work)
     row = Row("none", job, ran.code, None, None, True, "", duplicates, gaps)
     return row, end_states(job, work)[0]
 
 
 def table(rows: list[Row]) -> str:
-    head = f"{'fault':27s} {'job':7s} {'exit':>4s} {'recover_s':>9s} {'lost':>4s} "
+    head = f"{'fault':27s} {'job':12s} {'exit':>4s} {'recover_s':>9s} {'lost':>4s} "
     lines = [head + f"{'identical':>9s} {'dup':>4s} {'gaps':>4s}  straggler  reason"]
     for r in rows:
         shown = r.shown()
         lines.append(
-            f"{r.fault:27s} {r.job:7s} {r.exit:>4d} {shown['recover']:>9s} {shown['lost']:>4s} "
+            f"{r.fault:27s} {r.job:12s} {r.exit:>4d} {shown['recover']:>9s} {shown['lost']:>4s} "
             f"{'yes' if r.identical else 'no':>9s} {shown['dup']:>4s} {shown['gaps']:>4s}  "
             f"{r.stragglers or '-':9s}  {r.reason}"
         )
@@ -384,7 +411,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument(
-        "--jobs", default=",".join(JOBS), help="of ddp, fsdp2, torchft (each its faults')"
+        "--jobs", default=",".join(JOBS), help=f"of {', '.join(JOBS)} (each its faults')"
     )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--keep", metavar="DIR", help="run in DIR and keep the runs' files")

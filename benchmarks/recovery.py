@@ -229,16 +229,16 @@ def run_torchft(cell: Cell) -> Ran | None:
     return dataclasses.replace(torchft_job(cell), comparable=False)
 
 
-def torchft_job(cell: Cell) -> Ran:
+def torchft_job(cell: Cell, min_replicas: int = 1) -> Ran:
     """examples/torchft/train.py in 2 replica groups of one host x 1 process; rank ``r`` is
-    group ``r``'s."""
+    group ``r``'s. ``min_replicas`` 2: no step without both groups."""
     return _tenter_job(
         cell,
         # More steps than the others: with min_replicas 1 a group trains alone until the
         # other has started, and the fault waits for a step both take part in.
         [TRAIN_FT, "--steps", str(STEPS_FT)],
         "elastic: {max_restarts: 1}\nenvironment: {RUST_LOG: warn}\n"
-        "fault_tolerance: {replica_groups: 2, min_replicas: 1}\n",
+        f"fault_tolerance: {{replica_groups: 2, min_replicas: {min_replicas}}}\n",
         procs=1,
     )
 

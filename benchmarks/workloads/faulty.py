@@ -2,9 +2,12 @@
 ``<wall time> <step>`` to ``$TIMES_DIR/steps-<rank>`` after each step, and that rank
 FAULT_RANK, on reaching step FAULT_STEP the first time (no ``$TIMES_DIR/fault`` yet), records
 the time there and does FAULT (one of :data:`FAULTS`); ``STEP_SLEEP_S`` (default 0) makes each
-step that much longer. It also logs the sample indices the rank's ``ResumableSampler`` gave
+step that much longer (under torchft a step without every replica group :data:`ALONE_STEP_S`
+more). It also logs the sample indices the rank's ``ResumableSampler`` gave
 for each step through :class:`tenter.data.ledger.SampleLog`, under ``$TIMES_DIR`` (so that
-the runs of a job run again share one log: benchmarks/fault_campaign.py's sample ledger).
+the runs of a job run again share one log: benchmarks/fault_campaign.py's sample ledger;
+examples/torchft/train.py draws from ``tenter.runtime.ft.SampleDealer``, which logs its
+committed steps in the job directory, the campaign's ledger there).
 For benchmarks/recovery.py and benchmarks/fault_campaign.py; the same under tenter and
 torchrun.
 
@@ -232,6 +235,10 @@ second_fault()
 fails_at_end = False
 last_step = -1
 STEP_SLEEP_S = float(os.environ.get("STEP_SLEEP_S", "0"))
+ALONE_STEP_S = 0.05
+"""Under torchft, how much longer a step that not every replica group took part in is: with
+``min_replicas`` 1 the group that starts first would otherwise run all 400 of its steps
+(some 3 s) before the other has started, and the two train apart."""
 samples = SampleLog(times, int(rank))
 drawn: list[int] = []
 """The sample indices the sampler gave since the last step."""
@@ -251,6 +258,8 @@ def record(step: int, everyone: bool = True) -> None:
     samples.write(step, drawn_epoch, drawn)
     drawn.clear()
     time.sleep(STEP_SLEEP_S)  # a longer step (the example's take milliseconds)
+    if not everyone:  # torchft, a group alone: paced, so that the others can join it
+        time.sleep(ALONE_STEP_S)
     if faulty and step >= fault_step and everyone:
         faulty = False
         (times / "fault").write_text(repr(time.time()))

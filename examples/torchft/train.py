@@ -21,7 +21,13 @@ The lines that change from examples/elastic/train.py (see docs/fault_tolerance.m
    crashes the worker when a collective fails (``assert fut._fut`` in ``torchft/ddp.py``),
    as every step shared with a replica group that was just lost does; ``Work.wait()`` of
    ``manager.allreduce`` reports the error to the Manager instead, which then skips the step.
-4. torchft's ``DistributedSampler``, sharded by replica group.
+4. ``samples = ft.SampleDealer(manager, len(data), batch_size, seed=...)`` instead of a
+   sampler: each step's groups take the next samples of the epoch's global order, which
+   moves on only when the step commits and goes to a healing group with its state, so that
+   every sample of an epoch is trained on once whichever groups are lost, train alone or
+   heal (not torchft's ``DistributedSampler``: a fixed shard per group, whose samples are
+   skipped while that group is down). ``samples.indices()`` waits for the step's quorum, so
+   it comes after ``zero_grad()``; ``samples.step()`` after the optimizer's.
 5. The loop runs until ``manager.current_step()`` reaches the step count (a healed group
    jumps ahead to its peers' step), and calls ``progress.step()`` after each step.
 6. No Checkpointer: a restarted group takes its state from a live peer.
@@ -31,15 +37,14 @@ ends with the same model.
 """
 
 import argparse
-import itertools
 import os
 from datetime import timedelta
 from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-from torchft import DistributedSampler, Manager, Optimizer, ProcessGroupGloo
+from torch.utils.data import TensorDataset
+from torchft import Manager, Optimizer, ProcessGroupGloo
 
 from tenter.runtime import ft
 
@@ -70,16 +75,6 @@ def main() -> None:
         raise SystemExit("this example runs one process per replica group (processes_per_host: 1)")
     torch.manual_seed(args.seed)  # the same initial weights in every group
     data = dataset(args.seed)
-    sampler = DistributedSampler(
-        data,
-        replica_rank=ft.replica_group(),
-        num_replica_groups=int(os.environ.get("NUM_REPLICA_GROUPS", "1")),
-        group_rank=0,
-        num_replicas=1,
-        shuffle=True,
-        seed=args.seed,
-    )
-    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
@@ -99,13 +94,13 @@ def main() -> None:
         **ft.manager_options(timeout=timeout),
     )
     progress = ft.Progress(manager)
+    samples = ft.SampleDealer(manager, len(data), batch_size=args.batch_size, seed=args.seed)
     ft_optimizer = Optimizer(manager, optimizer)
     loss_fn = nn.MSELoss()
 
-    batches = itertools.chain.from_iterable(_epochs(loader, sampler))
     while manager.current_step() < args.steps:
-        x, y = next(batches)
         ft_optimizer.zero_grad()  # starts this step's quorum
+        x, y = data[samples.indices()]  # this group's share of the step (once the quorum is in)
         loss = loss_fn(model(x), y)
         loss.backward()
         # Averaged across the groups in the quorum; a failed one skips the step.
@@ -113,6 +108,7 @@ def main() -> None:
         for work in works:
             work.wait()
         ft_optimizer.step()  # only if every group of the quorum committed
+        samples.step()  # the epoch's position moves on if it did
         progress.step()
         step = manager.current_step()
         if step % 20 == 0:
@@ -123,12 +119,6 @@ def main() -> None:
     torch.save(model.state_dict(), model_dir / "model.pt")
     print(f"done after {manager.current_step()} steps", flush=True)
     manager.shutdown(wait=False)
-
-
-def _epochs(loader: DataLoader, sampler: DistributedSampler):  # type: ignore[type-arg]
-    for epoch in itertools.count():
-        sampler.set_epoch(epoch)
-        yield loader
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tenter.cli.main import main
+from tenter.data.ledger import read_sample_log, sample_ledger
 from tenter.errors import ExitCode
 from tenter.launch import compat
 from tenter.launch.launcher.isolation import faults
@@ -83,7 +84,8 @@ def assert_lighthouse_gone(out: str) -> None:
 def test_a_killed_group_restarts_alone_and_heals_from_its_peer_at_the_current_step(
     tmp_path: Path,
 ) -> None:
-    spec = ft_spec(tmp_path, steps=30, FT_KILL_GROUP="1", FT_KILL_AT="12")
+    # 32 steps of 2 groups x 32 samples: 2 epochs of the example's 1024.
+    spec = ft_spec(tmp_path, steps=32, FT_KILL_GROUP="1", FT_KILL_AT="12")
     run = Background("run", str(spec))
     out = run.finish()
     assert run.proc.returncode == 0, out
@@ -97,8 +99,14 @@ def test_a_killed_group_restarts_alone_and_heals_from_its_peer_at_the_current_st
     lost = [e for e in seen if e["event"] == "replica_lost"]
     assert [(e["group"], e["step"]) for e in lost] == [(1, 12)]
     assert [(e["group"], e["source"]) for e in seen if e["event"] == "replica_healed"] == [(1, 0)]
-    assert "done after 30 steps" in (run.job_dir / "logs/rank-0.stdout").read_text()
+    assert "done after 32 steps" in (run.job_dir / "logs/rank-0.stdout").read_text()
     assert_same_model(run.job_dir)
+    # ft.SampleDealer: every sample of both epochs trained on once, across the loss and heal.
+    epochs = sample_ledger(read_sample_log(run.job_dir), 1024)
+    assert [(e.epoch, e.seen, e.duplicates, e.gaps) for e in epochs.values()] == [
+        (0, 1024, {}, []),
+        (1, 1024, {}, []),
+    ]
     # The heal fetched the peer's state over torchft's HTTP transport without torch's
     # warning of a non-writable buffer (tenter.runtime.compat.http_checkpoint_transport).
     assert warning_lines(run.job_dir, out) == []

@@ -52,12 +52,19 @@ class SampleLog:
     """A rank's log of the samples it trained on. Each ``write`` is one appended line (some
     ten microseconds), at once: a rank killed a moment later has logged every step it did."""
 
-    def __init__(self, job_dir: str | os.PathLike[str] | None = None, rank: int | None = None):
+    def __init__(
+        self,
+        job_dir: str | os.PathLike[str] | None = None,
+        rank: int | None = None,
+        attempt: str | None = None,
+    ):
+        """``attempt``: :func:`attempt_of` the worker's environment where None; one for every
+        record of a job whose steps are never done again (torchft's committed steps)."""
         job_dir = job_dir if job_dir is not None else os.environ["TENTER_JOB_DIR"]
         self.rank = rank if rank is not None else int(os.environ.get("RANK", "0"))
         self.path = rank_samples_file(job_dir, self.rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.attempt = attempt_of(os.environ)
+        self.attempt = attempt if attempt is not None else attempt_of(os.environ)
 
     def write(self, step: int, epoch: int, indices: Sequence[int]) -> None:
         """Step ``step`` (the steps done, this one included) of ``epoch`` trained on ``indices``."""

@@ -51,3 +51,20 @@ def position_after(size: int, start: int, world: int, taken: int) -> int:
     """The global position once every rank has taken ``taken`` indices from ``start``
     (padding counts up to the epoch's end, ``size``)."""
     return min(start + taken * world, size)
+
+
+def step_length(size: int, start: int, batch: int, participants: int) -> int:
+    """How many positions a step of ``participants`` replicas of ``batch`` samples each takes
+    from ``start`` (torchft's committed steps, :class:`tenter.runtime.ft.SampleDealer`): their
+    global batch, or the epoch's rest where shorter (the epoch then ends with this step)."""
+    return max(min(batch * participants, size - start), 0)
+
+
+def step_share(start: int, length: int, participants: int, rank: int) -> range:
+    """Participant ``rank``'s positions of a step of ``length`` positions from ``start``: the
+    ``rank``-th of ``participants`` contiguous near-equal chunks (each ``batch`` samples but in
+    an epoch's shorter last step; empty only where that step has fewer samples than
+    participants)."""
+    if not 0 <= rank < participants:
+        raise ValueError(f"participant {rank} is not among {participants}")
+    return range(start + rank * length // participants, start + (rank + 1) * length // participants)

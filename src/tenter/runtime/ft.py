@@ -5,13 +5,19 @@
     store = ft.group_store()                         # the store torchft's Manager expects
     manager = Manager(pg=ProcessGroupGloo(), ..., **ft.manager_options(timeout=...))
     progress = ft.Progress(manager)
+    samples = ft.SampleDealer(manager, len(data), batch_size=32, seed=0)
     while manager.current_step() < steps:
-        ...; optimizer.step()                        # torchft's Optimizer wrapper
+        optimizer.zero_grad()                        # torchft's Optimizer wrapper: the quorum
+        x, y = data[samples.indices()]               # this rank's share of the step
+        ...; optimizer.step()
+        samples.step()
         progress.step()
 
 :class:`Progress` writes the last step the replica group committed (the launcher names it
 when the group is lost) and records a heal from a peer in ``events.jsonl`` (the launcher
-prints ``replica group 1 healed at step 815 from group 0``). See docs/fault_tolerance.md.
+prints ``replica group 1 healed at step 815 from group 0``). :class:`SampleDealer` deals each
+epoch's samples by the progress the quorum committed, so that every sample of an epoch is
+trained on once across lost and healed groups. See docs/fault_tolerance.md.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ import logging
 import os
 import re
 import socket
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from tenter.contract.plan import read_plan
+from tenter.data import order
+from tenter.data.ledger import SampleLog
 from tenter.jobdir import layout
 from tenter.jobdir.events import EventKind, record_event
 from tenter.runtime import steps
@@ -155,3 +164,106 @@ def _committed_step(path: Path) -> int:
         return int(path.read_text())
     except (OSError, ValueError):
         return 0
+
+
+STATE_KEY = "tenter_samples"
+"""The dealer's entry in the state torchft sends a healing replica group."""
+
+
+@dataclass(frozen=True)
+class _Dealt:
+    """What :meth:`SampleDealer.indices` gave for a step."""
+
+    step: int
+    participants: int
+    participating: bool
+    epoch: int
+    indices: list[int]
+
+
+class SampleDealer:
+    """Deals each epoch's samples to torchft's replica groups by the progress the quorum
+    *committed*, not by a fixed shard per group: every sample of an epoch is trained on once,
+    whichever groups are lost, train alone or heal. As a ``DistributedSampler``, one
+    permutation per epoch (``torch.randperm`` seeded with ``seed + epoch``) and a global
+    position in it; each step's participants (``manager.num_participants()``) take the next
+    ``batch_size`` positions each, by ``manager.participating_rank()``, and the position moves
+    past them only where the step commits (a step not committed is dealt again). The position
+    goes into the state torchft sends a healing group, which so goes on where its peers are.
+    The ranks of one replica group split its share (``RANK`` of ``WORLD_SIZE``, every
+    ``WORLD_SIZE``-th). Under tenter each rank logs the indices of its committed steps to
+    the sample ledger (:mod:`tenter.data.ledger`)."""
+
+    def __init__(
+        self, manager: Any, size: int, batch_size: int, *, seed: int = 0, shuffle: bool = True
+    ) -> None:
+        self._manager = manager
+        self.size, self.batch_size, self.seed, self.shuffle = size, batch_size, seed, shuffle
+        self.epoch = 0
+        self.position = 0
+        """The samples the committed steps took from this epoch's permutation."""
+        self._permutation: tuple[int, list[int]] = (-1, [])
+        self._dealt: _Dealt | None = None
+        self._group = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        job_dir = os.environ.get("TENTER_JOB_DIR")
+        # torchft never does a committed step again (a lost group heals to its peers' step):
+        # one attempt for every group's records, whose ranks are job-wide.
+        rank = replica_group() * self._group[1] + self._group[0]
+        self._log = SampleLog(job_dir, rank, attempt="torchft") if job_dir else None
+        manager.register_state_dict_fn(STATE_KEY, self.load_state_dict, self.state_dict)
+
+    def indices(self) -> list[int]:
+        """This rank's dataset indices for the step whose quorum was started (torchft's
+        ``Optimizer.zero_grad``): waits for the quorum. A group that takes no part in the step
+        (healing: torchft zeroes its gradients) gets the first participant's, not logged."""
+        rank = self._manager.participating_rank()
+        participants = max(self._manager.num_participants(), 1)
+        length = order.step_length(self.size, self.position, self.batch_size, participants)
+        positions = order.step_share(self.position, length, participants, rank or 0)
+        permutation = self._order()
+        group_rank, group_size = self._group
+        mine = [permutation[p] for p in positions][group_rank::group_size]
+        step = self._manager.current_step()
+        self._dealt = _Dealt(step, participants, rank is not None, self.epoch, mine)
+        return mine
+
+    def step(self) -> None:
+        """After the optimizer's step: where the quorum committed it, the position moves past
+        the step's global batch (from the state a healing group just received) and the rank's
+        indices go to the ledger."""
+        dealt, self._dealt = self._dealt, None
+        if dealt is None or self._manager.current_step() <= dealt.step:
+            return
+        self.position += order.step_length(
+            self.size, self.position, self.batch_size, dealt.participants
+        )
+        if self.position >= self.size:
+            self.epoch, self.position = self.epoch + 1, 0
+        if self._log is not None and dealt.participating:
+            self._log.write(self._manager.current_step(), dealt.epoch, dealt.indices)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]
+
+    def _order(self) -> list[int]:
+        if self._permutation[0] != self.epoch:
+            self._permutation = (
+                self.epoch,
+                epoch_order(self.size, self.seed, self.epoch, self.shuffle),
+            )
+        return self._permutation[1]
+
+
+def epoch_order(size: int, seed: int, epoch: int, shuffle: bool = True) -> list[int]:
+    """An epoch's global order of ``size`` samples: ``DistributedSampler``'s permutation."""
+    if not shuffle:
+        return list(range(size))
+    import torch
+
+    drawn: list[int] = torch.randperm(
+        size, generator=torch.Generator().manual_seed(seed + epoch)
+    ).tolist()
+    return drawn
