@@ -19,12 +19,13 @@ class StopWatcher:
         self._preemption = preemption
 
     def tick(self, now: float) -> JobState | None:
-        if not self._stop.is_set():
-            return None
-        if not (is_preemption(self._stop) and self._grace):
-            return JobState.INTERRUPTED
-        if not self._preemption.requested:
-            self._preemption.start()  # the ranks stop by themselves, then succeed
-        elif self._preemption.expired():
+        if self._stop.is_set():
+            if not (is_preemption(self._stop) and self._grace):
+                return JobState.INTERRUPTED
+            if not self._preemption.requested:
+                self._preemption.start()  # the ranks stop by themselves, then succeed
+                return None
+        # Whoever asked for it (SIGTERM, or the backend: a Ray node drain), its grace ends it.
+        if self._preemption.requested and self._preemption.expired():
             return JobState.PREEMPTED
         return None
