@@ -93,8 +93,9 @@ class RayJob(Supervisor):
         actor_class = ray.remote(HostAgent)
         for host in self.plan.hosts:
             where = PlacementGroupSchedulingStrategy(group, host.index)
+            gpus = self.setup.bundles[host.index].get("GPU", 0)  # the host's, in its bundle
             actor = actor_class.options(
-                num_cpus=0, max_concurrency=2, scheduling_strategy=where
+                num_cpus=0, num_gpus=gpus, max_concurrency=2, scheduling_strategy=where
             ).remote()
             argv = agent_argv(self.plan, host, self.rdzv_port)
             log = layout.logs_dir(self.plan.job_dir) / layout.agent_log(host.name)
