@@ -1,6 +1,7 @@
 """A stop request to the launcher (Ctrl-C, ``tenter cancel``, SIGTERM): the job stops at once,
 or, for a preemption with a grace period, once its ranks ended or the grace is spent
-(:mod:`tenter.launch.launcher.preemption`)."""
+(:mod:`tenter.launch.launcher.preemption`); the grace also bounds a preemption the backend
+started (a Ray node drain, :mod:`tenter.launch.backends.ray.drain`)."""
 
 from __future__ import annotations
 
