@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -17,7 +18,7 @@ import pytest
 from tenter.contract.placeholders import MASTER_PORT, SLURM_NIC, resolve, slurm_node
 from tenter.contract.plan import Plan
 from tenter.jobdir.events import workers_store_ports
-from tenter.jobdir.layout import EVENTS_FILE, PLAN_FILE
+from tenter.jobdir.layout import EVENTS_FILE, PLAN_FILE, agent_log, logs_dir
 from tests.conftest import SCRIPTS, assert_nothing_left, tenter
 from tests.launch.backends import BACKENDS, Backend, ready
 
@@ -49,8 +50,13 @@ def learned_at_launch(plan: Plan, backend: Backend) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-def test_every_rank_gets_exactly_its_planned_environment(name: str) -> None:
+def test_every_rank_gets_exactly_its_planned_environment(
+    name: str, fake_gpus: Callable[[int], Path]
+) -> None:
     backend = BACKENDS[name]
+    if name == "ray":
+        # Ray's nodes declare them (`ray start --num-gpus`): the GPU rule needs no real GPU.
+        fake_gpus(backend.world)
     hosts = ["--hosts", str(backend.hosts), "--procs-per-host", str(backend.procs)]
     with ready(backend):
         done = tenter("run", *backend.flags, *hosts, str(SCRIPTS / "contract.py"))
@@ -79,4 +85,16 @@ def test_every_rank_gets_exactly_its_planned_environment(name: str) -> None:
     rounds = [(e["host"], e["planned"]) for e in events if e["event"] == "rendezvous"]
     agents = [] if name == "mpi" else [(h.name, True) for h in plan.hosts]
     assert sorted(rounds) == agents
+    if name == "ray":
+        assert_ray_gave_each_host_its_gpus(plan)
     assert_nothing_left(done.job_dir)
+
+
+def assert_ray_gave_each_host_its_gpus(plan: Plan) -> None:
+    """Host i's bundle asked for its GPUs of the plan, and Ray gave its actor those."""
+    setup = json.loads(plan.files["ray.json"])
+    for host in plan.hosts:
+        assert host.gpus == [str(host.index * 2), str(host.index * 2 + 1)]
+        assert setup["bundles"][host.index]["GPU"] == 2
+        log = (logs_dir(plan.job_dir) / agent_log(host.name)).read_text()
+        assert f"ray: this host's actor has GPUs {','.join(host.gpus)}\n" in log, log

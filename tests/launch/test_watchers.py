@@ -32,6 +32,22 @@ def test_a_stop_without_a_preemption_grace_interrupts_the_job() -> None:
     assert watcher.tick(0.0) is JobState.INTERRUPTED
 
 
+def test_a_preemption_the_backend_started_ends_once_its_grace_is_spent() -> None:
+    from tenter.launch.launcher.watchers.stop import StopWatcher
+
+    class Grace:
+        preemption_grace = 30
+
+    class DrainStarted:  # a Ray node drain's preemption: no stop signal, its grace spent
+        requested = True
+
+        def expired(self) -> bool:
+            return True
+
+    watcher = StopWatcher(Grace(), threading.Event(), DrainStarted())  # type: ignore[arg-type]
+    assert watcher.tick(0.0) is JobState.PREEMPTED
+
+
 def test_a_slurm_node_does_not_import_the_launcher_loop() -> None:
     code = (
         "import sys, tenter.launch.backends.slurm.node; "

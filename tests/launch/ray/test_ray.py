@@ -5,14 +5,18 @@ tests/launch/test_plan_is_what_runs.py's ``ray`` case; here, what else the backe
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tenter.errors import ExitCode
+from tenter.launch.backends.ray.cluster import LocalCluster
 from tests.conftest import Background, assert_nothing_left, job_dirs, tenter
 from tests.launch.specs import write_spec
 from tests.launch.test_faults import agent_of
@@ -94,32 +98,96 @@ def test_a_killed_raylet_is_a_lost_host_an_elastic_job_goes_on_without(tmp_path:
     assert_nothing_left(job.job_dir)
 
 
-def test_sigterm_preempts_a_ray_job_after_a_final_checkpoint_and_a_new_run_resumes(
+def raylet_flag(raylet: psutil.Process, flag: str) -> str:
+    """The value of a raylet's ``--<flag>=VALUE`` argument."""
+    (value,) = [a.split("=", 1)[1] for a in raylet.cmdline() if a.startswith(f"--{flag}=")]
+    return value
+
+
+def drain(raylet: psutil.Process, deadline_s: int) -> str:
+    """``ray drain-node`` of a raylet's node, as autoscaler v2 drains a spot node before it
+    goes (the node stays up: Ray leaves the kill to the caller); its node id."""
+    temp_dir, node = raylet_flag(raylet, "temp_dir"), raylet_flag(raylet, "node_id")
+    drained = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "drain-node",
+            "--address",
+            raylet_flag(raylet, "gcs-address"),
+            "--node-id",
+            node,
+            "--reason",
+            "DRAIN_NODE_REASON_PREEMPTION",
+            "--reason-message",
+            "spot reclaim",
+            "--deadline-remaining-seconds",
+            str(deadline_s),
+        ],
+        env={**os.environ, **LocalCluster(temp_dir, "").auth_env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert drained.returncode == 0, drained.stderr
+    return node
+
+
+def test_a_node_drain_and_sigterm_preempt_a_ray_job_and_a_lost_node_fails_a_rigid_one(
     tmp_path: Path,
 ) -> None:
     # tests/launch/test_preemption.py's job on the local backend: the request at step 6, the
     # ranks' agreement at step 7; the agents (Ray actors) see the job directory's request.
     ckpt = tmp_path / "ckpt"
-    spec = training_spec(
-        tmp_path, "preempted", ckpt, backend="ray", environment={"PAUSE_AT_STEP": "6"}
-    )
-    job = Background("run", str(spec))
+    job = Background("run", str(preempted_spec(tmp_path, "drained", ckpt, 6)))
     job.wait_for("paused at step 6", count=2)
+    (job_dir,) = job_dirs(tmp_path / "drained")
+    node = drain(raylet_of(agent_of(job_dir.name, "algo-2")), 60)
+    out = job.finish()
+    assert job.proc.returncode == ExitCode.PREEMPTED, out
+    assert re.search(
+        rf"^tenter: ray: node {node} \(host algo-2\) is draining: deadline in (59|60) s "
+        r"\(\d\d:\d\d:\d\d\); preempting the job$",
+        out,
+        re.M,
+    ), out
+    assert_preempted_at(job_dir, out, ckpt, 7)
+
+    # The same command again resumes at step 7 (no step lost); SIGTERM preempts it at step 11.
+    job = Background("run", str(preempted_spec(tmp_path, "sigterm", ckpt, 10)))
+    job.wait_for("paused at step 10", count=2)
     job.proc.send_signal(signal.SIGTERM)
     out = job.finish()
     assert job.proc.returncode == ExitCode.PREEMPTED, out
-    assert re.search(r"^preempted: final checkpoint at step 7 in \d+\.\d s$", out, re.M), out
-    (preempted_dir,) = job_dirs(tmp_path / "preempted")
-    assert json.loads((preempted_dir / "summary.json").read_text())["state"] == "preempted"
-    assert latest_checkpoint(ckpt) == 7
-    assert_cluster_gone(preempted_dir)
-    assert_nothing_left(preempted_dir)
+    assert "<stdout>: resumed at step 7 " in out, out
+    (job_dir,) = job_dirs(tmp_path / "sigterm")
+    assert_preempted_at(job_dir, out, ckpt, 11)
 
-    resumed = tenter("run", str(training_spec(tmp_path, "resumed", ckpt, backend="ray")))
-    assert resumed.returncode == 0, resumed.stderr
-    assert "<stdout>: resumed at step 7 " in resumed.stdout
-    (resumed_dir,) = job_dirs(tmp_path / "resumed")
-    assert_nothing_left(resumed_dir)
+    # Its node lost, a host whose job cannot go on without it (min_hosts: all) fails the job.
+    job = Background("run", str(preempted_spec(tmp_path, "lost", ckpt, 12)))
+    job.wait_for("paused at step 12", count=2)
+    (job_dir,) = job_dirs(tmp_path / "lost")
+    raylet_of(agent_of(job_dir.name, "algo-2")).kill()
+    out = job.finish()
+    assert job.proc.returncode == ExitCode.JOB_FAILED, out
+    summary = json.loads((job_dir / "summary.json").read_text())
+    assert summary["state"] == "failed", summary
+    assert "host algo-2 lost: its Ray node was lost" in out, out
+    assert_cluster_gone(job_dir)
+    assert_nothing_left(job_dir)
+
+
+def preempted_spec(tmp_path: Path, output: str, ckpt: Path, pause_at: int) -> Path:
+    return training_spec(
+        tmp_path, output, ckpt, backend="ray", environment={"PAUSE_AT_STEP": str(pause_at)}
+    )
+
+
+def assert_preempted_at(job_dir: Path, out: str, ckpt: Path, step: int) -> None:
+    assert re.search(rf"^preempted: final checkpoint at step {step} in \d+\.\d s$", out, re.M)
+    assert json.loads((job_dir / "summary.json").read_text())["state"] == "preempted"
+    assert latest_checkpoint(ckpt) == step
+    assert_cluster_gone(job_dir)
+    assert_nothing_left(job_dir)
 
 
 def test_a_ray_block_on_another_backend_is_refused(tmp_path: Path) -> None:

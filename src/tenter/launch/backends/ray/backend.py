@@ -33,7 +33,7 @@ class RayBackend(SupervisedBackend):
 
         python = python_executable()
         plan = make_plan(spec, job_id, tenter_home(), python)
-        setup = ray_setup(spec, len(plan.hosts), job_id, python)
+        setup = ray_setup(spec, [host.gpus or [] for host in plan.hosts], job_id, python)
         return dataclasses.replace(plan, files={SETUP_FILE: setup.to_json()})
 
     def check_ready(self, plan: Plan) -> None:

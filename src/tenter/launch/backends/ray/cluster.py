@@ -47,8 +47,10 @@ def host_resource(index: int) -> str:
     return f"tenter_host_{index}"
 
 
-def node_commands(hosts: int, ray_bin: str) -> list[list[str]]:
-    """``ray start`` of each node: the head (host 0, which serves the GCS) first."""
+def node_commands(host_gpus: list[list[str]], ray_bin: str) -> list[list[str]]:
+    """``ray start`` of each node (one per host, ``host_gpus[i]`` its GPUs): the head (host 0,
+    which serves the GCS) first. Node ``i`` offers exactly host ``i``'s GPUs, as
+    ``CUDA_VISIBLE_DEVICES`` names them, which Ray then hands out (``ray.get_gpu_ids()``)."""
     common = [
         "--block",
         "--node-ip-address",
@@ -60,14 +62,17 @@ def node_commands(hosts: int, ray_bin: str) -> list[list[str]]:
         "--include-log-monitor=false",
     ]
     commands = []
-    for index in range(hosts):
+    for index, gpus in enumerate(host_gpus):
         where = (
             ["--head", "--port", RAY_PORT, "--include-dashboard=false"]
             if index == 0
             else ["--address", f"{LOOPBACK}:{RAY_PORT}"]
         )
         resources = json.dumps({host_resource(index): 1}, separators=(",", ":"))
-        commands.append([ray_bin, "start", *where, *common, "--resources", resources])
+        # Declared, not detected: Ray would give every node all of this machine's GPUs.
+        own_gpus = ["env", f"CUDA_VISIBLE_DEVICES={','.join(gpus)}"] if gpus else []
+        argv = [ray_bin, "start", *where, *common, "--num-gpus", str(len(gpus))]
+        commands.append([*own_gpus, *argv, "--resources", resources])
     return commands
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 
+from tenter.launch.backends.ray.gpus import assigned_gpus_line
 from tenter.launch.shared.processes import start_process
 
 
@@ -18,6 +19,7 @@ class HostAgent:
     def run(self, argv: list[str], env: dict[str, str], cwd: str, log_path: str) -> int:
         """The agent's exit status (negative: the signal that killed it)."""
         with open(log_path, "ab") as log:
+            log.write(assigned_gpus_line())
             # SIGTERM if this actor dies (a lost node): the agent stops its workers.
             self.proc = start_process(argv, env, cwd, log)
         return self.proc.wait()

@@ -17,6 +17,7 @@ from tenter.errors import BackendRefusedError
 from tenter.jobdir import layout
 from tenter.jobdir.results import JobState
 from tenter.launch.backends.ray.cluster import START_TIMEOUT_S, LocalCluster
+from tenter.launch.backends.ray.drain import DrainWatch, preempt_on_drain
 from tenter.launch.backends.ray.host import HostAgent
 from tenter.launch.backends.ray.setup import SETUP_FILE, RaySetup
 from tenter.launch.diagnosis import root_cause
@@ -47,6 +48,7 @@ class RayJob(Supervisor):
         """Each host's ``HostAgent.run`` (an ObjectRef): its agent's exit status."""
         self.lost: set[int] = set()
         """Indexes of hosts whose node was lost while the job went on without them."""
+        self.drains: DrainWatch | None = None
 
     def start_processes(self) -> None:
         logs = layout.logs_dir(self.plan.job_dir)
@@ -61,6 +63,10 @@ class RayJob(Supervisor):
         _connect(ray, address)
         self.group = self._placement_group(ray)
         self._start_agents(ray, self.group)
+        self.drains = DrainWatch(ray, self.group, [host.name for host in self.plan.hosts])
+
+    def on_tick(self) -> None:
+        preempt_on_drain(self.drains, self.preemption)
 
     def _placement_group(self, ray: Any) -> PlacementGroup:
         from ray.util.placement_group import placement_group
@@ -87,8 +93,9 @@ class RayJob(Supervisor):
         actor_class = ray.remote(HostAgent)
         for host in self.plan.hosts:
             where = PlacementGroupSchedulingStrategy(group, host.index)
+            gpus = self.setup.bundles[host.index].get("GPU", 0)  # the host's, in its bundle
             actor = actor_class.options(
-                num_cpus=0, max_concurrency=2, scheduling_strategy=where
+                num_cpus=0, num_gpus=gpus, max_concurrency=2, scheduling_strategy=where
             ).remote()
             argv = agent_argv(self.plan, host, self.rdzv_port)
             log = layout.logs_dir(self.plan.job_dir) / layout.agent_log(host.name)

@@ -36,17 +36,22 @@ class RaySetup:
         return cls(**json.loads(text))
 
 
-def ray_setup(spec: JobSpec, hosts: int, job_id: str, python: str) -> RaySetup:
+def ray_setup(spec: JobSpec, host_gpus: list[list[str]], job_id: str, python: str) -> RaySetup:
+    """``host_gpus[i]``: host ``i``'s GPUs in the plan, which its bundle asks for."""
     ray_bin = str(Path(python).parent / "ray")  # the ray of the Python that runs the agents
     local = spec.ray.address is None
     return RaySetup(
         address=spec.ray.address,
-        nodes=node_commands(hosts, ray_bin) if local else [],
+        nodes=node_commands(host_gpus, ray_bin) if local else [],
         # A local cluster pins host i to node i; on a given cluster, any distinct nodes do.
         bundles=[
-            {**spec.ray.resources_per_host, **({host_resource(i): 1} if local else {})}
+            {
+                **spec.ray.resources_per_host,
+                **({"GPU": len(gpus)} if gpus else {}),
+                **({host_resource(i): 1} if local else {}),
+            }
             or {"CPU": 1}
-            for i in range(hosts)
+            for i, gpus in enumerate(host_gpus)
         ],
         strategy=STRATEGY,
         name=spec.ray.job_name or job_id,

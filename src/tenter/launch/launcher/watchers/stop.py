@@ -1,6 +1,7 @@
 """A stop request to the launcher (Ctrl-C, ``tenter cancel``, SIGTERM): the job stops at once,
 or, for a preemption with a grace period, once its ranks ended or the grace is spent
-(:mod:`tenter.launch.launcher.preemption`)."""
+(:mod:`tenter.launch.launcher.preemption`); the grace also bounds a preemption the backend
+started (a Ray node drain, :mod:`tenter.launch.backends.ray.drain`)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ class StopWatcher:
         self._preemption = preemption
 
     def tick(self, now: float) -> JobState | None:
-        if not self._stop.is_set():
-            return None
-        if not (is_preemption(self._stop) and self._grace):
-            return JobState.INTERRUPTED
-        if not self._preemption.requested:
-            self._preemption.start()  # the ranks stop by themselves, then succeed
-        elif self._preemption.expired():
+        if self._stop.is_set():
+            if not (is_preemption(self._stop) and self._grace):
+                return JobState.INTERRUPTED
+            if not self._preemption.requested:
+                self._preemption.start()  # the ranks stop by themselves, then succeed
+                return None
+        # Whoever asked for it (SIGTERM, or the backend: a Ray node drain), its grace ends it.
+        if self._preemption.requested and self._preemption.expired():
             return JobState.PREEMPTED
         return None
