@@ -191,7 +191,10 @@ def main() -> int:
         import ray
 
         install = INSTALL.format(ray.__version__)
-        print(f"ray_vs_train: Ray Train cannot be imported ({e}); install it: {install}")
+        print(
+            f"ray_vs_train: Ray Train cannot be imported ({e}); install it: {install}",
+            file=sys.stderr,
+        )
         return 2
     runs: dict[str, list[Run]] = {name: [] for name in SYSTEMS}
     commands = {"ray_train": ray_train_command, "tenter": tenter_command}
