@@ -47,6 +47,8 @@ FOLLOW_POLL_S = 0.2
 class SupervisedBackend:
     name = ""
     reports_progress = True
+    daemon_module = "tenter.launch.launcher.daemon"
+    """What a detached job's own process runs (``python -m MODULE BACKEND JOB_DIR``)."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, Supervisor] = {}
@@ -78,7 +80,7 @@ class SupervisedBackend:
                 [
                     python_executable(),
                     "-m",
-                    "tenter.launch.launcher.daemon",
+                    self.daemon_module,
                     self.name,
                     plan.job_dir,
                 ],

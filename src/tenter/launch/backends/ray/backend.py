@@ -26,15 +26,23 @@ if TYPE_CHECKING:
 
 class RayBackend(SupervisedBackend):
     name = "ray"
+    daemon_module = "tenter.launch.backends.ray.submit"
 
     def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
         from tenter.contract.planner import make_plan
         from tenter.launch.backends.ray.setup import SETUP_FILE, ray_setup
+        from tenter.launch.backends.ray.submit import SUBMIT_FILE, ray_submission
 
         python = python_executable()
-        plan = make_plan(spec, job_id, tenter_home(), python)
+        # The ranks' variables in the runtime_env are in the plan with the spec's others.
+        environment = {**spec.ray.runtime_env.env_vars, **spec.environment}
+        plan = make_plan(
+            spec.model_copy(update={"environment": environment}), job_id, tenter_home(), python
+        )
         setup = ray_setup(spec, len(plan.hosts), job_id, python)
-        return dataclasses.replace(plan, files={SETUP_FILE: setup.to_json()})
+        submission = ray_submission(spec, job_id, plan.job_dir, python)
+        files = {SETUP_FILE: setup.to_json(), SUBMIT_FILE: submission.to_json()}
+        return dataclasses.replace(plan, files=files)
 
     def check_ready(self, plan: Plan) -> None:
         if importlib.util.find_spec("ray") is None:

@@ -37,9 +37,12 @@ NODE_LOST_CAUSE = "its Ray node was lost"
 
 
 class RayJob(Supervisor):
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, address: str | None = None) -> None:
+        """``address``: the cluster this launcher runs in (a detached job's Ray job), instead of
+        the plan's."""
         super().__init__(plan)
         self.setup = RaySetup.from_json(plan.files[SETUP_FILE])
+        self.address = address or self.setup.address
         self.cluster: LocalCluster | None = None
         self.group: PlacementGroup | None = None
         self.actors: list[Any] = []
@@ -50,7 +53,7 @@ class RayJob(Supervisor):
 
     def start_processes(self) -> None:
         logs = layout.logs_dir(self.plan.job_dir)
-        address = self.setup.address
+        address = self.address
         if address is None:
             self.cluster = LocalCluster.start(self.setup.nodes, logs)
             address = self.cluster.address
@@ -88,7 +91,10 @@ class RayJob(Supervisor):
         for host in self.plan.hosts:
             where = PlacementGroupSchedulingStrategy(group, host.index)
             actor = actor_class.options(
-                num_cpus=0, max_concurrency=2, scheduling_strategy=where
+                num_cpus=0,
+                max_concurrency=2,
+                scheduling_strategy=where,
+                runtime_env=self.setup.runtime_env,
             ).remote()
             argv = agent_argv(self.plan, host, self.rdzv_port)
             log = layout.logs_dir(self.plan.job_dir) / layout.agent_log(host.name)
