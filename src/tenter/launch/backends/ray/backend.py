@@ -5,7 +5,8 @@ the store, the watchers and the summary are the same
 (:class:`~tenter.launch.backends.ray.job.RayJob`).
 
 Without ``ray.address``, tenter starts a Ray cluster on this machine for the job, one node per
-host, and stops it when the job ends (:mod:`tenter.launch.backends.ray.cluster`)."""
+host, and stops it when the job ends (:mod:`tenter.launch.backends.ray.cluster`). With
+``--detach``, the launcher runs as a Ray job (:mod:`tenter.launch.backends.ray.submit`)."""
 
 from __future__ import annotations
 

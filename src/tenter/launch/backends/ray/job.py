@@ -1,9 +1,10 @@
 """A Ray job: the placement group, one actor per host running its agent, and the launcher's
 usual watch over them (:class:`~tenter.launch.launcher.supervisor.Supervisor`).
 
-Ray's driver connection lives in the launcher (``tenter run``, or a detached job's own
-launcher process). Whatever the end (success, failure, Ctrl-C, cancel), :meth:`RayJob.release`
-removes the placement group, kills the actors, disconnects, and stops the local cluster."""
+Ray's driver connection lives in the launcher (``tenter run``, or a detached job's Ray job,
+:mod:`tenter.launch.backends.ray.entrypoint`, whose local cluster its owner stops). Whatever
+the end (success, failure, Ctrl-C, cancel), :meth:`RayJob.release` removes the placement
+group, kills the actors, disconnects, and stops the local cluster it started."""
 
 from __future__ import annotations
 

@@ -138,9 +138,7 @@ def main(argv: list[str]) -> int:
 
 
 def _run(plan: Plan, submission: RaySubmission, job_api: str, stop: StopRequest) -> None:
-    client = _client(job_api, stop)
-    if client is None:
-        return
+    client = _client(job_api)
     sid = submission.submission_id
     client.submit_job(
         entrypoint=shlex.join(submission.entrypoint),
@@ -164,13 +162,14 @@ def _job_env(plan: Plan, submission: RaySubmission) -> dict[str, str]:
     }
 
 
-def _client(job_api: str, stop: StopRequest) -> JobSubmissionClient | None:
-    """A client of the job API once it answers (the dashboard starts after the head's GCS);
-    None if stopped first."""
+def _client(job_api: str) -> JobSubmissionClient:
+    """A client of the job API once it answers (the dashboard starts after the head's GCS).
+    A stop asked meanwhile still submits: the launcher then stops at once and writes the
+    job's summary (interrupted), as a local job's does."""
     from ray.job_submission import JobSubmissionClient
 
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not stop.is_set():
+    while True:
         try:
             return JobSubmissionClient(job_api)
         except ConnectionError as e:
@@ -182,7 +181,6 @@ def _client(job_api: str, stop: StopRequest) -> JobSubmissionClient | None:
                     "check that the cluster runs its dashboard (ray[default] installed)",
                 ) from None
         time.sleep(POLL_S)
-    return None
 
 
 def _wait(client: JobSubmissionClient, sid: str, plan: Plan, stop: StopRequest) -> None:
