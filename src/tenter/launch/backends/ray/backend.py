@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from tenter.errors import MissingToolError
 from tenter.jobdir.lookup import tenter_home
 from tenter.launch.api import python_executable
+from tenter.launch.backends.ray.cluster import START_TIMEOUT_S, STOP_TIMEOUT_S
 from tenter.launch.launcher.supervised import SupervisedBackend
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 class RayBackend(SupervisedBackend):
     name = "ray"
     daemon_module = "tenter.launch.backends.ray.submit"
+    # It may still be starting the local cluster when cancelled, and then stops it.
+    daemon_stop_s = START_TIMEOUT_S + STOP_TIMEOUT_S
 
     def dryrun(self, spec: JobSpec, job_id: str) -> Plan:
         from tenter.contract.planner import make_plan
