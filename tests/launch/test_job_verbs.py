@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 SCRIPT = str(SCRIPTS / "block.py")
 
 
-def _wait_for_ready(job_dir: Path, ranks: int) -> None:
+def wait_for_ready(job_dir: Path, ranks: int) -> None:
     """Every rank printed "ready" (the job is fully up); by the files the ranks write."""
     outs = [job_dir / "logs" / f"rank-{r}.stdout" for r in range(ranks)]
     deadline = time.monotonic() + 120
@@ -56,7 +56,7 @@ def test_a_detached_local_job_is_reached_by_status_logs_and_cancel(tenter_home: 
     job_id = started.stdout.strip()
     job_dir = tenter_home / "jobs" / job_id
     assert f"`tenter cancel {job_id}`" in started.stderr
-    _wait_for_ready(job_dir, 2)
+    wait_for_ready(job_dir, 2)
     _status_logs_cancel(job_dir)
     after = tenter("status", job_id)
     assert f"job {job_id}: FAILED (exit 130)" in after.stdout

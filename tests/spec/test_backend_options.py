@@ -210,3 +210,37 @@ def test_real_hosts_sockets_use_the_given_interface_or_the_backends_default(
         argv = " ".join(plan.launcher)
         assert f"btl_tcp_if_include {expected}" in argv
         assert f"oob_tcp_if_include {expected}" in argv
+
+
+@pytest.mark.parametrize(
+    ("runtime_env", "message"),
+    [
+        ({"pip": ["numpy"]}, "ray.runtime_env.pip: unknown field. Fix: remove it"),
+        (
+            {"env_vars": {"1X": "a"}},
+            "ray.runtime_env.env_vars.1X: is not a variable name",
+        ),
+        ({"env_vars": {"RANK": "3"}}, "ray.runtime_env.env_vars.RANK: is set by tenter"),
+        (
+            {"env_vars": {"A": "2"}},
+            "ray.runtime_env.env_vars.A: is also environment.A, with another value. Fix: give "
+            "the variable in one of the two",
+        ),
+        ({"env_vars": {"A": 2}}, "ray.runtime_env.env_vars.A: 2 is not a valid string"),
+    ],
+)
+def test_ray_runtime_env_is_refused_naming_its_field(
+    runtime_env: dict[str, Any], message: str
+) -> None:
+    fields = {"backend": "ray", "environment": {"A": "1"}, "ray": {"runtime_env": runtime_env}}
+    assert any(p.startswith(message) for p in problems(fields)), problems(fields)
+
+
+def test_ray_runtime_env_vars_are_every_ranks_and_rays_in_the_plan() -> None:
+    spec, _ = load(
+        {**BASE, "backend": "ray", "ray": {"runtime_env": {"env_vars": {"B": "1"}}}}, REPO
+    )
+    plan = get_backend("ray").dryrun(spec, "j-1")
+    assert all(plan.process_env(h, r)["B"] == "1" for h in plan.hosts for r in h.ranks)
+    for file in ("ray.json", "ray-job.json"):
+        assert '"env_vars": {\n      "B": "1"\n    }' in plan.files[file], file

@@ -86,10 +86,12 @@ def _gpu_problems(spec: JobSpec, itype: catalog.InstanceType, procs: int) -> lis
     return []
 
 
-def _environment_problems(environment: dict[str, str]) -> list[Problem]:
+def _environment_problems(
+    environment: dict[str, str], parent: str = "environment"
+) -> list[Problem]:
     out = []
     for key in environment:
-        path = key_path("environment", key)
+        path = key_path(parent, key)
         if not VARIABLE_NAME.match(key):
             out.append(
                 Problem(
@@ -101,6 +103,23 @@ def _environment_problems(environment: dict[str, str]) -> list[Problem]:
             )
         elif owned := _owned_problem(path, key):
             out.append(owned)
+    return out
+
+
+def _runtime_env_problems(env_vars: dict[str, str], environment: dict[str, str]) -> list[Problem]:
+    """``ray.runtime_env.env_vars`` reach the ranks as ``environment`` does (the plan shows
+    them there): the same rules, and one value for a name given in both."""
+    parent = "ray.runtime_env.env_vars"
+    out = _environment_problems(env_vars, parent)
+    for key in env_vars.keys() & environment.keys():
+        if env_vars[key] != environment[key]:
+            out.append(
+                Problem(
+                    key_path(parent, key),
+                    f"is also environment.{key}, with another value",
+                    "give the variable in one of the two",
+                )
+            )
     return out
 
 
@@ -241,6 +260,7 @@ def check(spec: JobSpec, errors: list[Problem] | None = None) -> list[Problem]:
     errors += _entry_problems(spec)
     errors += _input_problems(spec)
     errors += _environment_problems(spec.environment)
+    errors += _runtime_env_problems(spec.ray.runtime_env.env_vars, spec.environment)
     errors += secret_problems(spec.secrets, spec.environment, spec.backend)
     errors += _owned_secret_problems(spec.secrets)
     warnings += credential_warnings(spec.environment)

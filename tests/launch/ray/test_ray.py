@@ -20,9 +20,11 @@ from tenter.launch.backends.ray.cluster import LocalCluster
 from tests.conftest import Background, assert_nothing_left, job_dirs, tenter
 from tests.launch.specs import write_spec
 from tests.launch.test_faults import agent_of
+from tests.launch.test_job_verbs import wait_for_ready
 from tests.launch.test_preemption import latest_checkpoint, training_spec
 
 pytestmark = pytest.mark.slow
+ENTRYPOINT = "tenter.launch.backends.ray.entrypoint"
 
 
 def ray_processes_in(temp_dir: str) -> list[str]:
@@ -196,3 +198,33 @@ def test_a_ray_block_on_another_backend_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "ray.address" in done.stderr and "set backend: ray" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_detached_ray_job_is_a_ray_job_that_status_logs_and_cancel_reach(
+    tmp_path: Path, tenter_home: Path
+) -> None:
+    runtime_env = {"env_vars": {"SEEN_BY_RANKS": "yes"}}
+    spec = write_spec(
+        tmp_path, "block.py", backend="ray", instance_count=2, ray={"runtime_env": runtime_env}
+    )
+    started = tenter("run", "--detach", str(spec), timeout=30)
+    assert started.returncode == 0, started.stderr
+    job_dir = tenter_home / "jobs" / started.stdout.strip()
+    # The launcher runs as a Ray job, as the plan shows it.
+    submitted = json.loads(json.loads((job_dir / "plan.json").read_text())["files"]["ray-job.json"])
+    assert submitted["entrypoint"][1:] == ["-m", ENTRYPOINT, str(job_dir)]
+    assert submitted["runtime_env"] == runtime_env
+    wait_for_ready(job_dir, 2)
+    assert f"job {job_dir.name}: RUNNING (" in tenter("status", job_dir.name).stdout
+    launcher = (job_dir / "logs" / "launcher.log").read_text()
+    assert f"submitted Ray job {job_dir.name} to http://127.0.0.1:" in launcher
+    assert "rendezvous: 2 hosts (algo-1, algo-2), world size 2" in launcher
+    logs = tenter("logs", job_dir.name).stdout
+    assert "[algo-2,1]<stdout>: ready 1 SEEN_BY_RANKS=yes" in logs
+
+    stopped = tenter("cancel", job_dir.name)
+    assert stopped.returncode == 0 and "stopped its launcher" in stopped.stdout
+    after = tenter("status", job_dir.name).stdout
+    assert f"job {job_dir.name}: FAILED (exit 130)" in after and "was interrupted" in after
+    assert_cluster_gone(job_dir)
+    assert_nothing_left(job_dir)

@@ -8,5 +8,6 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 dist.barrier()
 print(f"MASTER={os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
-print(f"ready {os.environ['RANK']}", flush=True)
+seen = os.environ.get("SEEN_BY_RANKS")  # tests/launch/ray: a Ray runtime_env's variable
+print(f"ready {os.environ['RANK']}" + (f" SEEN_BY_RANKS={seen}" if seen else ""), flush=True)
 threading.Event().wait()

@@ -47,6 +47,10 @@ FOLLOW_POLL_S = 0.2
 class SupervisedBackend:
     name = ""
     reports_progress = True
+    daemon_module = "tenter.launch.launcher.daemon"
+    """What a detached job's own process runs (``python -m MODULE BACKEND JOB_DIR``)."""
+    daemon_stop_s = 0.0
+    """What that process may take to end once its job's launcher has, before a cancel kills it."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, Supervisor] = {}
@@ -78,7 +82,7 @@ class SupervisedBackend:
                 [
                     python_executable(),
                     "-m",
-                    "tenter.launch.launcher.daemon",
+                    self.daemon_module,
                     self.name,
                     plan.job_dir,
                 ],
@@ -168,7 +172,7 @@ class SupervisedBackend:
         launcher = alive(handle.scheduler_id)
         if launcher is not None and launcher.pid == os.getpid():
             launcher = None  # this process launched it: stop its processes directly
-        return stop_job(handle.job_id, launcher)
+        return stop_job(handle.job_id, launcher, grace_s=self.daemon_stop_s)
 
     def preempt(self, handle: JobHandle) -> str:
         """Preempt the running job (as SIGTERM to ``tenter run`` would): every rank stops at a
@@ -177,4 +181,4 @@ class SupervisedBackend:
         if launcher is None or launcher.pid == os.getpid():
             return self.cancel(handle)  # no launcher to preempt it: stopped directly
         grace = read_plan(handle.job_dir).preemption_grace
-        return stop_job(handle.job_id, launcher, signal.SIGTERM, grace)
+        return stop_job(handle.job_id, launcher, signal.SIGTERM, grace + self.daemon_stop_s)

@@ -60,6 +60,10 @@ def node_commands(host_gpus: list[list[str]], ray_bin: str) -> list[list[str]]:
         "--disable-usage-stats",
         # The driver does not stream the workers' output (the agents write the job's logs).
         "--include-log-monitor=false",
+        # Any free port for each node's dashboard agent (with ray[default]), not Ray's 52365
+        # for every node of the machine.
+        "--dashboard-agent-listen-port",
+        "0",
     ]
     commands = []
     for index, gpus in enumerate(host_gpus):
@@ -76,7 +80,7 @@ def node_commands(host_gpus: list[list[str]], ray_bin: str) -> list[list[str]]:
     return commands
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.create_server((LOOPBACK, 0)) as probe:
         port: int = probe.getsockname()[1]
         return port
@@ -101,7 +105,7 @@ class LocalCluster:
         # In /tmp, whatever TMPDIR says: Ray's Unix sockets live under it, and a socket's path
         # may not exceed 107 bytes.
         temp_dir = tempfile.mkdtemp(prefix="tenter-ray-", dir="/tmp")
-        port = _free_port()
+        port = free_port()
         values = {RAY_PORT: port, RAY_TEMP_DIR: temp_dir}
         cluster = cls(temp_dir, f"{LOOPBACK}:{port}")
         token = Path(temp_dir) / TOKEN_FILE
@@ -113,7 +117,9 @@ class LocalCluster:
                 with open(log_dir / f"ray-node-{index}.log", "wb") as log:
                     # SIGTERM when the launcher dies: `ray start --block` then stops its node.
                     argv = [resolve(a, values) for a in argv]
-                    env = {**cluster.auth_env, **NODE_HEALTH}
+                    # TMPDIR: what Ray's processes leave there (multiprocessing's pymp-*
+                    # folders) goes with the cluster's directory.
+                    env = {**cluster.auth_env, **NODE_HEALTH, "TMPDIR": temp_dir}
                     cluster.nodes.append(start_process(argv, env, "/", log))
             cluster._wait_for_head(log_dir)
         except BaseException:

@@ -1,9 +1,10 @@
 """A Ray job: the placement group, one actor per host running its agent, and the launcher's
 usual watch over them (:class:`~tenter.launch.launcher.supervisor.Supervisor`).
 
-Ray's driver connection lives in the launcher (``tenter run``, or a detached job's own
-launcher process). Whatever the end (success, failure, Ctrl-C, cancel), :meth:`RayJob.release`
-removes the placement group, kills the actors, disconnects, and stops the local cluster."""
+Ray's driver connection lives in the launcher (``tenter run``, or a detached job's Ray job,
+:mod:`tenter.launch.backends.ray.entrypoint`, whose local cluster its owner stops). Whatever
+the end (success, failure, Ctrl-C, cancel), :meth:`RayJob.release` removes the placement
+group, kills the actors, disconnects, and stops the local cluster it started."""
 
 from __future__ import annotations
 
@@ -38,9 +39,12 @@ NODE_LOST_CAUSE = "its Ray node was lost"
 
 
 class RayJob(Supervisor):
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, address: str | None = None) -> None:
+        """``address``: the cluster this launcher runs in (a detached job's Ray job), instead of
+        the plan's."""
         super().__init__(plan)
         self.setup = RaySetup.from_json(plan.files[SETUP_FILE])
+        self.address = address or self.setup.address
         self.cluster: LocalCluster | None = None
         self.group: PlacementGroup | None = None
         self.actors: list[Any] = []
@@ -52,7 +56,7 @@ class RayJob(Supervisor):
 
     def start_processes(self) -> None:
         logs = layout.logs_dir(self.plan.job_dir)
-        address = self.setup.address
+        address = self.address
         if address is None:
             self.cluster = LocalCluster.start(self.setup.nodes, logs)
             address = self.cluster.address
@@ -95,7 +99,11 @@ class RayJob(Supervisor):
             where = PlacementGroupSchedulingStrategy(group, host.index)
             gpus = self.setup.bundles[host.index].get("GPU", 0)  # the host's, in its bundle
             actor = actor_class.options(
-                num_cpus=0, num_gpus=gpus, max_concurrency=2, scheduling_strategy=where
+                num_cpus=0,
+                num_gpus=gpus,
+                max_concurrency=2,
+                scheduling_strategy=where,
+                runtime_env=self.setup.runtime_env,
             ).remote()
             argv = agent_argv(self.plan, host, self.rdzv_port)
             log = layout.logs_dir(self.plan.job_dir) / layout.agent_log(host.name)

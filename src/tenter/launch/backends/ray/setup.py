@@ -27,6 +27,8 @@ class RaySetup:
     bundles: list[dict[str, float]]
     strategy: str
     name: str
+    runtime_env: dict[str, object]
+    """Ray's runtime environment of the hosts' actors (the spec's ``ray.runtime_env``)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -55,4 +57,5 @@ def ray_setup(spec: JobSpec, host_gpus: list[list[str]], job_id: str, python: st
         ],
         strategy=STRATEGY,
         name=spec.ray.job_name or job_id,
+        runtime_env=spec.ray.runtime_env.model_dump(exclude_defaults=True),
     )
