@@ -32,3 +32,18 @@ def joinable_spec(tmp_path: Path, **fields: object) -> Path:
         },
         **fields,
     )
+
+
+def lost_host_spec(tmp_path: Path) -> Path:
+    """A job of 2 hosts that finishes only once it went on with 1 (a host lost). Its last call
+    is long so that the first round has both hosts whenever the second comes (a round of 2
+    closes as soon as both are in): with 1 s, a second agent more than a second late on a
+    loaded machine made a first round of 1 host, which finished at once."""
+    return write_spec(
+        tmp_path,
+        "elastic.py",
+        instance_count=2,
+        processes_per_host=1,
+        environment={"TARGET_WORLD": "1"},
+        elastic={"min_hosts": 1, "max_restarts": 2, "rendezvous": {"last_call_timeout": 30}},
+    )

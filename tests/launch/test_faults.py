@@ -27,7 +27,7 @@ from tests.conftest import (
     own_children,
     tenter,
 )
-from tests.launch.specs import write_spec
+from tests.launch.specs import lost_host_spec, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -104,15 +104,7 @@ def test_an_agent_killed_in_a_fixed_job_is_the_root_cause() -> None:
 
 
 def test_elastic_summary_after_a_lost_host_names_the_survivors(tmp_path: Path) -> None:
-    spec = write_spec(
-        tmp_path,
-        "elastic.py",
-        instance_count=2,
-        processes_per_host=1,
-        environment={"TARGET_WORLD": "1"},
-        elastic={"min_hosts": 1, "max_restarts": 2, "rendezvous": {"last_call_timeout": 1}},
-    )
-    job = Background("run", str(spec))
+    job = Background("run", str(lost_host_spec(tmp_path)))
     job.wait_for("ready world 2 rank 0", "ready world 2 rank 1")
     agent_of(job.job_dir.name, "algo-1").kill()  # the first host: the model line moves
     out = job.finish()

@@ -18,7 +18,7 @@ import pytest
 from tenter.errors import ExitCode
 from tenter.launch.backends.ray.cluster import LocalCluster
 from tests.conftest import Background, assert_nothing_left, job_dirs, tenter
-from tests.launch.specs import write_spec
+from tests.launch.specs import lost_host_spec, write_spec
 from tests.launch.test_faults import agent_of
 from tests.launch.test_job_verbs import wait_for_ready
 from tests.launch.test_preemption import latest_checkpoint, training_spec
@@ -78,15 +78,7 @@ def raylet_of(agent: psutil.Process) -> psutil.Process:
 
 def test_a_killed_raylet_is_a_lost_host_an_elastic_job_goes_on_without(tmp_path: Path) -> None:
     # The same spec file as tests/launch/test_faults.py's lost host on the local backend.
-    spec = write_spec(
-        tmp_path,
-        "elastic.py",
-        instance_count=2,
-        processes_per_host=1,
-        environment={"TARGET_WORLD": "1"},
-        elastic={"min_hosts": 1, "max_restarts": 2, "rendezvous": {"last_call_timeout": 1}},
-    )
-    job = Background("run", "--backend", "ray", str(spec))
+    job = Background("run", "--backend", "ray", str(lost_host_spec(tmp_path)))
     job.wait_for("ready world 2 rank 0", "ready world 2 rank 1")
     raylet_of(agent_of(job.job_dir.name, "algo-2")).kill()
     out = job.finish()
