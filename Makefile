@@ -45,8 +45,9 @@ setup: $(BIN)/tenter
 
 # A venv of its own, beside .venv: the example's test (tests/sagemaker_user/test_examples.py)
 # runs its tenter. Built once (minutes: several GB); a change to its inputs re-runs pip over it,
-# which keeps what still satisfies them.
-$(VISION)/bin/tenter: pyproject.toml requirements/vision.txt
+# which keeps what still satisfies them. After .venv (order only): both pip runs build this
+# checkout's editable tenter, in the same source tree.
+$(VISION)/bin/tenter: pyproject.toml requirements/vision.txt | $(BIN)/tenter
 	$(PYTHON) -m venv $(VISION)
 	$(VISION)/bin/$(PIP) $(WHEELS) -r requirements/vision.txt -e ".[vision]"
 	touch $@
@@ -66,7 +67,10 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint system-deps vision
+# The lint (mypy: a minute of CPU) and the vision venv (minutes of disk writes, little CPU) run
+# side by side, each its output in one piece; then the tests.
+test: setup
+	$(MAKE) --jobs=2 --output-sync=target lint system-deps vision
 	$(BIN)/python -m pytest tests
 
 # The GPU check suite: every CUDA path on this machine's GPUs (tests marked `cuda`; skipped,

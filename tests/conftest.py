@@ -72,6 +72,16 @@ def tenter_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+SHORT_STOP_GRACE_S = 2
+"""The stop grace period (TENTER_STOP_GRACE_S) of tests whose ranks ignore SIGTERM: their stop
+waits it out before SIGKILL, and the default 10 s would only make them slower."""
+
+
+@pytest.fixture
+def short_stop_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TENTER_STOP_GRACE_S", str(SHORT_STOP_GRACE_S))
+
+
 @pytest.fixture
 def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[int], Path]:
     """``fake_gpus(n)``: this machine shows ``n`` GPUs to tenter's catalog (a stand-in for

@@ -123,6 +123,7 @@ def test_sigterm_preempts_at_a_step_boundary_and_a_new_run_resumes_to_the_same_m
         assert torch.equal(got[key], value), key
 
 
+@pytest.mark.usefixtures("short_stop_grace")
 def test_a_job_that_does_not_stop_within_the_grace_period_is_stopped(
     tmp_path: Path, tenter_home: Path
 ) -> None:
@@ -165,6 +166,7 @@ def test_a_loop_that_ignores_preempted_stops_at_its_next_maybe_save(
     assert_nothing_left(job.job_dir)
 
 
+@pytest.mark.usefixtures("short_stop_grace")
 def test_ctrl_c_during_a_preemption_stops_the_job_at_once(
     tmp_path: Path, tenter_home: Path
 ) -> None:
