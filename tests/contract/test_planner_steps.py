@@ -123,8 +123,8 @@ def test_the_spec_alone_gives_the_rendezvous_restart_and_hang_policy() -> None:
 
 def test_the_plan_says_what_the_agents_may_do_not_which_backend_runs_them() -> None:
     """Capabilities as plan fields: restarts within the round where a gone host is known at
-    once (fixed membership; the local launcher, which declares lost hosts), and a SIGTERM
-    that asks for a preemption where a scheduler sends it (not from the local launcher)."""
+    once (fixed membership; the local and Ray launchers, which declare lost hosts), and a
+    SIGTERM that asks for a preemption where a scheduler sends it (not from those launchers)."""
     elastic = {"min_hosts": 2, "max_hosts": 4}
 
     def capabilities(spec: JobSpec) -> tuple[bool, bool]:
@@ -135,6 +135,8 @@ def test_the_plan_says_what_the_agents_may_do_not_which_backend_runs_them() -> N
     assert capabilities(spec_of(elastic=elastic)) == (True, False)
     assert capabilities(spec_of(backend="slurm")) == (True, True)
     assert capabilities(spec_of(backend="slurm", elastic=elastic)) == (False, True)
+    # Ray's launcher sees a node's loss through its actor and stops the agents with SIGTERM.
+    assert capabilities(spec_of(backend="ray", elastic=elastic)) == (True, False)
 
 
 def test_the_plan_says_whose_rendezvous_store_it_is_not_which_backend_runs_it() -> None:

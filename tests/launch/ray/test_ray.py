@@ -89,6 +89,9 @@ def test_a_killed_raylet_is_a_lost_host_an_elastic_job_goes_on_without(tmp_path:
     assert "(1 host x 1 process = 1 rank; lost: algo-2)" in out
     lost = (job.job_dir / "hosts/algo-2/output/failure").read_text()
     assert lost == "host algo-2 lost: its Ray node was lost\n"
+    # Within the round, as on the local backend (the launcher declared algo-2 lost).
+    agent_log = (job.job_dir / "logs/agent-algo-1.log").read_text()
+    assert "restart 1 within the round: 1 host, without algo-2" in agent_log
     assert_nothing_left(job.job_dir)
 
 

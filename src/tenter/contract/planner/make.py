@@ -39,8 +39,9 @@ def job_policy(spec: JobSpec, per_group: int) -> dict[str, Any]:
     elastic, ft = spec.elastic, spec.fault_tolerance
     stragglers = spec.stragglers
     min_hosts, max_hosts = elastic.min_hosts or per_group, elastic.max_hosts or per_group
-    # The local launcher declares lost hosts, and preempts the job itself.
-    launcher_watches_hosts = spec.backend == "local"
+    # The local and Ray launchers declare lost hosts (an agent or a node gone), and preempt
+    # the job themselves: a SIGTERM to their agents is their "stop now", not a scheduler's.
+    launcher_watches_hosts = spec.backend in ("local", "ray")
     etcd = elastic.rendezvous.backend == "etcd"
     return {
         # torch's name for the etcd backend of its dynamic rendezvous (the one that orders
