@@ -156,6 +156,26 @@ def warning_lines(job_dir: Path, *console: str) -> list[str]:
     ]
 
 
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MiB file system of its own (tmpfs), unmounted after the test."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True, timeout=60
+    )
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True, timeout=60)
+
+
+def fill(path: Path) -> None:
+    """Write ``path`` until its file system is full (a tmpfs: a few MiB)."""
+    with open(path, "wb") as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"\0" * (1 << 16))
+            out.flush()
+
+
 def job_checkpoints(job_dir: Path) -> Path:
     """Where the job's ranks kept their checkpoints (its plan's ``checkpoint_dir``)."""
     return Path(json.loads((job_dir / layout.PLAN_FILE).read_text())["checkpoint_dir"])

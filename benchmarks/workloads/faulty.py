@@ -154,12 +154,19 @@ def out_of_memory() -> None:
     raise AssertionError(f"not OOM-killed under {cgroup} ({len(hog)} blocks)")
 
 
+filler: Path | None = None
+"""What :func:`fill_disk` wrote, until the checkpoint save it made fail is over."""
+
+
 def fill_disk() -> None:
     """The checkpoint directory's file system (the campaign's small tmpfs) fills up: a file
-    takes all of it but 16 KiB, and stays."""
+    takes all of it but 16 KiB, until the next checkpoint save has failed for it; then space
+    comes back (:func:`maybe_save` removes it)."""
+    global filler
     root = default_dir()
     free = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
-    (root / "filler").write_bytes(bytes(max(free - (16 << 10), 0)))
+    filler = root / "filler"
+    filler.write_bytes(bytes(max(free - (16 << 10), 0)))
 
 
 def slow_down() -> None:
@@ -267,7 +274,11 @@ def record(step: int, everyone: bool = True) -> None:
 
 
 def maybe_save(self: Checkpointer, step: int) -> bool:
+    global filler
     saved = save(self, step)
+    if filler is not None and self.every and step % self.every == 0:
+        filler.unlink()  # fill_disk's save is over: space comes back
+        filler = None
     record(step)
     return saved
 

@@ -6,10 +6,13 @@ trains the same steps again; it returns the parameters at each point for the tes
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
@@ -22,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from tenter.checkpoint import Checkpointer, ResumableSampler
+from tests.conftest import fill
 
 
 def make_model(seed: int) -> nn.Sequential:
@@ -125,9 +129,50 @@ def fsdp_save_and_resume(rank: int, world_size: int, root: Path) -> dict[str, An
     return result
 
 
-def save_and_resume(rank: int, world_size: int, root: Path) -> dict[str, Any]:
-    """Both scenarios in one world: starting ranks is what costs time."""
+class NoSpaceOnRank1:
+    """A data position whose state cannot be written on rank 1 (its disk full): the save's
+    other files (DCP's shards) are written, and the ranks must still agree."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.rank == 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def full_disk(rank: int, world_size: int, disk: Path) -> dict[str, Any]:
+    """DDP, then FSDP2 (through DCP), on ``disk``: saved at step 1; rank 1 fills the disk and
+    the save of step 2 fails; rank 1 frees it and the save of step 3 succeeds; FSDP2's save of
+    step 4 fails on rank 1 alone. What each save returned on this rank."""
+    mesh = init_device_mesh("cpu", (world_size,))
+    sharded = make_model(0)
+    fully_shard(sharded, mesh=mesh)
+    saved: dict[str, Any] = {}
+    for name, model in (("ddp", DistributedDataParallel(make_model(0))), ("fsdp", sharded)):
+        ckpt = Checkpointer(model, torch.optim.Adam(model.parameters()), dir=disk / name)
+        saved[name] = [ckpt.save(1)]
+        if rank == 1:
+            fill(disk / "filler")
+        dist.barrier()
+        saved[name].append(ckpt.save(2))
+        if rank == 1:
+            (disk / "filler").unlink()
+        dist.barrier()
+        saved[name].append(ckpt.save(3))
+    ckpt = Checkpointer(sharded, sampler=NoSpaceOnRank1(rank), dir=disk / "fsdp")
+    saved["fsdp"].append(ckpt.save(4))
+    return saved
+
+
+def save_and_resume(rank: int, world_size: int, root: Path, disk: Path) -> dict[str, Any]:
+    """Every scenario in one world: starting ranks is what costs time."""
     return {
         "ddp": ddp_save_and_resume(rank, world_size, root / "ddp"),
         "fsdp": fsdp_save_and_resume(rank, world_size, root / "fsdp"),
+        "full_disk": full_disk(rank, world_size, disk),
     }

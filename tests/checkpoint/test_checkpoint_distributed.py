@@ -1,11 +1,14 @@
 """Two real ranks over gloo: DDP saved from rank 0 and loaded on all, FSDP2 saved and loaded
-shard by shard through torch.distributed.checkpoint, synchronously and asynchronously.
+shard by shard through torch.distributed.checkpoint, synchronously and asynchronously; both
+on a disk that one rank fills.
 
 One world runs every scenario (starting ranks is the slow part); the tests check its parts.
 """
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +22,19 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[dict[str, Any]]]]:
     root = tmp_path_factory.mktemp("checkpoint-world")
-    world = run_world(save_and_resume, 2, args=(root / "ckpt",), workdir=root / "world")
-    results = world.values()
-    assert list((root / "world" / "tmp").iterdir()) == []  # the ranks left no temp files
-    return root / "ckpt", results
+    disk = root / "ckpt" / "disk"  # a tmpfs of 3 MiB
+    disk.mkdir(parents=True)
+    mount = ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)]
+    subprocess.run(mount, check=True, timeout=60)
+    try:
+        world = run_world(save_and_resume, 2, args=(root / "ckpt", disk), workdir=root / "world")
+        results = world.values()
+        assert list((root / "world" / "tmp").iterdir()) == []  # the ranks left no temp files
+        yield root / "ckpt", results
+    finally:
+        subprocess.run(["umount", str(disk)], check=True, timeout=60)
 
 
 def assert_equal(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> None:
@@ -90,3 +100,21 @@ def test_fsdp2_checkpoint_is_written_and_restored_shard_by_shard(
             "__0_0.distcp",
             "__1_0.distcp",
         ]
+
+
+@pytest.mark.parametrize("model", ["ddp", "fsdp"])
+def test_a_save_one_rank_finds_no_space_for_is_skipped_on_every_rank_and_training_goes_on(
+    world: tuple[Path, list[dict[str, Any]]], model: str
+) -> None:
+    root, results = world
+    folder = root / "disk" / model
+    saves = [folder / "step-00000001", None, folder / "step-00000003"]
+    saves += [None] if model == "fsdp" else []  # rank 1 alone fails, DCP's shards written
+    for result in results:
+        assert result["full_disk"][model] == saves
+    # The skipped save's files removed; the manifest lists the saves that succeeded.
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "manifest.json",
+        "step-00000001",
+        "step-00000003",
+    ]

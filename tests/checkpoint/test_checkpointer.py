@@ -21,6 +21,8 @@ from tenter.checkpoint import (
     ResumableSampler,
     default_dir,
 )
+from tenter.jobdir.events import read_events
+from tests.conftest import fill
 
 
 class Run:
@@ -182,10 +184,57 @@ def test_wait_raises_if_the_async_save_failed_and_keeps_the_previous(ckpt_dir: P
     ckpt.save(1)
     extras["callback"] = lambda: None  # torch.save cannot pickle a lambda
     ckpt.save(2)
-    with pytest.raises(CheckpointError, match=r"^the asynchronous save of step 2 failed: "):
+    with pytest.raises(CheckpointError, match=r"^the save of step 2 to \S+ failed: rank 0: "):
         ckpt.wait()
     ckpt.close()
     assert json.loads((ckpt_dir / "manifest.json").read_text())["latest"] == "step-00000001"
+
+
+def test_a_save_without_space_is_skipped_until_too_many_fail_in_a_row(
+    small_disk: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("TENTER_JOB_DIR", str(tmp_path))
+    run = Run(seed=0)
+    ckpt = run.checkpointer(small_disk, max_failed_saves=1)
+    ckpt.save(1)
+    fill(small_disk / "filler")
+    assert ckpt.save(2) is None
+    listed = ["filler", "manifest.json", "step-00000001"]
+    assert sorted(p.name for p in small_disk.iterdir()) == listed  # its partial files gone
+    (line,) = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert re.fullmatch(
+        rf"the checkpoint of step 2 in {small_disk} is skipped for lack of space \(rank 0: "
+        r"OSError: \[Errno 28\] "
+        rf"No space left on device: '{small_disk}/\S+' \(\d+ bytes free\)\); training goes "
+        r"on \(the latest is still step-00000001; 1 of max_failed_saves=1 failed in a row\)",
+        line,
+    )
+    (event,) = [e for e in read_events(tmp_path) if e["event"] == "checkpoint_skipped"]
+    assert (event["step"], event["latest"], list(event["failed"])) == (2, 1, ["0"])
+    (small_disk / "filler").unlink()  # space comes back: saves succeed, the count restarts
+    assert ckpt.save(3) == small_disk / "step-00000003"
+    fill(small_disk / "filler")
+    assert ckpt.save(4) is None
+    with pytest.raises(CheckpointError, match=r"for lack of space, 2 saves in a row \(more th"):
+        ckpt.save(5)
+    resumed = Run(seed=1)
+    (small_disk / "filler").unlink()
+    assert resumed.checkpointer(small_disk).resume() == 3
+
+
+def test_an_asynchronous_save_without_space_is_skipped_at_wait(small_disk: Path) -> None:
+    run = Run(seed=0)
+    ckpt = run.checkpointer(small_disk, async_save=True)
+    ckpt.save(1)
+    ckpt.wait()
+    fill(small_disk / "filler")
+    ckpt.save(2)  # its own file fits or not: either way, the save is skipped by wait()
+    ckpt.close()
+    listed = ["filler", "manifest.json", "step-00000001"]
+    assert sorted(p.name for p in small_disk.iterdir()) == listed
 
 
 def test_construction_removes_what_crashed_saves_left(ckpt_dir: Path) -> None:
@@ -306,7 +355,7 @@ def test_constructor_names_the_variable_if_its_default_from_the_environment_is_m
         Checkpointer(nn.Linear(2, 2), dir=ckpt_dir)
 
 
-def test_constructor_rejects_a_nonsense_interval_or_keep(
+def test_constructor_rejects_a_nonsense_interval_keep_or_max_failed_saves(
     monkeypatch: pytest.MonkeyPatch, ckpt_dir: Path
 ) -> None:
     monkeypatch.delenv("TENTER_CHECKPOINT_EVERY", raising=False)
@@ -317,6 +366,8 @@ def test_constructor_rejects_a_nonsense_interval_or_keep(
         Checkpointer(model, dir=ckpt_dir, keep=0)
     with pytest.raises(ValueError, match=r"maybe_save\(\) needs the interval"):
         Checkpointer(model, dir=ckpt_dir).maybe_save(1)
+    with pytest.raises(ValueError, match=r"^max_failed_saves=-1: how many saves in a row may"):
+        Checkpointer(model, dir=ckpt_dir, max_failed_saves=-1)
 
 
 @pytest.fixture

@@ -3,13 +3,11 @@ process of the job outlives it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -22,6 +20,7 @@ from tests.conftest import (
     SCRIPTS,
     Background,
     assert_nothing_left,
+    fill,
     job_dirs,
     job_processes,
     own_children,
@@ -289,18 +288,6 @@ def test_a_group_restart_slower_than_the_hang_timeout_is_no_hang(
     assert_nothing_left(done.job_dir)
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 3 MiB file system of its own (tmpfs), unmounted after the test."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True, timeout=60
-    )
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True, timeout=60)
-
-
 def test_a_disk_that_fills_mid_run_still_ends_the_job_with_a_summary(
     tmp_path: Path, small_disk: Path
 ) -> None:
@@ -328,10 +315,7 @@ def test_an_unusable_output_dir_is_bad_input_and_nothing_starts(
         output_dir.write_text("")
         expected = f"{output_dir} is a file, not a directory"
     elif problem == "full":
-        with open(small_disk / "fill", "wb") as fill, contextlib.suppress(OSError):
-            while True:
-                fill.write(b"\0" * (1 << 16))
-                fill.flush()
+        fill(small_disk / "fill")
         expected = f"the file system of {small_disk} is full"
     else:
         subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True, timeout=60)

@@ -16,8 +16,9 @@ See ``docs/checkpoint.md`` for the layout on disk, the commit protocol and the g
 
 from __future__ import annotations
 
-from tenter.checkpoint.checkpointer import Checkpointer, default_dir
+from tenter.checkpoint.checkpointer import Checkpointer
 from tenter.checkpoint.errors import CheckpointError, CheckpointMismatchError
+from tenter.checkpoint.settings import default_dir
 from tenter.checkpoint.state import ResumableSampler
 
 __all__ = [

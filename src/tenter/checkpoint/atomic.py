@@ -69,20 +69,29 @@ def fsync_path(path: Path) -> None:
 def save_durable(obj: object, path: Path) -> None:
     """``torch.save`` to ``path`` and fsync it. The caller renames its folder afterwards,
     so the file needs no temporary name of its own."""
-    with path.open("wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with path.open("wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e  # a write's error names no file
 
 
 def write_text_atomic(path: Path, text: str, point: str | None = None) -> None:
     """Replace ``path`` with ``text`` so that a reader sees the old or the new content,
     never a mix, even after a crash: temporary name, fsync, rename, fsync the folder."""
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with tmp.open("w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: what was written of it is of no use
+        raise
     if point is not None:
         _reached(point)
     os.replace(tmp, path)

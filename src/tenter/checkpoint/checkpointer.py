@@ -48,6 +48,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from tenter.checkpoint import atomic
 from tenter.checkpoint.errors import CheckpointError
+from tenter.checkpoint.failed_saves import MAX_FAILED_SAVES, FailedSaves, attempt
 from tenter.checkpoint.model_state import ModelState
 from tenter.checkpoint.ranks import Ranks
 from tenter.checkpoint.run_state import (
@@ -58,48 +59,16 @@ from tenter.checkpoint.run_state import (
     read_own,
     restore_common,
 )
+from tenter.checkpoint.settings import default_dir, interval
 from tenter.checkpoint.state import set_rng_state, snapshot, track
 from tenter.checkpoint.writer import AsyncWriter
 from tenter.goodput.keeper import record_checkpoint, record_resume
-from tenter.jobdir.layout import CHECKPOINTS_DIR
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
 from tenter.runtime import steps
 from tenter.runtime.preemption import Preempted, Preemption
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def default_dir() -> Path:
-    """``$TENTER_CHECKPOINT_DIR`` (``tenter run`` sets it from the job spec's
-    ``checkpoint.dir``: by default one folder for the whole job, which every simulated host
-    sees and which survives restarts), else ``$TENTER_JOB_DIR/checkpoints``, else
-    ``./checkpoints``."""
-    checkpoint_dir = os.environ.get("TENTER_CHECKPOINT_DIR")
-    if checkpoint_dir:
-        return Path(checkpoint_dir)
-    job_dir = os.environ.get("TENTER_JOB_DIR")
-    return Path(job_dir) / CHECKPOINTS_DIR if job_dir else Path(CHECKPOINTS_DIR)
-
-
-def _env_default(arg: str) -> int | None:
-    """The default of the Checkpointer's ``every`` or ``keep``: what ``tenter run`` passes
-    from the job spec's ``checkpoint.<arg>`` as ``TENTER_CHECKPOINT_<ARG>``; None if unset."""
-    name = f"TENTER_CHECKPOINT_{arg.upper()}"
-    value = os.environ.get(name)
-    if not value:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ValueError(
-            f"{name}={value!r} is not a whole number of at least 1 (the Checkpointer's default "
-            f"{arg}, from the job spec's checkpoint.{arg}); fix or unset it, or pass "
-            f"Checkpointer({arg}=N)"
-        )
-    return number
 
 
 def is_pipelined(model: nn.Module) -> bool:
@@ -177,6 +146,9 @@ class Checkpointer:
             :meth:`wait` and :meth:`close` wait for it.
         sharded: force sharded (True) or replicated (False) saving; by default, sharded
             exactly when the model's parameters are (a pipeline's always are).
+        max_failed_saves: how many saves in a row may fail for lack of space (``ENOSPC``,
+            ``EDQUOT``, on any rank) and be skipped while training goes on; the next one
+            that fails raises :class:`CheckpointError` on every rank. 0: the first does.
     """
 
     def __init__(
@@ -192,8 +164,9 @@ class Checkpointer:
         keep: int | None = None,
         async_save: bool = False,
         sharded: bool | None = None,
+        max_failed_saves: int = MAX_FAILED_SAVES,
     ) -> None:
-        every, keep = _interval(every, keep)
+        every, keep = interval(every, keep)
         model = _trained_model(model, sharded)
         self.model = model
         self.optimizer = optimizer
@@ -211,6 +184,7 @@ class Checkpointer:
         self._writer = AsyncWriter() if async_save else None
         self._pending_step: int | None = None
         self._async_group = _background_group(async_save and self.sharded, self._ranks)
+        self._failures = FailedSaves(self.dir, self._ranks, max_failed_saves)
         self._preemption = Preemption()
         self.preempted = False
         """A preemption's final checkpoint is saved: end the training loop (on every rank)."""
@@ -251,7 +225,8 @@ class Checkpointer:
     def maybe_save(self, step: int) -> bool:
         """Save when ``step`` is a multiple of ``every``, or now if the job is being preempted
         (agreed by all ranks in one small all-reduce; the save is then complete on return and
-        :attr:`preempted` True); return whether it saved.
+        :attr:`preempted` True); return whether it saved (False for a save skipped for lack
+        of space: see :meth:`save`).
 
         Called again after the preemption's final checkpoint (the loop did not stop on
         :attr:`preempted`), it ends the rank: it raises :class:`Preempted` (exit status 75)
@@ -274,19 +249,25 @@ class Checkpointer:
         if self._preemption.agreed():
             path = self.save(step)
             self.wait()
-            self._preemption.record(step, str(path))
+            saved = path is not None and self._last_step == step
+            self._preemption.record(step, str(path) if saved else None)
             self.preempted = True
             return True
         if step % self.every:
             return False
-        self.save(step)
-        return True
+        return self.save(step) is not None
 
-    def save(self, step: int) -> Path:
+    def save(self, step: int) -> Path | None:
         """Save everything as the checkpoint of ``step``, the number of steps done.
 
         Returns the checkpoint's folder; it is complete on return, or (with ``async_save``)
         once :meth:`wait` returns. Saving the step last saved or resumed does nothing.
+
+        A save that fails for lack of space (on any rank) is abandoned on every rank, its
+        files removed, and returns None (with ``async_save``, :meth:`wait` abandons it):
+        the previous checkpoint stays the latest and training goes on, up to
+        ``max_failed_saves`` such saves in a row. Any other failure raises
+        :class:`CheckpointError` on every rank.
         """
         start = time.time()  # waiting for the previous asynchronous save blocks too
         self.wait()
@@ -295,47 +276,87 @@ class Checkpointer:
             return self.dir / name
         self._state.check_replicas(step)  # a divergent replica is never saved
         tmp = self.dir / f"{atomic.TMP_PREFIX}{name}"
-        tmp.mkdir(exist_ok=True)
-        atomic.save_durable(own_state(self.sampler), tmp / rank_file(self._rank))
-        common = common_state(step, self.scheduler, self.extras)
-        background = self._writer is not None
-        dcp_future = (
-            self._state.save_sharded(tmp, background, self._async_group) if self.sharded else None
-        )
-        if not self.sharded and self._rank == 0:
-            common.update(self._state.state_dicts())
-        entry = atomic.Entry(name, step, self._ranks.world, self.sharded)
+        error = attempt(lambda: self._write_own(tmp))
         if self._writer is None:
-            if self._rank == 0:
-                atomic.save_durable(common, tmp / STATE_FILE)
-            self._ranks.barrier()  # every rank's files are durable in tmp
-            if self._rank == 0:
-                atomic.commit(self.dir, tmp, entry, self.keep)
-            self._ranks.barrier()
+            saved = self._save_now(step, tmp, error)
         else:
-            if self._rank == 0:
-                common = snapshot(common)
-            self._ranks.barrier()  # every rank's own file is durable in tmp
-
-            def finish() -> None:
-                if dcp_future is not None:
-                    dcp_future.result()
-                if self._rank == 0:
-                    atomic.save_durable(common, tmp / STATE_FILE)
-                    atomic.commit(self.dir, tmp, entry, self.keep)
-
-            self._writer.submit(finish)
-            self._pending_step = step
+            # Before the background starts writing: every rank's own file is durable in tmp.
+            saved = self._failures.agree(step, tmp, error)
+            if saved:
+                self._save_in_background(step, tmp, self._writer)
+        if not saved:
+            return None
         self._last_step = step
         _record(record_checkpoint, self._rank, step, start)  # the time training stood still
         return self.dir / name
 
+    def _write_own(self, tmp: Path) -> None:
+        """This rank's own file: its RNG states and data position."""
+        tmp.mkdir(exist_ok=True)
+        atomic.save_durable(own_state(self.sampler), tmp / rank_file(self._rank))
+
+    def _common(self, step: int) -> dict[str, Any]:
+        """What rank 0 writes: the step, scheduler, extras (and replicated, the model's)."""
+        common = common_state(step, self.scheduler, self.extras)
+        if not self.sharded:
+            common.update(self._state.state_dicts())
+        return common
+
+    def _entry(self, step: int) -> atomic.Entry:
+        return atomic.Entry(atomic.checkpoint_name(step), step, self._ranks.world, self.sharded)
+
+    def _save_now(self, step: int, tmp: Path, error: BaseException | None) -> bool:
+        """Write the rest of the checkpoint of ``step`` into ``tmp`` and commit it; whether
+        it was saved (``error``: this rank's own file's, if any; see :meth:`save`)."""
+        if self.sharded:  # collective: every rank takes part, even one whose own file failed
+            shards_error = attempt(lambda: self._state.save_sharded(tmp, False, None))
+            error = error or shards_error
+        if self._rank == 0 and error is None:
+            error = attempt(lambda: atomic.save_durable(self._common(step), tmp / STATE_FILE))
+        # Every rank's files are durable in tmp, or the save is abandoned on every rank.
+        if not self._failures.agree(step, tmp, error):
+            return False
+        if self._rank == 0:
+            error = attempt(lambda: atomic.commit(self.dir, tmp, self._entry(step), self.keep))
+        if not self._failures.agree(step, tmp, error):
+            return False
+        self._failures.saved()
+        return True
+
+    def _save_in_background(self, step: int, tmp: Path, writer: AsyncWriter) -> None:
+        """Start writing the rest of the checkpoint of ``step`` (the state as it is now) and
+        commit it in the background; :meth:`wait` waits for it."""
+        dcp_future = (
+            self._state.save_sharded(tmp, True, self._async_group) if self.sharded else None
+        )
+        common = snapshot(self._common(step)) if self._rank == 0 else None
+        entry = self._entry(step)
+
+        def finish() -> None:
+            if dcp_future is not None:
+                dcp_future.result()
+            if common is not None:
+                atomic.save_durable(common, tmp / STATE_FILE)
+                atomic.commit(self.dir, tmp, entry, self.keep)
+
+        writer.submit(finish)
+        self._pending_step = step
+
     def wait(self) -> None:
         """Block until the last asynchronous save is complete and in the manifest; raise
-        :class:`CheckpointError` on every rank if it failed on any."""
-        if self._writer is not None:
-            step, self._pending_step = self._pending_step, None
-            wait_everywhere(self._writer, self._ranks, step)
+        :class:`CheckpointError` on every rank if it failed on any (abandon it if it failed
+        for lack of space: see :meth:`save`)."""
+        if self._writer is None:
+            return
+        step, self._pending_step = self._pending_step, None
+        error = attempt(self._writer.wait)
+        if step is None:  # nothing pending on any rank: saves are collective
+            return
+        tmp = self.dir / f"{atomic.TMP_PREFIX}{atomic.checkpoint_name(step)}"
+        if self._failures.agree(step, tmp, error):
+            self._failures.saved()
+        else:
+            self._last_step = None  # not saved: a save of that step is no longer a no-op
 
     def close(self) -> None:
         """Finish the last asynchronous save and release the background thread."""
@@ -366,32 +387,6 @@ def check_dir(folder: Path, ranks: Ranks) -> None:
         which = ", ".join(str(r) for r in failed)
         where = f" (on rank{'s' if len(failed) > 1 else ''} {which})"
         raise CheckpointError(f"{first}{where if ranks.world > 1 else ''}")
-
-
-def wait_everywhere(writer: AsyncWriter, ranks: Ranks, step: int | None) -> None:
-    """Wait for ``writer``'s save (of ``step``) on every rank; raise :class:`CheckpointError`
-    on every rank if it failed on any."""
-    error: BaseException | None = None
-    try:
-        writer.wait()
-    except Exception as e:
-        error = e
-    failed = ranks.failures(None if error is None else f"{type(error).__name__}: {error}")
-    if failed:
-        detail = "; ".join(f"rank {rank}: {msg}" for rank, msg in failed.items())
-        message = f"the asynchronous save of step {step} failed: {detail}"
-        raise CheckpointError(message) from error
-
-
-def _interval(every: int | None, keep: int | None) -> tuple[int | None, int]:
-    """``every`` and ``keep``, or their defaults from the job spec (see the class)."""
-    every = every if every is not None else _env_default("every")
-    keep = keep if keep is not None else (_env_default("keep") or 3)
-    if every is not None and every < 1:
-        raise ValueError(f"every={every}: the save interval must be at least 1 step")
-    if keep < 1:
-        raise ValueError(f"keep={keep}: at least the latest checkpoint must be kept")
-    return every, keep
 
 
 def _data_position(sampler: Stateful | DataLoader[Any] | None) -> Stateful | None:

@@ -47,6 +47,10 @@ class EventKind(str, Enum):
     event is when it began to."""
     CHECKPOINT = "checkpoint"
     """A rank's blocking checkpoint save ended (rank, host, step, start)."""
+    CHECKPOINT_SKIPPED = "checkpoint_skipped"
+    """A save failed for lack of space and was abandoned; training went on (host: rank 0's;
+    step, path; failed: each failing rank's message, no_space and free_bytes; latest: the
+    step of the checkpoint still the latest, None for none; in_a_row: failed saves in a row)."""
     RESUMED = "resumed"
     """A rank's ``Checkpointer.resume`` ended (rank, host, step: the checkpoint's, 0 for none;
     start: when it began; process_start: when the rank's process was created)."""
