@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.distributed.fsdp import FullyShardedDataParallel
@@ -47,6 +46,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader, Sampler
 
 from tenter.checkpoint import atomic
+from tenter.checkpoint.commits import Commits
 from tenter.checkpoint.errors import CheckpointError
 from tenter.checkpoint.failed_saves import MAX_FAILED_SAVES, FailedSaves, attempt
 from tenter.checkpoint.model_state import ModelState
@@ -60,8 +60,7 @@ from tenter.checkpoint.run_state import (
     restore_common,
 )
 from tenter.checkpoint.settings import default_dir, interval
-from tenter.checkpoint.state import set_rng_state, snapshot, track
-from tenter.checkpoint.writer import AsyncWriter
+from tenter.checkpoint.state import set_rng_state, track
 from tenter.goodput.keeper import record_checkpoint, record_resume
 from tenter.parallel.pipeline import LocalStages, Pipeline, StageModule
 from tenter.runtime import steps
@@ -181,10 +180,8 @@ class Checkpointer:
         self._rank = self._ranks.rank
         self._state = ModelState(model, optimizer, self.sharded)
         self._last_step: int | None = None
-        self._writer = AsyncWriter() if async_save else None
-        self._pending_step: int | None = None
-        self._async_group = _background_group(async_save and self.sharded, self._ranks)
-        self._failures = FailedSaves(self.dir, self._ranks, max_failed_saves)
+        failures = FailedSaves(self.dir, self._ranks, max_failed_saves)
+        self._commits = Commits(self.dir, keep, self._ranks, self._state, failures, async_save)
         self._preemption = Preemption()
         self.preempted = False
         """A preemption's final checkpoint is saved: end the training loop (on every rank)."""
@@ -277,14 +274,7 @@ class Checkpointer:
         self._state.check_replicas(step)  # a divergent replica is never saved
         tmp = self.dir / f"{atomic.TMP_PREFIX}{name}"
         error = attempt(lambda: self._write_own(tmp))
-        if self._writer is None:
-            saved = self._save_now(step, tmp, error)
-        else:
-            # Before the background starts writing: every rank's own file is durable in tmp.
-            saved = self._failures.agree(step, tmp, error)
-            if saved:
-                self._save_in_background(step, tmp, self._writer)
-        if not saved:
+        if not self._commits.commit(step, tmp, error, lambda: self._common(step)):
             return None
         self._last_step = step
         _record(record_checkpoint, self._rank, step, start)  # the time training stood still
@@ -302,60 +292,11 @@ class Checkpointer:
             common.update(self._state.state_dicts())
         return common
 
-    def _entry(self, step: int) -> atomic.Entry:
-        return atomic.Entry(atomic.checkpoint_name(step), step, self._ranks.world, self.sharded)
-
-    def _save_now(self, step: int, tmp: Path, error: BaseException | None) -> bool:
-        """Write the rest of the checkpoint of ``step`` into ``tmp`` and commit it; whether
-        it was saved (``error``: this rank's own file's, if any; see :meth:`save`)."""
-        if self.sharded:  # collective: every rank takes part, even one whose own file failed
-            shards_error = attempt(lambda: self._state.save_sharded(tmp, False, None))
-            error = error or shards_error
-        if self._rank == 0 and error is None:
-            error = attempt(lambda: atomic.save_durable(self._common(step), tmp / STATE_FILE))
-        # Every rank's files are durable in tmp, or the save is abandoned on every rank.
-        if not self._failures.agree(step, tmp, error):
-            return False
-        if self._rank == 0:
-            error = attempt(lambda: atomic.commit(self.dir, tmp, self._entry(step), self.keep))
-        if not self._failures.agree(step, tmp, error):
-            return False
-        self._failures.saved()
-        return True
-
-    def _save_in_background(self, step: int, tmp: Path, writer: AsyncWriter) -> None:
-        """Start writing the rest of the checkpoint of ``step`` (the state as it is now) and
-        commit it in the background; :meth:`wait` waits for it."""
-        dcp_future = (
-            self._state.save_sharded(tmp, True, self._async_group) if self.sharded else None
-        )
-        common = snapshot(self._common(step)) if self._rank == 0 else None
-        entry = self._entry(step)
-
-        def finish() -> None:
-            if dcp_future is not None:
-                dcp_future.result()
-            if common is not None:
-                atomic.save_durable(common, tmp / STATE_FILE)
-                atomic.commit(self.dir, tmp, entry, self.keep)
-
-        writer.submit(finish)
-        self._pending_step = step
-
     def wait(self) -> None:
         """Block until the last asynchronous save is complete and in the manifest; raise
         :class:`CheckpointError` on every rank if it failed on any (abandon it if it failed
         for lack of space: see :meth:`save`)."""
-        if self._writer is None:
-            return
-        step, self._pending_step = self._pending_step, None
-        error = attempt(self._writer.wait)
-        if step is None:  # nothing pending on any rank: saves are collective
-            return
-        tmp = self.dir / f"{atomic.TMP_PREFIX}{atomic.checkpoint_name(step)}"
-        if self._failures.agree(step, tmp, error):
-            self._failures.saved()
-        else:
+        if not self._commits.wait():
             self._last_step = None  # not saved: a save of that step is no longer a no-op
 
     def close(self) -> None:
@@ -364,11 +305,7 @@ class Checkpointer:
             self.wait()
         finally:
             self._preemption.close()
-            if self._writer is not None:
-                self._writer.close()
-            if self._async_group is not None:
-                dist.destroy_process_group(self._async_group)
-                self._async_group = None
+            self._commits.close()
 
 
 def check_dir(folder: Path, ranks: Ranks) -> None:
@@ -411,10 +348,3 @@ def _trained_model(model: nn.Module | Pipeline, sharded: bool | None) -> nn.Modu
             "its own stages, and saves them sharded; leave sharded unset"
         )
     return model
-
-
-def _background_group(sharded_async: bool, ranks: Ranks) -> dist.ProcessGroup | None:
-    """DCP's background save runs collectives while the main thread runs its own (the
-    barriers here, the training's); on one process group they could interleave in a
-    different order on different ranks, so the background gets a group of its own."""
-    return dist.new_group(backend="gloo") if sharded_async and ranks.distributed else None
