@@ -55,3 +55,18 @@ def test_a_host_asked_to_restart_is_not_named_and_a_new_round_says_the_restart_a
     restart(tmp_path, "algo-2", 10.0, True)  # the same restart, said once
     feed.print_new()
     assert "restarting" not in capsys.readouterr().err
+
+
+def test_an_event_of_no_host_is_passed_over_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A rank's own event (a skipped checkpoint) written without a host: the launcher's feed
+    # raised KeyError on it and took the launcher down.
+    feed = EventFeed(str(tmp_path))
+    record_event(tmp_path, EventKind.CHECKPOINT_SKIPPED, step=16, rank=0)
+    rendezvous(tmp_path, "algo-1", 0)
+    rendezvous(tmp_path, "algo-2", 0)
+    feed.print_new()
+    assert capsys.readouterr().err.splitlines() == [
+        "tenter: rendezvous: 2 hosts (algo-1, algo-2), world size 4"
+    ]

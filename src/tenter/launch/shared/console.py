@@ -196,7 +196,6 @@ class EventFeed:
                 self._say_restart(restart)  # a host that never reports (lost) holds no line
 
     def _show(self, event: Event) -> None:
-        host = str(event["host"])
         self.rank_failed |= is_kind(event, EventKind.RANK_FAILED)
         if is_kind(event, EventKind.RESTART):
             self.restarted_at = max(self.restarted_at, float(str(event["time"])))
@@ -211,7 +210,7 @@ class EventFeed:
         for restart in list(self._restarting):
             self._say_restart(restart)  # a new round: every report of the restart is in
         self._hosts = int(str(event["hosts"]))
-        self._round[host] = event
+        self._round[str(event["host"])] = event  # a rendezvous event names its host
         hosts = int(str(event["hosts"]))
         same = [e for e in self._round.values() if e["hosts"] == hosts]
         if len(same) == hosts:
