@@ -210,8 +210,7 @@ def _members(round_: rendezvous.Round, n: int, lost: Callable[[], set[str]]) -> 
     joined, gone = store.add(JOINED_KEY.format(n=n), 0), lost()
     if joined + len(gone) < hosts:
         return None
-    keys = [JOINED_HOST_KEY.format(n=n, group_rank=r) for r in range(hosts)]
-    joined_names = [store.get(k).decode() if store.check([k]) else None for k in keys]
+    joined_names = _values(store, [JOINED_HOST_KEY.format(n=n, group_rank=r) for r in range(hosts)])
     if joined < hosts:
         names = _round_names(round_)
         pairs = zip(joined_names, names, strict=True)
@@ -224,6 +223,16 @@ def _round_names(round_: rendezvous.Round) -> Sequence[str | None]:
     """The round's hosts by group rank (None: not known)."""
     if round_.names:
         return round_.names
-    store = round_.store
     keys = [rendezvous.HOST_NAME_KEY.format(group_rank=r) for r in range(round_.hosts)]
-    return [store.get(k).decode() if store.check([k]) else None for k in keys]
+    return _values(round_.store, keys)
+
+
+def _values(store: Store, keys: list[str]) -> list[str | None]:
+    """The keys' values (None: not set), in two requests when every key is set, as when no
+    host is lost (a get per key was O(hosts) requests in a row on the deciding host, every
+    restart); else one look per key, then the set ones in one request."""
+    if store.check(keys):
+        return [value.decode() for value in store.multi_get(keys)]
+    present = [k for k in keys if store.check([k])]
+    values = dict(zip(present, store.multi_get(present), strict=True)) if present else {}
+    return [values[k].decode() if k in values else None for k in keys]
