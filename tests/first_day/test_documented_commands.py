@@ -98,11 +98,13 @@ class Documented:
 
 
 def fenced_lines(text: str) -> Iterator[str]:
-    """The lines inside the ``` code blocks, continuations (a trailing backslash) joined."""
-    inside, pending = False, ""
+    """The lines inside the ``` code blocks, continuations (a trailing backslash) joined;
+    not those of a ```text block (a program's output, whose lines may begin with "tenter")."""
+    block, inside, pending = False, False, ""
     for line in text.splitlines():
         if line.lstrip().startswith("```"):
-            inside, pending = not inside, ""
+            block = not block
+            inside, pending = block and line.strip() != "```text", ""
         elif inside:
             pending += " ".join(line.split())
             if pending.endswith("\\"):
