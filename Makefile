@@ -47,10 +47,15 @@ setup: $(BIN)/tenter
 
 # A venv of its own, beside .venv: the example's test (tests/sagemaker_user/test_examples.py)
 # runs its tenter. Built once (minutes: several GB); a change to its inputs re-runs pip over it,
-# which keeps what still satisfies them. After .venv (order only): both pip runs build this
-# checkout's editable tenter, in the same source tree.
-$(VISION)/bin/tenter: pyproject.toml requirements/vision.txt | $(BIN)/tenter
+# which keeps what still satisfies them. Its torch pair first, which needs nothing of .venv
+# (`make test` installs both side by side); its editable tenter after .venv (order only): both
+# pip runs build this checkout's editable tenter, in the same source tree.
+$(VISION)/.packages: requirements/vision.txt
 	$(PYTHON) -m venv $(VISION)
+	$(VISION)/bin/$(PIP) $(WHEELS) -r requirements/vision.txt
+	touch $@
+
+$(VISION)/bin/tenter: pyproject.toml $(VISION)/.packages | $(BIN)/tenter
 	$(VISION)/bin/$(PIP) $(WHEELS) -r requirements/vision.txt -e ".[vision]"
 	touch $@
 
@@ -69,9 +74,9 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# The lint (mypy: a minute of CPU) and the vision venv (minutes of disk writes, little CPU) run
-# side by side, each its output in one piece; then the tests.
-test: setup
+# The venvs' installs (mostly disk writes) side by side, then the lint (mypy: a minute of CPU)
+# beside the vision venv's editable tenter, each its output in one piece; then the tests.
+test:
 	$(MAKE) --jobs=2 --output-sync=target lint system-deps vision
 	$(BIN)/python -m pytest tests
 
