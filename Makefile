@@ -13,9 +13,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# --no-compile: pip byte-compiles every file it installs (torch's thousands: about 40 s of
-# `setup` here, as long as the rest of it); Python compiles a module when it is first imported.
-PIP := pip install -q --no-compile --disable-pip-version-check
+# pip byte-compiles what it installs (torch's thousands of files: about 40 s of `setup`): kept,
+# since an environment with PYTHONDONTWRITEBYTECODE (this machine's, CI's) would otherwise
+# compile every module again in every process that imports it.
+PIP := pip install -q --disable-pip-version-check
 TORCH_WHEEL := $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
 # A machine that keeps wheels on disk (CI here does) installs torch from there.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
