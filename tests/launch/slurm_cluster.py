@@ -99,8 +99,10 @@ def slurm_conf(
     cpus: int,
     memory_mb: int,
     ports: tuple[int, int],
+    overrides: bool = False,
 ) -> str:
-    """The cluster's slurm.conf; every slurmd file is per node (``%n``: its NodeName)."""
+    """The cluster's slurm.conf; every slurmd file is per node (``%n``: its NodeName).
+    ``overrides``: the nodes are what the file says, whatever this machine has (more CPUs)."""
     return "\n".join(
         [
             "ClusterName=tenter-test",
@@ -127,6 +129,7 @@ def slurm_conf(
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
             "ReturnToService=2",
+            *(["SlurmdParameters=config_overrides"] if overrides else []),
             # The site's submission policy, next to this file (job_submit.lua).
             "JobSubmitPlugins=lua",
             *(
@@ -349,19 +352,26 @@ def _daemon(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 @contextmanager
-def slurm_nodes(count: int, others: Sequence[str] = ()) -> Iterator[SlurmNodes]:
+def slurm_nodes(
+    count: int, others: Sequence[str] = (), cpus: int | None = None
+) -> Iterator[SlurmNodes]:
     """``count`` Slurm nodes ``node-1`` ... on a HostNetwork: slurmctld on the switch, one
     slurmd per host (its own NodeName, NodeAddr, spool, pid and log files), one munged on
     this machine (its socket is a file: every namespace reaches it). ``others``: hosts of
-    the same network that are no Slurm nodes (an etcd server's). Everything stops and goes
-    on exit; a process left in a host's network is an error."""
+    the same network that are no Slurm nodes (an etcd server's). ``cpus``: each node's, if
+    more than this machine's (a job of 8 tasks a node asks for 8; the rehearsal's light ranks
+    need little of one). Everything stops and goes on exit; a process left in a host's
+    network is an error."""
     root = _state_dirs()
     hostnames = [*(f"node-{i + 1}" for i in range(count)), *others]
     nodes = [Node(name, host_addr(i)) for i, name in enumerate(hostnames[:count])]
     conf = root / "slurm.conf"
-    # Each node offers this machine's cores (slurmd checks the configuration against them).
-    cpus = os.cpu_count() or 1
-    conf.write_text(slurm_conf(root, CONTROLLER, nodes, cpus, 1024, (SLURMCTLD_PORT, SLURMD_PORT)))
+    # Each node offers this machine's cores (slurmd checks the configuration against them,
+    # unless told the configuration overrides them).
+    real = os.cpu_count() or 1
+    ports = (SLURMCTLD_PORT, SLURMD_PORT)
+    more = cpus is not None and cpus > real
+    conf.write_text(slurm_conf(root, CONTROLLER, nodes, cpus or real, 1024, ports, more))
     (root / "job_submit.lua").write_text(JOB_SUBMIT_LUA)
     env = {"SLURM_CONF": str(conf), "PATH": os.environ["PATH"]}
     munged = _start_munged(root)

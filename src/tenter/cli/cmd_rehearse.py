@@ -8,6 +8,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+BACKENDS = ("local", "slurm")
+"""Where a rehearsal runs (any other ``--backend`` is argparse's exit 2)."""
+
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
@@ -22,11 +25,26 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--procs-per-host", type=int, default=8, help="ranks per host (8)")
     parser.add_argument("--step-s", type=float, default=0.5, help="a light rank's step (0.5 s)")
     parser.add_argument("--hang-timeout", type=int, default=10, help="seconds (10)")
-    parser.add_argument("--hosts-per-pack", type=int, default=64, help="agents per process (64)")
+    parser.add_argument(
+        "--hosts-per-pack", type=int, default=64, help="local: agents per process (64)"
+    )
     parser.add_argument(
         "--elastic",
         action="store_true",
         help="min_hosts one fewer than --hosts (through torch's rendezvous): adds a host's loss",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="local: this machine, agents in packs (default); slurm: sbatch to the cluster "
+        "SLURM_CONF names, one real agent per node",
+    )
+    parser.add_argument(
+        "--steady-s",
+        type=float,
+        default=5.0,
+        help="seconds of steady state measured (5; 0: none)",
     )
     parser.add_argument(
         "--bound", type=float, default=120.0, help="seconds each phase may take at most (120)"
@@ -39,8 +57,10 @@ def rehearse(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from tenter.errors import TenterError
+    from tenter.launch.backends.slurm.backend import require_sbatch
     from tenter.rehearsal.drive import Rehearsal, RehearsalFailed
     from tenter.rehearsal.plan import rehearsal_plan
+    from tenter.rehearsal.slurm import SlurmRehearsal
     from tenter.rehearsal.table import rows, scale_line
 
     for flag, value in (("--hosts", args.hosts), ("--procs-per-host", args.procs_per_host),
@@ -48,12 +68,21 @@ def rehearse(args: argparse.Namespace) -> int:
         if value < 1 or (flag == "--hosts" and value < 2):
             least = 2 if flag == "--hosts" else 1
             raise TenterError(flag, f"{value} is too few", f"give at least {least}")
+    if args.steady_s < 0:
+        raise TenterError("--steady-s", f"{args.steady_s:g} is negative", "give 0 (none) or more")
+    if args.backend == "slurm":
+        require_sbatch("--backend")
     plan = rehearsal_plan(
-        args.spec, args.hosts, args.procs_per_host, args.step_s, args.hang_timeout, args.elastic
-    )
+        args.spec, args.hosts, args.procs_per_host, args.step_s, args.hang_timeout, args.elastic,
+        args.backend,
+    )  # fmt: skip
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"rehearsing {args.hosts} hosts x {args.procs_per_host} ranks: {plan.job_dir}")
-    rehearsal = Rehearsal(plan, args.hosts_per_pack, args.bound)
+    rehearsal = (
+        SlurmRehearsal(plan, args.bound, args.steady_s)
+        if args.backend == "slurm"
+        else Rehearsal(plan, args.hosts_per_pack, args.bound, args.steady_s > 0, args.steady_s)
+    )
     try:
         figures = rehearsal.run()
     except RehearsalFailed as e:

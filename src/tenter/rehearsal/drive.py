@@ -67,6 +67,8 @@ class Figures:
     store_polls: dict[str, float] = field(default_factory=dict)
     """Phase name to the agents' polls among its store requests per host (mean)."""
     steady: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Phase or figure name to why this backend has none of it."""
     result: JobResult | None = None
     hang_report: str = ""
 
@@ -140,11 +142,16 @@ def _timed(action: Callable[[], object]) -> float:
 
 class Rehearsal:
     def __init__(
-        self, plan: Plan, hosts_per_pack: int, bound_s: float, steady: bool = True
+        self,
+        plan: Plan,
+        hosts_per_pack: int,
+        bound_s: float,
+        steady: bool = True,
+        steady_s: float = STEADY_S,
     ) -> None:
         self.plan, self.bound_s = plan, bound_s
-        self.steady = steady
-        """Whether to measure the steady state (phase 4), some seconds at any size."""
+        self.steady, self.steady_s = steady, steady_s
+        """Whether to measure the steady state (phase 4), and for how long."""
         self.job = RehearsalJob(plan, hosts_per_pack)
         self.figures = Figures(len(plan.hosts), len(plan.hosts) * plan.procs_per_host)
         self._requests: dict[int, int] = {}
@@ -203,15 +210,7 @@ class Rehearsal:
         self._count_requests("launch")
 
     def _kill_a_rank(self) -> None:
-        old = _pids(self.plan)
-        started = time.monotonic()
-        kill_rank(self.plan.job_dir, self.figures.ranks // 2)
-        _wait(
-            "every rank stepping after a rank's kill",
-            _stepping(self.plan, self.figures.ranks, old),
-            self.bound_s,
-        )
-        self.figures.seconds["kill"] = time.monotonic() - started
+        self.figures.seconds["kill"] = kill_a_rank(self.plan, self.figures.ranks, self.bound_s)
         self._count_requests("kill")
 
     def _lose_a_host(self) -> None:
@@ -228,38 +227,11 @@ class Rehearsal:
         self._count_requests("host_lost")
 
     def _steady_state(self) -> None:
-        from tenter.monitor.live import LiveView
-
         assert self._launcher is not None and self._launcher.native_id is not None
-        me = psutil.Process()
-        # As the launcher holds them all along: caught up before the window, then one refresh
-        # timed (a fresh reader's first read of the whole history is not the steady state).
-        view, keeper = LiveView(self.plan, live=False), LedgerKeeper(self.plan.job_dir)
-        view.poll()
-        _ledger_and_stragglers(keeper)
-        size0, files0 = _job_dir_usage(self.plan.job_dir)
-        cpu0, wall0 = _thread_cpu_s(self._launcher.native_id), time.monotonic()
-        time.sleep(STEADY_S)
-        cpu1, wall1 = _thread_cpu_s(self._launcher.native_id), time.monotonic()
-        size1, files1 = _job_dir_usage(self.plan.job_dir)
-        steady = self.figures.steady
-        steady["launcher_core"] = (cpu1 - cpu0) / (wall1 - wall0)
-        steady["launcher_rss_mb"] = me.memory_info().rss / 2**20
-        steady["job_dir_bytes_per_s"] = (size1 - size0) / (wall1 - wall0)
-        steady["job_dir_files_per_s"] = (files1 - files0) / (wall1 - wall0)
-        steady["live_view_s"] = _timed(view.poll)
-        steady["ledger_stragglers_s"] = _timed(lambda: _ledger_and_stragglers(keeper))
-        # Its CPU too: on a machine whose cores the ranks share, most of its wall time is the
-        # wait for one. The only child reaped meanwhile (the packs end with the rehearsal).
-        cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
-        steady["status_s"] = _timed(self._status)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        steady["status_cpu_s"] = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+        launcher_cpu = functools.partial(_thread_cpu_s, self._launcher.native_id)
+        status = functools.partial(tenter_status, self.plan, self.bound_s)
+        self.figures.steady.update(steady_state(self.plan, launcher_cpu, status, self.steady_s))
         self._count_requests(STEADY_PHASE)
-
-    def _status(self) -> None:
-        tenter = [sys.executable, "-m", "tenter", "status", self.plan.job_dir]
-        subprocess.run(tenter, check=True, capture_output=True, timeout=self.bound_s)
 
     def _hang(self) -> None:
         culprit = next(p for p in hang.read_progress(self.plan) if p.rank == CULPRIT)
@@ -274,3 +246,57 @@ class Rehearsal:
         self.figures.hang_report = report.read_text()
         assert self._launcher is not None
         self._launcher.join(timeout=self.bound_s)
+
+
+def kill_a_rank(plan: Plan, ranks: int, bound_s: float) -> float:
+    """Seconds from ``tenter fault kill --rank``'s request (the middle rank's: its agent
+    SIGKILLs it) until every one of ``ranks`` ranks steps again in a new process."""
+    old = _pids(plan)
+    started = time.monotonic()
+    kill_rank(plan.job_dir, ranks // 2)
+    _wait("every rank stepping after a rank's kill", _stepping(plan, ranks, old), bound_s)
+    return time.monotonic() - started
+
+
+def steady_state(
+    plan: Plan,
+    launcher_cpu_s: Callable[[], float],
+    status: Callable[[], None],
+    window_s: float = STEADY_S,
+) -> dict[str, float]:
+    """The steady state's figures (``window_s`` of it): the launcher's CPU
+    (``launcher_cpu_s``: its CPU seconds so far) and this process's RSS, what the job
+    directory grows by, and one live-view refresh, ledger and straggler pass and ``status``."""
+    from tenter.monitor.live import LiveView
+
+    me = psutil.Process()
+    # As the launcher holds them all along: caught up before the window, then one refresh
+    # timed (a fresh reader's first read of the whole history is not the steady state).
+    view, keeper = LiveView(plan, live=False), LedgerKeeper(plan.job_dir)
+    view.poll()
+    _ledger_and_stragglers(keeper)
+    size0, files0 = _job_dir_usage(plan.job_dir)
+    cpu0, wall0 = launcher_cpu_s(), time.monotonic()
+    time.sleep(window_s)
+    cpu1, wall1 = launcher_cpu_s(), time.monotonic()
+    size1, files1 = _job_dir_usage(plan.job_dir)
+    steady = {
+        "launcher_core": (cpu1 - cpu0) / (wall1 - wall0),
+        "launcher_rss_mb": me.memory_info().rss / 2**20,
+        "job_dir_bytes_per_s": (size1 - size0) / (wall1 - wall0),
+        "job_dir_files_per_s": (files1 - files0) / (wall1 - wall0),
+        "live_view_s": _timed(view.poll),
+        "ledger_stragglers_s": _timed(lambda: _ledger_and_stragglers(keeper)),
+    }
+    # Its CPU too: on a machine whose cores the ranks share, most of its wall time is the
+    # wait for one. The only child reaped meanwhile (the packs end with the rehearsal).
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    steady["status_s"] = _timed(status)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    steady["status_cpu_s"] = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+    return steady
+
+
+def tenter_status(plan: Plan, bound_s: float) -> None:
+    tenter = [sys.executable, "-m", "tenter", "status", plan.job_dir]
+    subprocess.run(tenter, check=True, capture_output=True, timeout=bound_s)

@@ -1,5 +1,6 @@
-"""The rehearsal's plan: the job's own spec at the asked size, on the local backend, whose ranks
-are light ranks (:mod:`tenter.rehearsal.rank`) instead of the job's script."""
+"""The rehearsal's plan: the job's own spec at the asked size, on the local backend (or Slurm's:
+its batch script, one real agent per node), whose ranks are light ranks
+(:mod:`tenter.rehearsal.rank`) instead of the job's script."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from tenter.contract.plan import Plan
 from tenter.contract.planner import new_job_id
 from tenter.launch.backends.local.backend import LocalBackend
+from tenter.launch.backends.slurm.backend import SlurmBackend
 from tenter.rehearsal.rank import STEP_ENV
 from tenter.spec.load import load_file
 
@@ -24,6 +26,7 @@ def rehearsal_plan(
     step_s: float,
     hang_timeout: int,
     elastic: bool = False,
+    backend: str = "local",
 ) -> Plan:
     overrides = {
         "backend": "local",
@@ -48,7 +51,11 @@ def rehearsal_plan(
     spec = spec.model_copy(
         update={"instance_count": hosts, "processes_per_host": procs_per_host, "elastic": sized}
     )
-    plan = LocalBackend().dryrun(spec, new_job_id(f"rehearse-{spec.name}"))
+    job_id = new_job_id(f"rehearse-{spec.name}")
+    if backend == "slurm":  # the batch script's one srun step runs the plan's command
+        plan = SlurmBackend().dryrun(spec.model_copy(update={"backend": "slurm"}), job_id)
+    else:
+        plan = LocalBackend().dryrun(spec, job_id)
     return dataclasses.replace(
         plan,
         command=[sys.executable, "-m", "tenter.rehearsal.rank"],

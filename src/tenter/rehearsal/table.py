@@ -9,6 +9,7 @@ TARGETS = {
     "kill": ("one rank killed -> every rank stepping again", 5.0),
     "host_lost": ("one host lost -> the rest stepping again", 5.0),
     "hang_named": ("one rank stopped -> the hang report naming it", None),
+    "finished": ("every rank finishing -> the job's result (slurm)", None),
 }
 STEADY = {
     "launcher_core": ("launcher CPU (share of a core)", 0.25),
@@ -39,6 +40,9 @@ def rows(figures: Figures, hang_timeout: float) -> list[tuple[str, str, str]]:
         events = figures.event_requests(phase)
         measured = f"{mean:.1f} (max {worst}), {events:.1f} beyond the agents' polls"
         out.append((f"store requests per host: {phase}", measured, ""))
+    for key, why in figures.skipped.items():
+        what = TARGETS[key][0] if key in TARGETS else key.replace("_", " ")
+        out.append((what, "skipped", why))
     return out
 
 
@@ -51,7 +55,7 @@ def _target(value: float, bound: float | None) -> str:
 def scale_line(figures: Figures) -> str:
     nan = float("nan")
     s, steady = figures.seconds, figures.steady
-    per_host = figures.worst_phase_requests()
+    per_host = figures.worst_phase_requests() if figures.store_requests else nan
     return (
         f"scale hosts={figures.hosts} ranks={figures.ranks} "
         f"first_step_s={s.get('first_step', nan):.2f} kill_s={s.get('kill', nan):.2f} "

@@ -5,6 +5,7 @@ each host of the plan on its own node, across a real network."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,4 +116,37 @@ def test_an_elastic_job_meets_at_an_etcd_on_a_host_of_its_own(
     assert "[algo-2,1]<stdout>: rank 1 of 2 on node-2 as algo-2" in logs
     summary = json.loads((done.job_dir / "summary.json").read_text())
     assert summary["rdzv_endpoint"] == f"{etcd_addr}:2379"
+    _assert_job_gone(cluster, done.job_dir)
+
+
+def _scale_figures(stdout: str) -> dict[str, float]:
+    """The ``scale hosts=... ranks=...`` line's figures."""
+    (line,) = [line for line in stdout.splitlines() if line.startswith("scale ")]
+    return {k: float(v) for k, v in (f.split("=") for f in line.split()[1:])}
+
+
+def test_the_rehearsal_runs_on_the_slurm_nodes(cluster: SlurmNodes) -> None:
+    """``tenter rehearse --backend slurm`` from the login node: sbatch, one real agent per
+    node, light ranks; a rank's kill restarts every rank; the job then finishes as
+    COMPLETED. The phases Slurm has not are skipped (nan), not faked."""
+    hosts, procs = 2, 2
+    done = cluster.tenter(
+        "rehearse", str(DIGITS / "job.yaml"), "--backend", "slurm", "--hosts", str(hosts),
+        "--procs-per-host", str(procs), "--hang-timeout", "5", "--bound", "60", "--steady-s", "1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = _scale_figures(done.stdout)
+    assert (figures["hosts"], figures["ranks"]) == (hosts, hosts * procs)
+    for measured in ("first_step_s", "kill_s", "launcher_core", "status_s"):
+        assert figures[measured] > 0, done.stdout
+    for skipped in ("host_lost_s", "hang_named_s", "store_requests_per_host"):
+        assert math.isnan(figures[skipped]), done.stdout
+    assert "submitted as Slurm job" in done.stderr
+    summary = done.summary
+    assert summary["exit_code"] == 0 and summary["state"] == "succeeded"
+    assert (summary["hosts"], summary["procs_per_host"]) == (hosts, procs)
+    # The kill: the killed rank's agent restarted its group, and every other host with it.
+    events = [json.loads(line) for line in (done.job_dir / "events.jsonl").open()]
+    restarts = sorted(e["host"] for e in events if e["event"] == "restart")
+    assert restarts == [f"algo-{i + 1}" for i in range(hosts)], events
     _assert_job_gone(cluster, done.job_dir)

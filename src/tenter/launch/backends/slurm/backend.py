@@ -88,13 +88,7 @@ class SlurmBackend:
     def submit(self, plan: Plan, *, detach: bool = False) -> JobHandle:
         """Create the job directory and submit the script (a Slurm job always outlives the
         process that submitted it: ``detach`` changes nothing here)."""
-        if shutil.which("sbatch") is None:
-            raise MissingToolError(
-                "backend",
-                "slurm: sbatch is not on PATH",
-                "run tenter on a Slurm login node, or install the Slurm client (Debian: "
-                "apt-get install slurm-client) configured for your cluster (SLURM_CONF)",
-            )
+        require_sbatch("backend")
         if plan.replica_groups:  # with this Python's torch, which the nodes run too
             from tenter.launch.compat import refuse_torchft_on_old_torch  # imports torch
 
@@ -179,6 +173,18 @@ class SlurmBackend:
 
     def preempt(self, handle: JobHandle) -> str:
         raise scheduler_preempts(self.name, handle.job_id)
+
+
+def require_sbatch(where: str) -> None:
+    """MissingToolError, naming ``where`` (the field or flag that chose Slurm), unless sbatch
+    is on PATH."""
+    if shutil.which("sbatch") is None:
+        raise MissingToolError(
+            where,
+            "slurm: sbatch is not on PATH",
+            "run tenter on a Slurm login node, or install the Slurm client (Debian: "
+            "apt-get install slurm-client) configured for your cluster (SLURM_CONF)",
+        )
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str] | None:

@@ -94,12 +94,14 @@ def kill(job: str | Path, host: str) -> str:
 
 RANK_KILL_TIMEOUT_S = 10.0
 """An agent looks at its requests every 0.1 s; a rank between two starts takes longer."""
+RANK_KILL_BACKENDS = ("local", "slurm")
+"""Whose agents take a rank's kill from the job directory (a Slurm job's nodes share it)."""
 
 
 def kill_rank(job: str | Path, rank: int, timeout_s: float = RANK_KILL_TIMEOUT_S) -> str:
     """SIGKILL the worker of ``rank`` (a crash of one worker, not of its host): the agent
     that runs it does it at its next look, and says which process it was."""
-    job_dir, plan = running_local_job(job, "kill a rank of", isolated=False)
+    job_dir, plan = running_local_job(job, "kill a rank of", False, RANK_KILL_BACKENDS)
     ranks = (len(plan.hosts) + len(plan.spare_hosts)) * plan.procs_per_host
     if not 0 <= rank < ranks:
         raise TenterError(

@@ -12,16 +12,18 @@ from tenter.jobdir.lookup import find_job, is_running
 ISOLATION_FIX = "run the job with `--isolation network` (or `isolation: network` in its spec)"
 
 
-def running_local_job(job: str | Path, doing: str, isolated: bool) -> tuple[Path, Plan]:
-    """The directory and plan of ``job``, a running local job (with isolated hosts if
-    ``isolated``); else the error, naming what the user wanted to do (``doing``)."""
+def running_local_job(
+    job: str | Path, doing: str, isolated: bool, backends: tuple[str, ...] = ("local",)
+) -> tuple[Path, Plan]:
+    """The directory and plan of ``job``, a running job of one of ``backends`` (with isolated
+    hosts if ``isolated``); else the error, naming what the user wanted to do (``doing``)."""
     job_dir = find_job(str(job))
     plan = read_plan(job_dir)
-    if plan.backend != "local":
+    if plan.backend not in backends:
         raise TenterError(
             "JOB",
             f"job {plan.job_id} runs on the {plan.backend} backend: cannot {doing} it",
-            "give a job of the local backend",
+            f"give a job of the {' or '.join(backends)} backend",
         )
     if isolated and plan.isolation != "network":
         raise TenterError(
