@@ -7,6 +7,12 @@ agents, light torch-free ranks) at each size, prints each size's table and one l
 same size: N ``TCPStore`` clients of one store in this process connecting and each setting
 and reading one key. Ends with an extrapolation to 4,000 and 16,000 hosts from the serial
 parts (store requests, the launcher's CPU), assuming each host's agent has cores of its own.
+
+``--backend slurm``: at each size, stands up the test suite's multi-node Slurm cluster
+(tests/launch/slurm_cluster.py: slurmctld, one slurmd per host in a network namespace of its
+own, munge; as root, with slurm-wlm and munge installed) and runs ``tenter rehearse --backend
+slurm`` on its login node, as a user there would: one real agent process per node, light
+ranks (:mod:`tenter.rehearsal.slurm`; no torch anchor: the local run has it).
 """
 
 from __future__ import annotations
@@ -57,6 +63,28 @@ def measure(hosts: int, procs: int, bound_s: float) -> Figures | None:
         return None
 
 
+def measure_on_slurm(hosts: int, procs: int, bound_s: float) -> dict[str, float] | None:
+    """The rehearsal on ``hosts`` Slurm nodes of the test cluster, each offering ``procs``
+    CPUs (8 tasks a node need 8); its table as printed, its scale line's figures."""
+    sys.path.insert(0, str(Path(__file__).parents[1]))  # the repository's tests package
+    os.environ.setdefault("COLUMNS", "160")  # the table on one line a row
+    from tests.launch.slurm_cluster import slurm_nodes
+
+    with slurm_nodes(hosts, cpus=max(procs, os.cpu_count() or 1)) as cluster:
+        done = cluster.tenter(
+            "rehearse", str(SPEC), "--backend", "slurm", "--hosts", str(hosts),
+            "--procs-per-host", str(procs), "--hang-timeout", str(HANG_TIMEOUT),
+            "--bound", str(bound_s), timeout=6 * bound_s,
+        )  # fmt: skip
+    print(done.stdout, end="", flush=True)
+    if done.returncode != 0:
+        print(f"hosts={hosts}: {done.stderr.strip()[-2000:]}")
+        return None
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("scale ")]
+    figures = {k: float(v) for k, v in (f.split("=") for f in line.split()[1:])}
+    return {k: v for k, v in figures.items() if not math.isnan(v) and k not in ("hosts", "ranks")}
+
+
 def figures_of(f: Figures) -> dict[str, float]:
     return {
         **f.seconds,
@@ -77,6 +105,7 @@ def main() -> int:
     parser.add_argument("--hosts", default="16,64,256,1024")
     parser.add_argument("--procs-per-host", type=int, default=8)
     parser.add_argument("--bound", type=float, default=180.0)
+    parser.add_argument("--backend", choices=("local", "slurm"), default="local")
     args = parser.parse_args()
     if "TENTER_HOME" in os.environ:
         return run(args)
@@ -88,6 +117,12 @@ def main() -> int:
 def run(args: argparse.Namespace) -> int:
     measured: dict[int, dict[str, float]] = {}
     for hosts in (int(h) for h in args.hosts.split(",")):
+        if args.backend == "slurm":
+            on_slurm = measure_on_slurm(hosts, args.procs_per_host, args.bound)
+            if on_slurm is None:
+                break
+            measured[hosts] = on_slurm
+            continue
         f = measure(hosts, args.procs_per_host, args.bound)
         if f is None:
             break
@@ -95,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {what:55} {value:>18} {target}")
         print(scale_line(f), flush=True)
         measured[hosts] = figures_of(f)
-    for hosts in measured:  # after the rehearsals: torch's import is not in their RSS
+    anchored = measured if args.backend == "local" else {}
+    for hosts in anchored:  # after the rehearsals: torch's import is not in their RSS
         anchor = torch_store_anchor(hosts)
         print(f"torch anchor: {hosts} TCPStore clients connect + set + get: {anchor:.2f} s")
     sizes = sorted(measured)
@@ -110,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         a, b = sizes[-2], sizes[-1]
         print("extrapolation (each agent on cores of its own; the store and launcher serial):")
         for key in ("store_requests_per_host", "launcher_core", "status_s"):
+            if key not in measured[a] or key not in measured[b]:
+                continue  # not measured on this backend (store requests on Slurm)
             rate = slope((a, measured[a][key]), (b, measured[b][key]))
             for hosts in EXTRAPOLATE:
                 value = measured[b][key] * (hosts / b) ** rate

@@ -129,17 +129,34 @@ def test_hosts_go_to_nodes_in_rendezvous_order_at_their_addresses(tenter_home: P
     assert plan.rdzv_endpoint.startswith("127.0.0.1:")
 
 
-def test_missing_sbatch_is_an_error_that_names_the_fix(tenter_home: Path) -> None:
-    done = _tenter_with_path(
-        "/nonexistent",
-        "run",
-        "--backend",
-        "slurm",
-        "--skip-preflight",
-        str(SCRIPTS / "contract.py"),
-    )
+@pytest.mark.parametrize(
+    ("command", "where"),
+    [
+        (
+            ["run", "--backend", "slurm", "--skip-preflight", str(SCRIPTS / "contract.py")],
+            "backend",
+        ),
+        (
+            [
+                "rehearse",
+                "--backend",
+                "slurm",
+                str(REPO / "examples/digits/job.yaml"),
+                "--hosts",
+                "2",
+            ],
+            "--backend",
+        ),
+    ],
+    ids=["run", "rehearse"],
+)
+def test_missing_sbatch_is_an_error_that_names_the_fix(
+    tenter_home: Path, command: list[str], where: str
+) -> None:
+    done = _tenter_with_path("/nonexistent", *command)
     assert done.returncode == 5
-    assert "sbatch is not on PATH" in done.stderr and "slurm-client" in done.stderr
+    assert f"error: {where}: slurm: sbatch is not on PATH" in done.stderr
+    assert "slurm-client" in done.stderr
     assert not (tenter_home / "jobs").exists()
 
 

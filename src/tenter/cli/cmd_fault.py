@@ -8,8 +8,9 @@ running local job.
     tenter fault JOB kill --rank 1        # one worker SIGKILLed, as a crash: a restart
 
 ``partition`` and ``heal`` need a job with isolated hosts (``--isolation network``); ``kill``
-works on any local job. The command returns once the fault was applied; the job's console
-says how the job takes it.
+works on any local job, and ``kill --rank`` on Slurm jobs too (their agents read the request
+from the job directory the nodes share). The command returns once the fault was applied; the
+job's console says how the job takes it.
 """
 
 from __future__ import annotations
