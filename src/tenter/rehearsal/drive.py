@@ -42,7 +42,7 @@ from tenter.launch.launcher.isolation.faults import kill_rank
 from tenter.launch.launcher.output import create_job_dir
 from tenter.launch.shared.processes import process_identity, stat_fields
 from tenter.rehearsal import commands, store_count
-from tenter.rehearsal.job import RehearsalJob
+from tenter.rehearsal.job import RehearsalJob, pss_bytes
 
 POLL_S = 0.1
 CULPRIT = 1
@@ -67,6 +67,9 @@ class Figures:
     store_polls: dict[str, float] = field(default_factory=dict)
     """Phase name to the agents' polls among its store requests per host (mean)."""
     steady: dict[str, float] = field(default_factory=dict)
+    processes_per_host: float = 0.0
+    """The machine's processes per simulated host at the first step (template, ranks,
+    spares; not the packs): what bounds the size one machine rehearses."""
     result: JobResult | None = None
     hang_report: str = ""
 
@@ -200,6 +203,7 @@ class Rehearsal:
             self.bound_s,
         )
         self.figures.seconds["first_step"] = time.monotonic() - started
+        self.figures.processes_per_host = len(self.job.light_processes()) / self.figures.hosts
         self._count_requests("launch")
 
     def _kill_a_rank(self) -> None:
@@ -238,15 +242,20 @@ class Rehearsal:
         view.poll()
         _ledger_and_stragglers(keeper)
         size0, files0 = _job_dir_usage(self.plan.job_dir)
+        agents0 = self.job.packs_cpu_s()
         cpu0, wall0 = _thread_cpu_s(self._launcher.native_id), time.monotonic()
         time.sleep(STEADY_S)
         cpu1, wall1 = _thread_cpu_s(self._launcher.native_id), time.monotonic()
+        agents1 = self.job.packs_cpu_s()
         size1, files1 = _job_dir_usage(self.plan.job_dir)
         steady = self.figures.steady
         steady["launcher_core"] = (cpu1 - cpu0) / (wall1 - wall0)
         steady["launcher_rss_mb"] = me.memory_info().rss / 2**20
         steady["job_dir_bytes_per_s"] = (size1 - size0) / (wall1 - wall0)
         steady["job_dir_files_per_s"] = (files1 - files0) / (wall1 - wall0)
+        steady["agent_core"] = (agents1 - agents0) / (wall1 - wall0) / self.figures.hosts
+        light = self.job.light_processes()
+        steady["light_pss_mb"] = pss_bytes(light) / max(1, len(light)) / 2**20
         steady["live_view_s"] = _timed(view.poll)
         steady["ledger_stragglers_s"] = _timed(lambda: _ledger_and_stragglers(keeper))
         # Its CPU too: on a machine whose cores the ranks share, most of its wall time is the
