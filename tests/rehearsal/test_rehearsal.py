@@ -22,6 +22,9 @@ def test_rehearsal_at_64_hosts_names_every_fault() -> None:
     # (benchmarks/control_plane_scale.py, docs/scale.md), not this test's.
     print(scale_line(figures))
     assert set(figures.seconds) == {"first_step", "kill", "hang_named"}
+    # A host is its template and its ranks: no spare waits (rehearsal.pack.LightPool), and
+    # the kill's restart still forked every rank again (the events below).
+    assert figures.processes_per_host == PROCS + 1
     job_dir = Path(plan.job_dir)
     summary = json.loads((job_dir / "summary.json").read_text())
     assert summary["state"] == "hang" and summary["exit_code"] != 0

@@ -42,7 +42,7 @@ from tenter.launch.launcher.isolation.faults import kill_rank
 from tenter.launch.launcher.output import create_job_dir
 from tenter.launch.shared.processes import process_identity, stat_fields
 from tenter.rehearsal import commands, store_count
-from tenter.rehearsal.job import RehearsalJob
+from tenter.rehearsal.job import RehearsalJob, pss_bytes
 
 POLL_S = 0.1
 CULPRIT = 1
@@ -69,6 +69,9 @@ class Figures:
     steady: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     """Phase or figure name to why this backend has none of it."""
+    processes_per_host: float = 0.0
+    """The machine's processes per simulated host at the first step (template, ranks,
+    spares; not the packs): what bounds the size one machine rehearses."""
     result: JobResult | None = None
     hang_report: str = ""
 
@@ -207,6 +210,7 @@ class Rehearsal:
             self.bound_s,
         )
         self.figures.seconds["first_step"] = time.monotonic() - started
+        self.figures.processes_per_host = len(self.job.light_processes()) / self.figures.hosts
         self._count_requests("launch")
 
     def _kill_a_rank(self) -> None:
@@ -230,7 +234,14 @@ class Rehearsal:
         assert self._launcher is not None and self._launcher.native_id is not None
         launcher_cpu = functools.partial(_thread_cpu_s, self._launcher.native_id)
         status = functools.partial(tenter_status, self.plan, self.bound_s)
-        self.figures.steady.update(steady_state(self.plan, launcher_cpu, status, self.steady_s))
+        agents0, wall0 = self.job.packs_cpu_s(), time.monotonic()
+        steady = self.figures.steady
+        steady.update(steady_state(self.plan, launcher_cpu, status, self.steady_s))
+        agents1, wall1 = self.job.packs_cpu_s(), time.monotonic()
+        # The agents' CPU over the window and the timed reads after it: they run all along.
+        steady["agent_core"] = (agents1 - agents0) / (wall1 - wall0) / self.figures.hosts
+        light = self.job.light_processes()
+        steady["light_pss_mb"] = pss_bytes(light) / max(1, len(light)) / 2**20
         self._count_requests(STEADY_PHASE)
 
     def _hang(self) -> None:

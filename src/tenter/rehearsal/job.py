@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 from tenter.contract.plan import HostPlan, Plan
 from tenter.jobdir import agent_result, layout
 from tenter.launch.api import python_executable
@@ -101,3 +103,35 @@ class RehearsalJob(LocalJob):
             except subprocess.TimeoutExpired:
                 pack.kill()
                 pack.wait()
+
+    def packs_cpu_s(self) -> float:
+        """The packs' CPU seconds so far: every host's agent (the light ranks are not in it)."""
+        total = 0.0
+        for pack in self.packs:
+            try:
+                times = psutil.Process(pack.pid).cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return total
+
+    def light_processes(self) -> list[psutil.Process]:
+        """The packs' descendants: each host's warm template, its ranks and its spares."""
+        found = []
+        for pack in self.packs:
+            try:
+                found += psutil.Process(pack.pid).children(recursive=True)
+            except psutil.Error:
+                continue
+        return found
+
+
+def pss_bytes(processes: list[psutil.Process]) -> int:
+    """The processes' proportional set size (shared pages counted once in all)."""
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_full_info().pss
+        except psutil.Error:
+            continue  # ended meanwhile
+    return total

@@ -22,6 +22,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from tenter.contract.plan import HostPlan, Plan
 from tenter.contract.torchrun import shared_worker_env
@@ -29,6 +30,7 @@ from tenter.jobdir.agent_result import AgentResult, HostState, write_result
 from tenter.jobdir.control import control_dir
 from tenter.jobdir.layout import spares_tmp_dir
 from tenter.launch.agent.spares import WarmPool
+from tenter.launch.agent.template import ForkedProcess
 from tenter.rehearsal import commands, store_count
 
 logger = logging.getLogger(__name__)
@@ -46,19 +48,32 @@ def lost_marker(host: HostPlan) -> Path:
 
 
 class LightPool(WarmPool):
-    """A host's warm pool (:mod:`tenter.launch.agent.spares`, unchanged in what it does with spares)
-    whose template is ``python -m tenter.rehearsal.rank --warm``: spares that become light
-    ranks. Its template is a fresh process of a few MB, not a fork of the pack as an agent's
-    is: forks of a process that imported torch cost the kernel more (at 64 x 8, 28 s of
-    system CPU against 13 s, the first step 25 s against 13 s). It has nothing to preload."""
+    """A host's warm pool (:mod:`tenter.launch.agent.spares`: its template, handoff and
+    take) whose template is ``python -m tenter.rehearsal.rank --warm``: spares that become
+    light ranks. Its template is a fresh process of a few MB, not a fork of the pack as an
+    agent's is: forks of a process that imported torch cost the kernel more (at 64 x 8, 28 s
+    of system CPU against 13 s, the first step 25 s against 13 s). It has nothing to preload.
+
+    No spare waits: each is forked when a rank is taken (a fork of a few milliseconds, which
+    a real pool makes just after the workers start instead). A host's 8 waiting spares were
+    8 of its 17 processes, which bounded the size a machine can rehearse (pids, memory)."""
 
     def __init__(self, plan: Plan, host: HostPlan, env: dict[str, str]) -> None:
         tmp_dir = spares_tmp_dir(plan.job_dir, host.name)
-        super().__init__(plan.command[0], plan.procs_per_host, env, plan.cwd, tmp_dir, ())
+        super().__init__(plan.command[0], 0, env, plan.cwd, tmp_dir, ())
         self.command = list(plan.command)
 
     def preload(self) -> None:
-        """Nothing to import: the spares forked first are kept."""
+        """Nothing to import."""
+
+    def take(self, *args: Any, **kwargs: Any) -> ForkedProcess | None:
+        """A spare forked now, become the rank (:meth:`WarmPool.take`'s arguments)."""
+        self._size = 1
+        try:
+            self.fill()
+        finally:
+            self._size = 0
+        return super().take(*args, **kwargs)
 
 
 def run_agent(plan: Plan, host: HostPlan, rdzv_port: str, stop: threading.Event) -> None:

@@ -20,6 +20,8 @@ STEADY = {
     "ledger_stragglers_s": ("one ledger and straggler pass (s)", None),
     "status_s": ("tenter status (s)", 1.0),
     "status_cpu_s": ("tenter status's CPU (s)", None),
+    "agent_core": ("an agent's CPU (share of a core, here; in a pack)", None),
+    "light_pss_mb": ("PSS per light process (MB)", None),
 }
 
 
@@ -35,6 +37,8 @@ def rows(figures: Figures, hang_timeout: float) -> list[tuple[str, str, str]]:
     for key, (what, target) in STEADY.items():
         if key in figures.steady:
             out.append((what, f"{figures.steady[key]:.3g}", _target(figures.steady[key], target)))
+    if figures.processes_per_host:
+        out.append(("processes per host here", f"{figures.processes_per_host:.1f}", ""))
     for phase, mean in figures.store_requests.items():
         worst = figures.store_requests_max.get(phase, 0)
         events = figures.event_requests(phase)

@@ -3,9 +3,11 @@ forms a round of this host alone (a dummy of torch's public ``RendezvousHandler`
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from tenter.contract.plan import Plan
 from tenter.contract.planner import make_plan
 from tenter.jobdir.agent_result import AgentResult
 from tenter.jobdir.layout import EVENTS_FILE
+from tenter.launch.agent import host as host_agent
 from tenter.launch.agent import rendezvous
 from tenter.launch.agent.host import AgentState, HostAgent
 from tenter.launch.agent.spec import agent_spec
@@ -156,6 +159,33 @@ def test_run_restarts_without_using_a_restart_if_a_host_waits_to_join(
     assert (result.state, agent.state, handler.rounds) == ("SUCCEEDED", AgentState.SUCCEEDED, 2)
     second = _records(out)["rank-0.algo-1.attempt-1.error.json"]
     assert second["TORCHELASTIC_RESTART_COUNT"] == "0"
+
+
+class JoinsOnThirdAsk(OneHostRendezvous):
+    """A host waits to join from the third time the agent asks; each ask's time is kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked_at: list[float] = []
+
+    def num_nodes_waiting(self) -> int:
+        self.asked_at.append(time.monotonic())
+        return 1 if len(self.asked_at) == 3 else 0
+
+
+def test_a_host_waiting_to_join_is_asked_about_once_per_join_check_and_restarts_the_workers(
+    tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch is asked every JOIN_CHECK_S, not every 0.1 s pass (an idle agent's largest cost),
+    # and a host that comes to wait is still taken in by a new round.
+    monkeypatch.setattr(host_agent, "JOIN_CHECK_S", 0.4)
+    plan = _plan(tmp_path, "import time\nif 'attempt-1' not in out: time.sleep(120)")
+    handler = JoinsOnThirdAsk()
+    _, result = _run(plan, out, handler)
+    assert (result.state, handler.rounds) == ("SUCCEEDED", 2)
+    gaps = [b - a for a, b in itertools.pairwise(handler.asked_at[:3])]
+    assert min(gaps) >= 0.4, gaps
+    assert _records(out)["rank-0.algo-1.attempt-1.error.json"]["TORCHELASTIC_RESTART_COUNT"] == "0"
 
 
 def test_the_first_round_is_the_planned_one_and_a_new_round_torchs(

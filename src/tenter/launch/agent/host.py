@@ -76,8 +76,12 @@ from tenter.launch.shared.console import read_index
 logger = logging.getLogger(__name__)
 
 MONITOR_INTERVAL_S = 0.1
-"""How often the agent checks its workers (and whether a host waits to join): torchrun's
+"""How often the agent checks its workers (and whether another host restarts): torchrun's
 default (`--monitor-interval`)."""
+JOIN_CHECK_S = 1.0
+"""How often it asks torch's rendezvous whether a host waits to join: torch answers from a
+copy of its state it refreshes once a second anyway, a join waits for a whole group restart,
+and the ask on every pass was the largest part of an idle agent's CPU (docs/scale.md)."""
 EXIT_BARRIER_S = 300.0
 """How long a host whose workers all succeeded waits for the other hosts (torchrun's
 ``exit_barrier_timeout``)."""
@@ -133,6 +137,8 @@ class HostAgent:
         self._in_round = spec.restart_in_round
         self._next_ask = 0.0
         """When the store may next be asked whether another host restarts."""
+        self._next_join_check = 0.0
+        """When torch's rendezvous may next be asked whether a host waits to join."""
         self._planned_round = planned_round
         self._stopping = stopping_marker(spec.job_dir, spec.host)
         self._preempting = False
@@ -202,11 +208,19 @@ class HostAgent:
             logger.info("another host restarts its workers; restarting ours")
             self._restart([])
             return None
-        waiting = self.handler.num_nodes_waiting()
-        if waiting > 0:  # membership changes use no restart, as torchrun's
-            logger.info("%d hosts wait to join; restarting the workers", waiting)
+        if self._hosts_waiting():  # membership changes use no restart, as torchrun's
             self._restart_in_new_round()
         return None
+
+    def _hosts_waiting(self) -> bool:
+        """Whether a host waits to join; torch is asked at most once per :data:`JOIN_CHECK_S`."""
+        if time.monotonic() < self._next_join_check:
+            return False
+        self._next_join_check = time.monotonic() + JOIN_CHECK_S
+        waiting = self.handler.num_nodes_waiting()
+        if waiting > 0:
+            logger.info("%d hosts wait to join; restarting the workers", waiting)
+        return waiting > 0
 
     def _restart_asked(self) -> bool:
         """Whether another host started a restart; the store is asked at most once per
