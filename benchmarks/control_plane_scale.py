@@ -7,11 +7,13 @@ agents, light torch-free ranks) at each size, prints each size's table and one l
 same size: N ``TCPStore`` clients of one store in this process connecting and each setting
 and reading one key. Ends with an extrapolation to 4,000 and 16,000 hosts from the serial
 parts (store requests, the launcher's CPU), assuming each host's agent has cores of its own.
+``--backend mpi``: the same light ranks started by Open MPI's mpirun (:mod:`tenter.rehearsal.mpi`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import math
 import os
@@ -20,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tenter.cli.cmd_rehearse import BACKENDS
+from tenter.rehearsal import mpi
 from tenter.rehearsal.drive import Figures, Rehearsal, RehearsalFailed
 from tenter.rehearsal.plan import rehearsal_plan
 from tenter.rehearsal.table import rows, scale_line
@@ -48,9 +52,14 @@ def torch_store_anchor(clients: int) -> float:
     return time.monotonic() - started
 
 
-def measure(hosts: int, procs: int, bound_s: float) -> Figures | None:
-    plan = rehearsal_plan(SPEC, hosts, procs, step_s=0.5, hang_timeout=HANG_TIMEOUT)
+def measure(hosts: int, procs: int, bound_s: float, backend: str) -> Figures | None:
+    plan_of = functools.partial(
+        rehearsal_plan, SPEC, hosts, procs, step_s=0.5, hang_timeout=HANG_TIMEOUT, backend=backend
+    )
+    plan = plan_of()
     try:
+        if backend == "mpi":
+            return mpi.rehearse(plan, plan_of, bound_s)
         return Rehearsal(plan, hosts_per_pack=64, bound_s=bound_s).run()
     except RehearsalFailed as e:
         print(f"hosts={hosts}: {e}")
@@ -58,11 +67,8 @@ def measure(hosts: int, procs: int, bound_s: float) -> Figures | None:
 
 
 def figures_of(f: Figures) -> dict[str, float]:
-    return {
-        **f.seconds,
-        **f.steady,
-        "store_requests_per_host": f.worst_phase_requests(),
-    }
+    counted = {"store_requests_per_host": f.worst_phase_requests()} if f.store_requests else {}
+    return {**f.seconds, **f.steady, **counted}
 
 
 def slope(a: tuple[int, float], b: tuple[int, float]) -> float:
@@ -77,6 +83,9 @@ def main() -> int:
     parser.add_argument("--hosts", default="16,64,256,1024")
     parser.add_argument("--procs-per-host", type=int, default=8)
     parser.add_argument("--bound", type=float, default=180.0)
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default="local", help="whose launcher (tenter rehearse's)"
+    )
     args = parser.parse_args()
     if "TENTER_HOME" in os.environ:
         return run(args)
@@ -88,7 +97,7 @@ def main() -> int:
 def run(args: argparse.Namespace) -> int:
     measured: dict[int, dict[str, float]] = {}
     for hosts in (int(h) for h in args.hosts.split(",")):
-        f = measure(hosts, args.procs_per_host, args.bound)
+        f = measure(hosts, args.procs_per_host, args.bound, args.backend)
         if f is None:
             break
         for what, value, target in rows(f, HANG_TIMEOUT):
@@ -110,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         a, b = sizes[-2], sizes[-1]
         print("extrapolation (each agent on cores of its own; the store and launcher serial):")
         for key in ("store_requests_per_host", "launcher_core", "status_s"):
+            if key not in measured[b]:  # mpi: no agents, no store requests counted
+                continue
             rate = slope((a, measured[a][key]), (b, measured[b][key]))
             for hosts in EXTRAPOLATE:
                 value = measured[b][key] * (hosts / b) ** rate

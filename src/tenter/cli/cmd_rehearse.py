@@ -5,8 +5,11 @@ torch; docs/scale.md says what it proves and what not)."""
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 from typing import Any
+
+BACKENDS = ("local", "mpi")
 
 
 def add_parser(sub: Any) -> None:
@@ -29,6 +32,13 @@ def add_parser(sub: Any) -> None:
         help="min_hosts one fewer than --hosts (through torch's rendezvous): adds a host's loss",
     )
     parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="local: tenter's agents, in packs (default); mpi: Open MPI's mpirun starts every "
+        "rank, no agents (a rank's kill ends the job)",
+    )
+    parser.add_argument(
         "--bound", type=float, default=120.0, help="seconds each phase may take at most (120)"
     )
     parser.set_defaults(func=rehearse)
@@ -39,6 +49,8 @@ def rehearse(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from tenter.errors import TenterError
+    from tenter.launch.backends.mpi.backend import MpiBackend
+    from tenter.rehearsal import mpi
     from tenter.rehearsal.drive import Rehearsal, RehearsalFailed
     from tenter.rehearsal.plan import rehearsal_plan
     from tenter.rehearsal.table import rows, scale_line
@@ -48,14 +60,26 @@ def rehearse(args: argparse.Namespace) -> int:
         if value < 1 or (flag == "--hosts" and value < 2):
             least = 2 if flag == "--hosts" else 1
             raise TenterError(flag, f"{value} is too few", f"give at least {least}")
-    plan = rehearsal_plan(
-        args.spec, args.hosts, args.procs_per_host, args.step_s, args.hang_timeout, args.elastic
-    )
+    if args.backend == "mpi" and args.elastic:
+        raise TenterError(
+            "--elastic",
+            "mpirun's world is fixed: no host's loss to rehearse on mpi",
+            "drop --elastic, or rehearse --backend local",
+        )
+    plan_of = functools.partial(
+        rehearsal_plan, args.spec, args.hosts, args.procs_per_host, args.step_s,
+        args.hang_timeout, args.elastic, args.backend,
+    )  # fmt: skip
+    plan = plan_of()
+    if args.backend == "mpi":
+        MpiBackend().check_ready(plan)  # mpirun on PATH
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"rehearsing {args.hosts} hosts x {args.procs_per_host} ranks: {plan.job_dir}")
-    rehearsal = Rehearsal(plan, args.hosts_per_pack, args.bound)
     try:
-        figures = rehearsal.run()
+        if args.backend == "mpi":
+            figures = mpi.rehearse(plan, plan_of, args.bound)
+        else:
+            figures = Rehearsal(plan, args.hosts_per_pack, args.bound).run()
     except RehearsalFailed as e:
         console.print(f"[bold red]rehearsal failed:[/] {e}")
         return 1

@@ -13,6 +13,9 @@ the live view, ``tenter status``).
 5. one rank SIGSTOPped (the others wait in an all-reduce) → the hang report naming it.
 
 Store requests are counted per host per phase (:mod:`tenter.rehearsal.store_count`).
+
+:class:`Driver` has the phases any backend's launcher goes through; :class:`Rehearsal` is the
+local backend's (the mpi backend's: :mod:`tenter.rehearsal.mpi`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from tenter.jobdir.results import JobResult
 from tenter.launch.diagnosis import hang
 from tenter.launch.launcher.isolation.faults import kill_rank
 from tenter.launch.launcher.output import create_job_dir
+from tenter.launch.launcher.supervisor import Supervisor
 from tenter.launch.shared.processes import process_identity, stat_fields
 from tenter.rehearsal import commands, store_count
 from tenter.rehearsal.job import RehearsalJob
@@ -69,6 +73,11 @@ class Figures:
     steady: dict[str, float] = field(default_factory=dict)
     result: JobResult | None = None
     hang_report: str = ""
+    root_cause: str = ""
+    """The failure report's root cause (rank, host, signal), where a rank's kill ends the job
+    (mpi)."""
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    """A figure of the table to why the backend has none."""
 
     def event_requests(self, phase: str) -> float:
         """Store requests per host (mean) that ``phase``'s event made: its count less the
@@ -138,54 +147,32 @@ def _timed(action: Callable[[], object]) -> float:
     return time.monotonic() - started
 
 
-class Rehearsal:
-    def __init__(
-        self, plan: Plan, hosts_per_pack: int, bound_s: float, steady: bool = True
-    ) -> None:
-        self.plan, self.bound_s = plan, bound_s
+class Driver:
+    """The phases any backend's job goes through: its launcher (``job``, tenter's own) in a
+    thread of this process, driven from this one."""
+
+    def __init__(self, plan: Plan, job: Supervisor, bound_s: float, steady: bool) -> None:
+        self.plan, self.job, self.bound_s = plan, job, bound_s
         self.steady = steady
         """Whether to measure the steady state (phase 4), some seconds at any size."""
-        self.job = RehearsalJob(plan, hosts_per_pack)
         self.figures = Figures(len(plan.hosts), len(plan.hosts) * plan.procs_per_host)
-        self._requests: dict[int, int] = {}
-        self._polls: dict[int, int] = {}
         self._stop = threading.Event()
         self._launcher: threading.Thread | None = None
 
-    def run(self) -> Figures:
-        try:
-            self._launch()
-            self._kill_a_rank()
-            if self.plan.min_hosts < len(self.plan.hosts):  # a fixed membership stops
-                self._lose_a_host()
-            if self.steady:
-                self._steady_state()
-            self._hang()
-        finally:
-            self._stop.set()
-            if self._launcher is not None:
-                self._launcher.join()
-            self.job.end_packs(self.bound_s)
-        return self.figures
-
     def _count_requests(self, phase: str) -> None:
-        ended, packs = time.time(), len(self.job.packs)
-        saved = functools.partial(store_count.saved_since, self.plan.job_dir, packs, ended)
-        _wait("the packs' store counts", saved, self.bound_s)
-        now, polls = store_count.requests_by_host(self.plan.job_dir)
-        deltas = [count - self._requests.get(host, 0) for host, count in now.items()]
-        poll_deltas = [count - self._polls.get(host, 0) for host, count in polls.items()]
-        self._requests, self._polls = now, polls
-        self.figures.store_requests[phase] = sum(deltas) / max(1, len(deltas))
-        self.figures.store_polls[phase] = sum(poll_deltas) / max(1, len(deltas))
-        self.figures.store_requests_max[phase] = max(deltas, default=0)
+        """The store's requests per host in ``phase``: counted where agents make them."""
+
+    def _end_launcher(self) -> None:
+        self._stop.set()
+        if self._launcher is not None:
+            self._launcher.join()
 
     def _launch(self) -> None:
         started = time.monotonic()
         create_job_dir(self.plan)  # as a backend's submit does
         self.job.start()
         handle = JobHandle(
-            "local", self.plan.job_id, self.plan.job_dir, process_identity(os.getpid())
+            self.plan.backend, self.plan.job_id, self.plan.job_dir, process_identity(os.getpid())
         )
         handle.write()
 
@@ -201,31 +188,6 @@ class Rehearsal:
         )
         self.figures.seconds["first_step"] = time.monotonic() - started
         self._count_requests("launch")
-
-    def _kill_a_rank(self) -> None:
-        old = _pids(self.plan)
-        started = time.monotonic()
-        kill_rank(self.plan.job_dir, self.figures.ranks // 2)
-        _wait(
-            "every rank stepping after a rank's kill",
-            _stepping(self.plan, self.figures.ranks, old),
-            self.bound_s,
-        )
-        self.figures.seconds["kill"] = time.monotonic() - started
-        self._count_requests("kill")
-
-    def _lose_a_host(self) -> None:
-        old = _pids(self.plan)
-        started = time.monotonic()
-        commands.lose_host(self.plan.job_dir, self.plan.hosts[-1].name)
-        left = self.figures.ranks - self.plan.procs_per_host
-        _wait(
-            "the other hosts' ranks stepping after a host's loss",
-            _stepping(self.plan, left, old),
-            self.bound_s,
-        )
-        self.figures.seconds["host_lost"] = time.monotonic() - started
-        self._count_requests("host_lost")
 
     def _steady_state(self) -> None:
         from tenter.monitor.live import LiveView
@@ -274,3 +236,66 @@ class Rehearsal:
         self.figures.hang_report = report.read_text()
         assert self._launcher is not None
         self._launcher.join(timeout=self.bound_s)
+
+
+class Rehearsal(Driver):
+    """The local backend's rehearsal: every phase, the agents in packs."""
+
+    def __init__(
+        self, plan: Plan, hosts_per_pack: int, bound_s: float, steady: bool = True
+    ) -> None:
+        self.local = RehearsalJob(plan, hosts_per_pack)
+        super().__init__(plan, self.local, bound_s, steady)
+        self._requests: dict[int, int] = {}
+        self._polls: dict[int, int] = {}
+
+    def run(self) -> Figures:
+        try:
+            self._launch()
+            self._kill_a_rank()
+            if self.plan.min_hosts < len(self.plan.hosts):  # a fixed membership stops
+                self._lose_a_host()
+            if self.steady:
+                self._steady_state()
+            self._hang()
+        finally:
+            self._end_launcher()
+            self.local.end_packs(self.bound_s)
+        return self.figures
+
+    def _count_requests(self, phase: str) -> None:
+        ended, packs = time.time(), len(self.local.packs)
+        saved = functools.partial(store_count.saved_since, self.plan.job_dir, packs, ended)
+        _wait("the packs' store counts", saved, self.bound_s)
+        now, polls = store_count.requests_by_host(self.plan.job_dir)
+        deltas = [count - self._requests.get(host, 0) for host, count in now.items()]
+        poll_deltas = [count - self._polls.get(host, 0) for host, count in polls.items()]
+        self._requests, self._polls = now, polls
+        self.figures.store_requests[phase] = sum(deltas) / max(1, len(deltas))
+        self.figures.store_polls[phase] = sum(poll_deltas) / max(1, len(deltas))
+        self.figures.store_requests_max[phase] = max(deltas, default=0)
+
+    def _kill_a_rank(self) -> None:
+        old = _pids(self.plan)
+        started = time.monotonic()
+        kill_rank(self.plan.job_dir, self.figures.ranks // 2)
+        _wait(
+            "every rank stepping after a rank's kill",
+            _stepping(self.plan, self.figures.ranks, old),
+            self.bound_s,
+        )
+        self.figures.seconds["kill"] = time.monotonic() - started
+        self._count_requests("kill")
+
+    def _lose_a_host(self) -> None:
+        old = _pids(self.plan)
+        started = time.monotonic()
+        commands.lose_host(self.plan.job_dir, self.plan.hosts[-1].name)
+        left = self.figures.ranks - self.plan.procs_per_host
+        _wait(
+            "the other hosts' ranks stepping after a host's loss",
+            _stepping(self.plan, left, old),
+            self.bound_s,
+        )
+        self.figures.seconds["host_lost"] = time.monotonic() - started
+        self._count_requests("host_lost")

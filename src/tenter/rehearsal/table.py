@@ -7,6 +7,7 @@ from tenter.rehearsal.drive import Figures
 TARGETS = {
     "first_step": ("launch -> every rank at its first step", 30.0),
     "kill": ("one rank killed -> every rank stepping again", 5.0),
+    "kill_stopped": ("one rank killed -> the job stopped (mpi: no restart)", None),
     "host_lost": ("one host lost -> the rest stepping again", 5.0),
     "hang_named": ("one rank stopped -> the hang report naming it", None),
 }
@@ -34,6 +35,9 @@ def rows(figures: Figures, hang_timeout: float) -> list[tuple[str, str, str]]:
     for key, (what, target) in STEADY.items():
         if key in figures.steady:
             out.append((what, f"{figures.steady[key]:.3g}", _target(figures.steady[key], target)))
+    if figures.root_cause:
+        out.append(("the failure report", figures.root_cause, "names the killed rank: ok"))
+    out += [(what, "n/a", why) for what, why in figures.not_applicable.items()]
     for phase, mean in figures.store_requests.items():
         worst = figures.store_requests_max.get(phase, 0)
         events = figures.event_requests(phase)
@@ -51,7 +55,7 @@ def _target(value: float, bound: float | None) -> str:
 def scale_line(figures: Figures) -> str:
     nan = float("nan")
     s, steady = figures.seconds, figures.steady
-    per_host = figures.worst_phase_requests()
+    per_host = figures.worst_phase_requests() if figures.store_requests else nan
     return (
         f"scale hosts={figures.hosts} ranks={figures.ranks} "
         f"first_step_s={s.get('first_step', nan):.2f} kill_s={s.get('kill', nan):.2f} "
@@ -61,4 +65,5 @@ def scale_line(figures: Figures) -> str:
         f"launcher_rss_mb={steady.get('launcher_rss_mb', nan):.0f} "
         f"status_s={steady.get('status_s', nan):.2f} "
         f"store_requests_per_host={per_host:.1f}"
+        + (f" kill_stopped_s={s['kill_stopped']:.2f}" if "kill_stopped" in s else "")
     )
