@@ -27,7 +27,7 @@ def test_mpi_rehearsal_names_the_killed_and_the_stopped_rank() -> None:
         plans.append(rehearsal_plan(SPEC, HOSTS, PROCS, 0.25, hang_timeout=2, backend="mpi"))
         return plans[-1]
 
-    figures = mpi.rehearse(new_plan(), new_plan, bound_s=20, steady=False)
+    figures = mpi.rehearse(new_plan(), new_plan, bound_s=60, steady=False)
     assert set(figures.seconds) == {"first_step", "kill_stopped", "hang_named"}
     killed, hung = (Path(p.job_dir) for p in plans)
     assert json.loads((killed / "plan.json").read_text())["launcher"][0] == "mpirun"
