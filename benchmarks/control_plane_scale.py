@@ -14,11 +14,14 @@ parts (store requests, the launcher's CPU), assuming each host's agent has cores
 own, munge; as root, with slurm-wlm and munge installed) and runs ``tenter rehearse --backend
 slurm`` on its login node, as a user there would: one real agent process per node, light
 ranks (:mod:`tenter.rehearsal.slurm`; no torch anchor: the local run has it).
+
+``--backend mpi``: the same light ranks started by Open MPI's mpirun (:mod:`tenter.rehearsal.mpi`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import math
 import os
@@ -27,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tenter.cli.cmd_rehearse import BACKENDS
+from tenter.rehearsal import mpi
 from tenter.rehearsal.drive import Figures, Rehearsal, RehearsalFailed
 from tenter.rehearsal.plan import rehearsal_plan
 from tenter.rehearsal.table import rows, scale_line
@@ -55,9 +60,14 @@ def torch_store_anchor(clients: int) -> float:
     return time.monotonic() - started
 
 
-def measure(hosts: int, procs: int, bound_s: float) -> Figures | None:
-    plan = rehearsal_plan(SPEC, hosts, procs, step_s=0.5, hang_timeout=HANG_TIMEOUT)
+def measure(hosts: int, procs: int, bound_s: float, backend: str) -> Figures | None:
+    plan_of = functools.partial(
+        rehearsal_plan, SPEC, hosts, procs, step_s=0.5, hang_timeout=HANG_TIMEOUT, backend=backend
+    )
+    plan = plan_of()
     try:
+        if backend == "mpi":
+            return mpi.rehearse(plan, plan_of, bound_s)
         return Rehearsal(plan, hosts_per_pack=64, bound_s=bound_s).run()
     except RehearsalFailed as e:
         print(f"hosts={hosts}: {e}")
@@ -93,8 +103,8 @@ def figures_of(f: Figures) -> dict[str, float]:
     return {
         **seconds,
         **f.steady,
-        "processes_per_host": f.processes_per_host,
-        "store_requests_per_host": f.worst_phase_requests(),
+        **({"processes_per_host": f.processes_per_host} if f.processes_per_host else {}),
+        **({"store_requests_per_host": f.worst_phase_requests()} if f.store_requests else {}),
     }
 
 
@@ -110,7 +120,9 @@ def main() -> int:
     parser.add_argument("--hosts", default="16,64,256,1024")
     parser.add_argument("--procs-per-host", type=int, default=8)
     parser.add_argument("--bound", type=float, default=180.0)
-    parser.add_argument("--backend", choices=("local", "slurm"), default="local")
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default="local", help="whose launcher (tenter rehearse's)"
+    )
     args = parser.parse_args()
     if "TENTER_HOME" in os.environ:
         return run(args)
@@ -128,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                 break
             measured[hosts] = on_slurm
             continue
-        f = measure(hosts, args.procs_per_host, args.bound)
+        f = measure(hosts, args.procs_per_host, args.bound, args.backend)
         if f is None:
             break
         for what, value, target in rows(f, HANG_TIMEOUT):

@@ -5,10 +5,16 @@ torch; docs/scale.md says what it proves and what not)."""
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-BACKENDS = ("local", "slurm")
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tenter.rehearsal.drive import Figures
+
+BACKENDS = ("local", "slurm", "mpi")
 """Where a rehearsal runs (any other ``--backend`` is argparse's exit 2)."""
 
 
@@ -38,7 +44,8 @@ def add_parser(sub: Any) -> None:
         choices=BACKENDS,
         default="local",
         help="local: this machine, agents in packs (default); slurm: sbatch to the cluster "
-        "SLURM_CONF names, one real agent per node",
+        "SLURM_CONF names, one real agent per node; mpi: Open MPI's mpirun starts every rank, "
+        "no agents (a rank's kill ends the job)",
     )
     parser.add_argument(
         "--steady-s",
@@ -57,7 +64,9 @@ def rehearse(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from tenter.errors import TenterError
+    from tenter.launch.backends.mpi.backend import MpiBackend
     from tenter.launch.backends.slurm.backend import require_sbatch
+    from tenter.rehearsal import mpi
     from tenter.rehearsal.drive import Rehearsal, RehearsalFailed
     from tenter.rehearsal.plan import rehearsal_plan
     from tenter.rehearsal.slurm import SlurmRehearsal
@@ -70,21 +79,33 @@ def rehearse(args: argparse.Namespace) -> int:
             raise TenterError(flag, f"{value} is too few", f"give at least {least}")
     if args.steady_s < 0:
         raise TenterError("--steady-s", f"{args.steady_s:g} is negative", "give 0 (none) or more")
+    if args.backend == "mpi" and args.elastic:
+        raise TenterError(
+            "--elastic",
+            "mpirun's world is fixed: no host's loss to rehearse on mpi",
+            "drop --elastic, or rehearse --backend local",
+        )
     if args.backend == "slurm":
         require_sbatch("--backend")
-    plan = rehearsal_plan(
-        args.spec, args.hosts, args.procs_per_host, args.step_s, args.hang_timeout, args.elastic,
-        args.backend,
+    plan_of = functools.partial(
+        rehearsal_plan, args.spec, args.hosts, args.procs_per_host, args.step_s,
+        args.hang_timeout, args.elastic, args.backend,
     )  # fmt: skip
+    plan = plan_of()
+    if args.backend == "mpi":
+        MpiBackend().check_ready(plan)  # mpirun on PATH
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"rehearsing {args.hosts} hosts x {args.procs_per_host} ranks: {plan.job_dir}")
-    rehearsal = (
-        SlurmRehearsal(plan, args.bound, args.steady_s)
-        if args.backend == "slurm"
-        else Rehearsal(plan, args.hosts_per_pack, args.bound, args.steady_s > 0, args.steady_s)
-    )
+    steady = args.steady_s > 0
+    run: Callable[[], Figures]
+    if args.backend == "mpi":
+        run = functools.partial(mpi.rehearse, plan, plan_of, args.bound, steady)
+    elif args.backend == "slurm":
+        run = SlurmRehearsal(plan, args.bound, args.steady_s).run
+    else:
+        run = Rehearsal(plan, args.hosts_per_pack, args.bound, steady, args.steady_s).run
     try:
-        figures = rehearsal.run()
+        figures = run()
     except RehearsalFailed as e:
         console.print(f"[bold red]rehearsal failed:[/] {e}")
         return 1

@@ -13,6 +13,10 @@ the live view, ``tenter status``).
 5. one rank SIGSTOPped (the others wait in an all-reduce) → the hang report naming it.
 
 Store requests are counted per host per phase (:mod:`tenter.rehearsal.store_count`).
+
+:class:`Driver` has the phases any backend's launcher goes through; :class:`Rehearsal` is the
+local backend's (the mpi backend's: :mod:`tenter.rehearsal.mpi`; Slurm's, whose launcher is
+``sbatch`` and ``squeue``: :mod:`tenter.rehearsal.slurm`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from tenter.jobdir.results import JobResult
 from tenter.launch.diagnosis import hang
 from tenter.launch.launcher.isolation.faults import kill_rank
 from tenter.launch.launcher.output import create_job_dir
+from tenter.launch.launcher.supervisor import Supervisor
 from tenter.launch.shared.processes import process_identity, stat_fields
 from tenter.rehearsal import commands, store_count
 from tenter.rehearsal.job import RehearsalJob, pss_bytes
@@ -69,6 +74,9 @@ class Figures:
     steady: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     """Phase or figure name to why this backend has none of it."""
+    root_cause: str = ""
+    """The failure report's root cause (rank, host, signal), where a rank's kill ends the job
+    (mpi)."""
     processes_per_host: float = 0.0
     """The machine's processes per simulated host at the first step (template, ranks,
     spares; not the packs): what bounds the size one machine rehearses."""
@@ -143,59 +151,34 @@ def _timed(action: Callable[[], object]) -> float:
     return time.monotonic() - started
 
 
-class Rehearsal:
+class Driver:
+    """The phases any backend's job goes through: its launcher (``job``, tenter's own) in a
+    thread of this process, driven from this one."""
+
     def __init__(
-        self,
-        plan: Plan,
-        hosts_per_pack: int,
-        bound_s: float,
-        steady: bool = True,
-        steady_s: float = STEADY_S,
+        self, plan: Plan, job: Supervisor, bound_s: float, steady: bool, steady_s: float
     ) -> None:
-        self.plan, self.bound_s = plan, bound_s
+        self.plan, self.job, self.bound_s = plan, job, bound_s
         self.steady, self.steady_s = steady, steady_s
         """Whether to measure the steady state (phase 4), and for how long."""
-        self.job = RehearsalJob(plan, hosts_per_pack)
         self.figures = Figures(len(plan.hosts), len(plan.hosts) * plan.procs_per_host)
-        self._requests: dict[int, int] = {}
-        self._polls: dict[int, int] = {}
         self._stop = threading.Event()
         self._launcher: threading.Thread | None = None
 
-    def run(self) -> Figures:
-        try:
-            self._launch()
-            self._kill_a_rank()
-            if self.plan.min_hosts < len(self.plan.hosts):  # a fixed membership stops
-                self._lose_a_host()
-            if self.steady:
-                self._steady_state()
-            self._hang()
-        finally:
-            self._stop.set()
-            if self._launcher is not None:
-                self._launcher.join()
-            self.job.end_packs(self.bound_s)
-        return self.figures
-
     def _count_requests(self, phase: str) -> None:
-        ended, packs = time.time(), len(self.job.packs)
-        saved = functools.partial(store_count.saved_since, self.plan.job_dir, packs, ended)
-        _wait("the packs' store counts", saved, self.bound_s)
-        now, polls = store_count.requests_by_host(self.plan.job_dir)
-        deltas = [count - self._requests.get(host, 0) for host, count in now.items()]
-        poll_deltas = [count - self._polls.get(host, 0) for host, count in polls.items()]
-        self._requests, self._polls = now, polls
-        self.figures.store_requests[phase] = sum(deltas) / max(1, len(deltas))
-        self.figures.store_polls[phase] = sum(poll_deltas) / max(1, len(deltas))
-        self.figures.store_requests_max[phase] = max(deltas, default=0)
+        """The store's requests per host in ``phase``: counted where agents make them."""
+
+    def _end_launcher(self) -> None:
+        self._stop.set()
+        if self._launcher is not None:
+            self._launcher.join()
 
     def _launch(self) -> None:
         started = time.monotonic()
         create_job_dir(self.plan)  # as a backend's submit does
         self.job.start()
         handle = JobHandle(
-            "local", self.plan.job_id, self.plan.job_dir, process_identity(os.getpid())
+            self.plan.backend, self.plan.job_id, self.plan.job_dir, process_identity(os.getpid())
         )
         handle.write()
 
@@ -210,7 +193,73 @@ class Rehearsal:
             self.bound_s,
         )
         self.figures.seconds["first_step"] = time.monotonic() - started
-        self.figures.processes_per_host = len(self.job.light_processes()) / self.figures.hosts
+
+    def _steady_state(self) -> None:
+        assert self._launcher is not None and self._launcher.native_id is not None
+        launcher_cpu = functools.partial(_thread_cpu_s, self._launcher.native_id)
+        status = functools.partial(tenter_status, self.plan, self.bound_s)
+        self.figures.steady.update(steady_state(self.plan, launcher_cpu, status, self.steady_s))
+
+    def _hang(self) -> None:
+        culprit = next(p for p in hang.read_progress(self.plan) if p.rank == CULPRIT)
+        report = Path(self.plan.job_dir) / layout.HANG_REPORT_FILE
+        started = time.monotonic()
+        os.kill(culprit.pid, signal.SIGSTOP)
+        stopped = next(p for p in hang.read_progress(self.plan) if p.pid == culprit.pid)
+        commands.hang(self.plan.job_dir, CULPRIT, stopped.step)
+        bound = (self.plan.hang_timeout or 0) + self.bound_s
+        _wait("the hang report", report.exists, bound)
+        self.figures.seconds["hang_named"] = time.monotonic() - started
+        self.figures.hang_report = report.read_text()
+        assert self._launcher is not None
+        self._launcher.join(timeout=self.bound_s)
+
+
+class Rehearsal(Driver):
+    """The local backend's rehearsal: every phase, the agents in packs."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        hosts_per_pack: int,
+        bound_s: float,
+        steady: bool = True,
+        steady_s: float = STEADY_S,
+    ) -> None:
+        self.local = RehearsalJob(plan, hosts_per_pack)
+        super().__init__(plan, self.local, bound_s, steady, steady_s)
+        self._requests: dict[int, int] = {}
+        self._polls: dict[int, int] = {}
+
+    def run(self) -> Figures:
+        try:
+            self._launch()
+            self._kill_a_rank()
+            if self.plan.min_hosts < len(self.plan.hosts):  # a fixed membership stops
+                self._lose_a_host()
+            if self.steady:
+                self._steady_state()
+            self._hang()
+        finally:
+            self._end_launcher()
+            self.local.end_packs(self.bound_s)
+        return self.figures
+
+    def _count_requests(self, phase: str) -> None:
+        ended, packs = time.time(), len(self.local.packs)
+        saved = functools.partial(store_count.saved_since, self.plan.job_dir, packs, ended)
+        _wait("the packs' store counts", saved, self.bound_s)
+        now, polls = store_count.requests_by_host(self.plan.job_dir)
+        deltas = [count - self._requests.get(host, 0) for host, count in now.items()]
+        poll_deltas = [count - self._polls.get(host, 0) for host, count in polls.items()]
+        self._requests, self._polls = now, polls
+        self.figures.store_requests[phase] = sum(deltas) / max(1, len(deltas))
+        self.figures.store_polls[phase] = sum(poll_deltas) / max(1, len(deltas))
+        self.figures.store_requests_max[phase] = max(deltas, default=0)
+
+    def _launch(self) -> None:
+        super()._launch()
+        self.figures.processes_per_host = len(self.local.light_processes()) / self.figures.hosts
         self._count_requests("launch")
 
     def _kill_a_rank(self) -> None:
@@ -231,32 +280,15 @@ class Rehearsal:
         self._count_requests("host_lost")
 
     def _steady_state(self) -> None:
-        assert self._launcher is not None and self._launcher.native_id is not None
-        launcher_cpu = functools.partial(_thread_cpu_s, self._launcher.native_id)
-        status = functools.partial(tenter_status, self.plan, self.bound_s)
-        agents0, wall0 = self.job.packs_cpu_s(), time.monotonic()
-        steady = self.figures.steady
-        steady.update(steady_state(self.plan, launcher_cpu, status, self.steady_s))
-        agents1, wall1 = self.job.packs_cpu_s(), time.monotonic()
+        agents0, wall0 = self.local.packs_cpu_s(), time.monotonic()
+        super()._steady_state()
+        agents1, wall1 = self.local.packs_cpu_s(), time.monotonic()
         # The agents' CPU over the window and the timed reads after it: they run all along.
+        steady = self.figures.steady
         steady["agent_core"] = (agents1 - agents0) / (wall1 - wall0) / self.figures.hosts
-        light = self.job.light_processes()
+        light = self.local.light_processes()
         steady["light_pss_mb"] = pss_bytes(light) / max(1, len(light)) / 2**20
         self._count_requests(STEADY_PHASE)
-
-    def _hang(self) -> None:
-        culprit = next(p for p in hang.read_progress(self.plan) if p.rank == CULPRIT)
-        report = Path(self.plan.job_dir) / layout.HANG_REPORT_FILE
-        started = time.monotonic()
-        os.kill(culprit.pid, signal.SIGSTOP)
-        stopped = next(p for p in hang.read_progress(self.plan) if p.pid == culprit.pid)
-        commands.hang(self.plan.job_dir, CULPRIT, stopped.step)
-        bound = (self.plan.hang_timeout or 0) + self.bound_s
-        _wait("the hang report", report.exists, bound)
-        self.figures.seconds["hang_named"] = time.monotonic() - started
-        self.figures.hang_report = report.read_text()
-        assert self._launcher is not None
-        self._launcher.join(timeout=self.bound_s)
 
 
 def kill_a_rank(plan: Plan, ranks: int, bound_s: float) -> float:

@@ -7,6 +7,7 @@ from tenter.rehearsal.drive import Figures
 TARGETS = {
     "first_step": ("launch -> every rank at its first step", 30.0),
     "kill": ("one rank killed -> every rank stepping again", 5.0),
+    "kill_stopped": ("one rank killed -> the job stopped (mpi: no restart)", None),
     "host_lost": ("one host lost -> the rest stepping again", 5.0),
     "hang_named": ("one rank stopped -> the hang report naming it", None),
     "finished": ("every rank finishing -> the job's result (slurm)", None),
@@ -39,6 +40,8 @@ def rows(figures: Figures, hang_timeout: float) -> list[tuple[str, str, str]]:
             out.append((what, f"{figures.steady[key]:.3g}", _target(figures.steady[key], target)))
     if figures.processes_per_host:
         out.append(("processes per host here", f"{figures.processes_per_host:.1f}", ""))
+    if figures.root_cause:
+        out.append(("the failure report", figures.root_cause, "names the killed rank: ok"))
     for phase, mean in figures.store_requests.items():
         worst = figures.store_requests_max.get(phase, 0)
         events = figures.event_requests(phase)
@@ -69,4 +72,5 @@ def scale_line(figures: Figures) -> str:
         f"launcher_rss_mb={steady.get('launcher_rss_mb', nan):.0f} "
         f"status_s={steady.get('status_s', nan):.2f} "
         f"store_requests_per_host={per_host:.1f}"
+        + (f" kill_stopped_s={s['kill_stopped']:.2f}" if "kill_stopped" in s else "")
     )

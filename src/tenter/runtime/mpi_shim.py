@@ -17,7 +17,10 @@ real cluster, and only the former is right when several simulated hosts share th
 
 With ``TENTER_RANK_LOGS`` set (the mpi backend), the rank's stdout and stderr go to
 ``logs/rank-N.stdout|.stderr`` and failures to ``rank-N.error.json``, as on every backend,
-listed in ``logs/index.jsonl`` for the console and the failure report.
+listed in ``logs/index.jsonl`` for the console and the failure report; with
+``TENTER_RANK_WATCH`` set too (a job with ``elastic.hang_timeout``), its progress record goes to
+``rank-N.watch`` (``TENTER_WATCH_FILE``, as tenter's agent sets it for each worker), which the
+launcher's hang watch reads.
 
 The rank stops (SIGTERM) when the process that started it (mpirun, or Open MPI's daemon on
 another host) ends, however it ends: mpirun stopped by its launcher's death does not always
@@ -52,6 +55,14 @@ starts mpirun: only a launcher gone or unreachable makes it wait this long."""
 GIVEN_ENV = "TENTER_MPIRUN_ENV"
 """The names of the variables mpirun's ``-x`` gives, which stand over the plan's."""
 LAUNCH_ENV = (PLAN_ENV, GIVEN_ENV, private.TOKEN_ENV)
+RANK_LOGS_ENV = "TENTER_RANK_LOGS"
+"""Where the rank's logs go (the job directory's ``logs``), when the launcher reads them."""
+RANK_WATCH_ENV = "TENTER_RANK_WATCH"
+"""Set (with :data:`RANK_LOGS_ENV`) when the launcher watches for hangs: the rank writes its
+progress record beside its logs."""
+SHIM_ENV = (RANK_LOGS_ENV, RANK_WATCH_ENV)
+"""Instructions to the shim, not part of the worker contract: the worker never sees them, as
+the plan it runs does not name them."""
 
 
 def planned_env(plan: Plan, rank: int) -> dict[str, str]:
@@ -114,9 +125,12 @@ def rank_env(environ: Mapping[str, str]) -> dict[str, str]:
         # Whether the launcher serves the store (mpirun_argv's agent_store) or rank 0 does.
         use_agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
     )
-    logs = environ.get("TENTER_RANK_LOGS")
+    logs = environ.get(RANK_LOGS_ENV)
     if logs:
-        env["TORCHELASTIC_ERROR_FILE"] = layout.error_file(layout.rank_log_stem(logs, rank))
+        stem = layout.rank_log_stem(logs, rank)
+        env["TORCHELASTIC_ERROR_FILE"] = layout.error_file(stem)
+        if environ.get(RANK_WATCH_ENV):
+            env["TENTER_WATCH_FILE"] = layout.watch_file(stem)
     return env
 
 
@@ -148,9 +162,7 @@ def main(argv: list[str]) -> int:
         os.environ.pop(name, None)
     env = rank_env(os.environ)
     os.environ.update(env)
-    # An instruction to the shim, not part of the worker contract: the worker never sees it,
-    # as the plan it runs does not name it.
-    logs = os.environ.pop("TENTER_RANK_LOGS", None)
+    logs, _ = (os.environ.pop(name, None) for name in SHIM_ENV)
     if logs:
         _redirect_output(Path(logs), env)
     # torch writes a failing rank's error there, and fails with a FileNotFoundError in place

@@ -43,6 +43,7 @@ TENTER_OWNED_ENV = {
     "TENTER_HOST_INDEX": "",
     "TENTER_HOST_ADDR": "",
     "TENTER_RANK_LOGS": "",
+    "TENTER_RANK_WATCH": "elastic.hang_timeout in the spec",
     "TENTER_WATCH_FILE": "elastic.hang_timeout in the spec",
 }
 """The variables tenter sets for every process from the spec (a user value would be silently

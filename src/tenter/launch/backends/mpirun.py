@@ -37,7 +37,7 @@ from tenter.contract.fabric import fabric_env
 from tenter.contract.placeholders import MASTER_PORT
 from tenter.contract.plan import Plan
 from tenter.jobdir import layout, private
-from tenter.runtime.mpi_shim import GIVEN_ENV, PLAN_ENV
+from tenter.runtime.mpi_shim import GIVEN_ENV, PLAN_ENV, RANK_LOGS_ENV, RANK_WATCH_ENV
 from tenter.spec import lookup
 from tenter.spec.catalog import InstanceType
 from tenter.spec.mpi_options import MpiOptions
@@ -129,7 +129,8 @@ def mpirun_argv(
     ``hostfile``: passed as ``--hostfile`` (slots come from it; each context still names its
     host). ``agent_store``: the launcher serves ``MASTER_ADDR:MASTER_PORT`` (torch elastic's
     agent store) instead of rank 0. ``rank_logs``: each rank writes ``logs/rank-N.*`` in the
-    job directory (which must be on a shared file system) instead of mpirun's console.
+    job directory (which must be on a shared file system) instead of mpirun's console, and,
+    with a ``hang_timeout``, its progress record for the launcher's hang watch.
     ``plan_source``: where each rank's shim finds its environment (the job directory's
     ``plan.json``, or the ``http://`` address of a server of it), so the command line carries
     only the variables below, not every host's contract (which, naming every host, grows
@@ -155,7 +156,9 @@ def mpirun_argv(
         "TORCHELASTIC_USE_AGENT_STORE": str(agent_store),
     }
     if rank_logs:
-        job_env["TENTER_RANK_LOGS"] = str(layout.logs_dir(plan.job_dir))
+        job_env[RANK_LOGS_ENV] = str(layout.logs_dir(plan.job_dir))
+        if plan.hang_timeout:  # the launcher's hang watch reads the ranks' progress records
+            job_env[RANK_WATCH_ENV] = "1"
     # The user's -x replaces the contract's value as well as tenter's defaults; tenter's
     # defaults with a value are the plan's already.
     given: dict[str, str | None] = {
