@@ -16,7 +16,7 @@ from tenter.cli.parsing import stderr
 from tenter.contract.plan import read_plan
 from tenter.jobdir import layout
 from tenter.spec import JobSpec, Problem, SpecError, load, load_file
-from tenter.spec.load import deep_merge
+from tenter.spec.loading import deep_merge
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 

@@ -14,7 +14,7 @@ from tenter.launch.backends.local.backend import LocalBackend
 from tenter.launch.backends.mpi.backend import MpiBackend
 from tenter.launch.backends.slurm.backend import SlurmBackend
 from tenter.rehearsal.rank import STEP_ENV
-from tenter.spec.load import load_file
+from tenter.spec import load_file
 
 MAX_RESTARTS = 3
 """A rank's kill and a host's loss use one each."""

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tenter.spec.catalog import InstanceType, lookup
     from tenter.spec.errors import Problem, SpecError
     from tenter.spec.job import JobSpec, LogOptions
-    from tenter.spec.load import load, load_file
+    from tenter.spec.loading import load, load_file
     from tenter.spec.validate import processes_per_host
 
 _HOMES = {
@@ -29,8 +29,8 @@ _HOMES = {
     "SpecError": "tenter.spec.errors",
     "JobSpec": "tenter.spec.job",
     "LogOptions": "tenter.spec.job",
-    "load": "tenter.spec.load",
-    "load_file": "tenter.spec.load",
+    "load": "tenter.spec.loading",
+    "load_file": "tenter.spec.loading",
     "processes_per_host": "tenter.spec.validate",
 }
 """Each public name -> the module that defines it."""
