@@ -137,19 +137,26 @@ class ControlRequests:
     def __init__(self, job_dir: str, host: str, host_dir: str) -> None:
         self._job_dir, self._host = job_dir, host
         self._mtime: int | None = None
-        """The control folder's mtime when its requests were last read."""
+        """The control folder's mtime when its requests were last read, twice."""
+        self._seen: int | None = None
+        """Its mtime at the last look."""
         self._relay = RelayAnswers(job_dir, host, host_dir)
         self.hang_stop = False
         """The job's hang watch stops the job (``on_hang: stop``)."""
 
     def take(self, group: WorkerGroup) -> None:
+        self._relay.refresh()
         try:
             mtime = os.stat(control_dir(self._job_dir)).st_mtime_ns
         except OSError:
             return
         if mtime == self._mtime:
             return
-        self._mtime = mtime
+        # A folder's mtime moves by the kernel's clock tick (milliseconds): a second change
+        # within the tick after a look (a request's rename after its temp file) keeps it. So
+        # a change is read twice, at the look that sees it and at the next.
+        self._mtime = mtime if mtime == self._seen else None
+        self._seen = mtime
         self._relay.answer()
         self.hang_stop = hang_stopped_at(self._job_dir) is not None
         for rank in group.ranks():

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +33,8 @@ REQUEST_PREFIX = "hang-"
 STATES_FILE = "hang-states.json"
 UNKNOWN = "unknown"
 """A rank's state before its agent answered."""
+ANSWER_S = 10.0
+"""How long an agent keeps its answer current: longer than the hang report waits (5 s)."""
 
 
 class RankSignals(Protocol):
@@ -91,14 +94,21 @@ class RelayedSignals:
 
 
 class RelayAnswers:
-    """An agent's side of :class:`RelayedSignals`: each request answered once."""
+    """An agent's side of :class:`RelayedSignals`: each request's signal sent once; its
+    answer kept current for :data:`ANSWER_S` (a stopped process shows as stopped only once
+    the kernel delivered the signal; a rank may end while the report waits)."""
 
     def __init__(self, job_dir: str, host: str, host_dir: str) -> None:
         self._job_dir, self._host, self._host_dir = job_dir, host, host_dir
         self._answered: dict[str, str] = {}
         """The id of each request file's request this agent answered."""
+        self._current: tuple[str, list[tuple[int, int]]] = ("", [])
+        """The last request's id and this host's (rank, pid) in it."""
+        self._until = 0.0
+        self._written: dict[str, str] | None = None
 
     def answer(self) -> None:
+        """Take the requests not taken yet (when the control folder changed)."""
         for path in control_dir(self._job_dir).glob(f"{REQUEST_PREFIX}SIG*.json"):
             try:
                 request = json.loads(path.read_bytes())
@@ -107,8 +117,20 @@ class RelayAnswers:
             if self._answered.get(path.name) == request["id"]:
                 continue
             self._answered[path.name] = request["id"]
-            mine = request["ranks"].get(self._host, [])
+            mine = [(int(rank), int(pid)) for rank, pid in request["ranks"].get(self._host, [])]
             signal_pids([pid for _, pid in mine], signal.Signals[path.stem[len(REQUEST_PREFIX) :]])
-            states = {str(rank): process_state(pid) for rank, pid in mine}
-            answer = {"id": request["id"], "states": states}
+            self._current, self._until = (request["id"], mine), time.monotonic() + ANSWER_S
+            self._written = None
+            self.refresh()
+
+    def refresh(self) -> None:
+        """The last request's answer, rewritten if its states changed (every pass of the
+        agent's for :data:`ANSWER_S` after the request; nothing after)."""
+        if time.monotonic() >= self._until:
+            return
+        request_id, mine = self._current
+        states = {str(rank): process_state(pid) for rank, pid in mine}
+        if states != self._written:
+            answer = {"id": request_id, "states": states}
             write_atomic(Path(self._host_dir) / STATES_FILE, json.dumps(answer))
+            self._written = states
