@@ -179,14 +179,14 @@ def test_the_rehearsal_runs_on_the_slurm_nodes(cluster: SlurmNodes) -> None:
     hosts, procs = 2, 2
     done = cluster.tenter(
         "rehearse", str(DIGITS / "job.yaml"), "--backend", "slurm", "--hosts", str(hosts),
-        "--procs-per-host", str(procs), "--hang-timeout", "5", "--bound", "60", "--steady-s", "1",
+        "--procs-per-host", str(procs), "--hang-timeout", "3", "--bound", "60", "--steady-s", "1",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     figures = _scale_figures(done.stdout)
     assert (figures["hosts"], figures["ranks"]) == (hosts, hosts * procs)
     for measured in ("first_step_s", "kill_s", "launcher_core", "status_s", "hang_named_s"):
         assert figures[measured] > 0, done.stdout
-    assert figures["hang_named_s"] <= 5 + 5, done.stdout  # the hang timeout + 5 s, as local
+    assert figures["hang_named_s"] <= 3 + 5, done.stdout  # the hang timeout + 5 s, as local
     for skipped in ("host_lost_s", "store_requests_per_host"):
         assert math.isnan(figures[skipped]), done.stdout
     assert "submitted as Slurm job" in done.stderr

@@ -253,8 +253,9 @@ def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     extra = [f"Slurm job state: {state.name}{state.detail}", *agent_errors]
     if hung_at is not None and code == ExitCode.JOB_FAILED:
         code = ExitCode.HANG
-        report = Path(plan.job_dir) / layout.HANG_REPORT_FILE
-        extra.insert(0, report.read_text().rstrip() if report.exists() else "hang")
+    report = Path(plan.job_dir) / layout.HANG_REPORT_FILE
+    if report.exists():  # its last hang's, whether it stopped the job or restarted its ranks
+        extra.insert(0, report.read_text().rstrip())
     # Slurm's SIGTERM (scancel, a preemption, --signal before the time limit): the agents
     # asked their ranks to stop after a final checkpoint.
     request = control.preemption_request(plan.job_dir)
