@@ -12,6 +12,9 @@
     <job_dir>/control/reply-<id>.json      (:mod:`tenter.launch.launcher.isolation.faults`)
     <job_dir>/control/kill-rank-<N>        ``tenter fault JOB kill --rank N``: the agent running
     <job_dir>/control/killed-rank-<N>      rank N SIGKILLs it, and says which process it was
+    <job_dir>/control/hang-<SIGNAL>.json   a Slurm job's hang watch: signal these ranks' pids
+                                           (:mod:`tenter.launch.diagnosis.rank_signals`)
+    <job_dir>/control/hang-stop            ... and stop the job (``on_hang: stop``): when
 
 Files rather than signals: the launcher of a local job does not signal its workers (they run
 in sessions of their own, under their agents), a file is seen by every simulated host and, on
@@ -39,6 +42,7 @@ FAULT_PREFIX = "fault-"
 KILL_RANK_PREFIX = "kill-rank-"
 KILLED_RANK_PREFIX = "killed-rank-"
 REPLY_PREFIX = "reply-"
+HANG_STOP = "hang-stop"
 
 
 def flight_recorder_dump(stem: str) -> Path:
@@ -88,6 +92,19 @@ def rank_kill_request(job_dir: str | Path, rank: int) -> Path:
 def rank_kill_reply(job_dir: str | Path, rank: int) -> Path:
     """What the agent that killed rank N says: ``{"host": ..., "pid": ...}``."""
     return control_dir(job_dir) / f"{KILLED_RANK_PREFIX}{rank}"
+
+
+def request_hang_stop(job_dir: str | Path) -> None:
+    """A Slurm job's hang watch ends the job: every agent stops its workers and ends."""
+    write_atomic(made_control_dir(job_dir) / HANG_STOP, json.dumps({"time": time.time()}))
+
+
+def hang_stopped_at(job_dir: str | Path) -> float | None:
+    """When :func:`request_hang_stop` asked, or None."""
+    try:
+        return float(json.loads((control_dir(job_dir) / HANG_STOP).read_text())["time"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def request_preemption(job_dir: str | Path, grace_s: float, by: str) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from tenter.jobdir import layout
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.results import JobResult
 from tenter.launch.diagnosis import hang
+from tenter.launch.diagnosis.rank_signals import LocalSignals, RankSignals
 from tenter.launch.launcher.isolation.faults import kill_rank
 from tenter.launch.launcher.output import create_job_dir
 from tenter.launch.launcher.supervisor import Supervisor
@@ -201,16 +202,8 @@ class Driver:
         self.figures.steady.update(steady_state(self.plan, launcher_cpu, status, self.steady_s))
 
     def _hang(self) -> None:
-        culprit = next(p for p in hang.read_progress(self.plan) if p.rank == CULPRIT)
-        report = Path(self.plan.job_dir) / layout.HANG_REPORT_FILE
-        started = time.monotonic()
-        os.kill(culprit.pid, signal.SIGSTOP)
-        stopped = next(p for p in hang.read_progress(self.plan) if p.pid == culprit.pid)
-        commands.hang(self.plan.job_dir, CULPRIT, stopped.step)
-        bound = (self.plan.hang_timeout or 0) + self.bound_s
-        _wait("the hang report", report.exists, bound)
-        self.figures.seconds["hang_named"] = time.monotonic() - started
-        self.figures.hang_report = report.read_text()
+        seconds, report = name_a_hang(self.plan, LocalSignals(), self.bound_s)
+        self.figures.seconds["hang_named"], self.figures.hang_report = seconds, report
         assert self._launcher is not None
         self._launcher.join(timeout=self.bound_s)
 
@@ -289,6 +282,25 @@ class Rehearsal(Driver):
         light = self.local.light_processes()
         steady["light_pss_mb"] = pss_bytes(light) / max(1, len(light)) / 2**20
         self._count_requests(STEADY_PHASE)
+
+
+def name_a_hang(plan: Plan, signals: RankSignals, bound_s: float) -> tuple[float, str]:
+    """Seconds from the culprit's SIGSTOP (``signals``: on this machine, or through its
+    agent) until the hang report is written, the others waiting in the all-reduce after its
+    last step; and the report."""
+    culprit = next(p for p in hang.read_progress(plan) if p.rank == CULPRIT)
+    report = Path(plan.job_dir) / layout.HANG_REPORT_FILE
+    started = time.monotonic()
+    signals.send([culprit], signal.SIGSTOP)
+
+    def stopped() -> bool:
+        return signals.states([culprit])[CULPRIT] in hang.STOPPED
+
+    _wait("the culprit's process stopped", stopped, bound_s)
+    last = next(p for p in hang.read_progress(plan) if p.pid == culprit.pid)
+    commands.hang(plan.job_dir, CULPRIT, last.step)
+    _wait("the hang report", report.exists, (plan.hang_timeout or 0) + bound_s)
+    return time.monotonic() - started, report.read_text()
 
 
 def kill_a_rank(plan: Plan, ranks: int, bound_s: float) -> float:

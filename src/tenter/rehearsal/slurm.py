@@ -5,8 +5,8 @@ followed as ``tenter run`` follows it (the backend's ``wait``, ``squeue`` every 
 thread of this process). Nothing is packed: each node runs tenter's agent process; only the
 ranks are light (:mod:`tenter.rehearsal.rank`, started fresh: an agent warms only tenter's
 bootstrap). This process drives it through the job directory alone, which a Slurm job's
-nodes share with its login node, as a user there would (it signals no rank: they run on the
-nodes).
+nodes share with its login node, as a user there would (it signals no rank itself: they run
+on the nodes; their agents relay its signal, :mod:`tenter.launch.diagnosis.rank_signals`).
 
 1. launch (``sbatch``) → every rank at its first step;
 2. one rank killed (``tenter fault kill --rank``: its agent SIGKILLs it) → every rank
@@ -14,7 +14,9 @@ nodes).
 3. steady state: the launcher (this process's ``wait`` thread and the ``squeue`` calls it
    makes) as a share of a core, the job directory's growth, a live-view refresh, a ledger and
    straggler pass, ``tenter status`` (``squeue`` again);
-4. every rank told to finish → the job's result (Slurm's COMPLETED, through ``wait``).
+4. one rank SIGSTOPped (through its agent) → the hang report naming it (the job's own hang
+   watch, in its first node's agent), which stops the job → its result (HANG, through
+   ``wait``).
 
 What does not apply is in :data:`SKIPPED`, with why.
 """
@@ -28,8 +30,9 @@ import time
 from collections.abc import Callable
 
 from tenter.contract.plan import Plan
+from tenter.errors import ExitCode
 from tenter.launch.backends.slurm.backend import SlurmBackend
-from tenter.rehearsal import commands
+from tenter.launch.diagnosis.rank_signals import RelayedSignals
 from tenter.rehearsal.drive import (
     STEADY_S,
     Figures,
@@ -38,6 +41,7 @@ from tenter.rehearsal.drive import (
     _thread_cpu_s,
     _wait,
     kill_a_rank,
+    name_a_hang,
     steady_state,
     tenter_status,
 )
@@ -46,8 +50,6 @@ FINISHED = "finished"
 SKIPPED = {
     "host_lost": "Slurm ends the job when a node dies (its srun step's --kill-on-bad-exit): "
     "no host goes on without it",
-    "hang_named": "tenter's slurm backend has no hang watch: `tenter run` follows squeue, and "
-    "the hang report is the local and mpi launchers' (it signals the ranks on its machine)",
     "store_requests": "the agents are processes of their own: the count wraps a pack's",
 }
 """The local rehearsal's phases and figures this one has not, and why."""
@@ -69,7 +71,7 @@ class SlurmRehearsal:
             self.figures.seconds["kill"] = kill_a_rank(self.plan, self.figures.ranks, self.bound_s)
             if self.steady_s > 0:
                 self._steady_state()
-            self._finish()
+            self._hang()
         finally:
             self._stop.set()  # scancels a job a failed phase left running, and waits for it
             if self._waiter is not None:
@@ -116,15 +118,18 @@ class SlurmRehearsal:
         figures = steady_state(self.plan, launcher_cpu_s, status, self.steady_s)
         self.figures.steady.update(figures)
 
-    def _finish(self) -> None:
+    def _hang(self) -> None:
+        """The hang report, then the job's end, which it causes (``on_hang: stop``)."""
         assert self._waiter is not None
+        relayed = RelayedSignals(self.plan.job_dir, {h.name: h.dir for h in self.plan.hosts})
+        seconds, report = name_a_hang(self.plan, relayed, self.bound_s)
+        self.figures.seconds["hang_named"], self.figures.hang_report = seconds, report
         started = time.monotonic()
-        commands.finish(self.plan.job_dir)
         self._waiter.join(timeout=self.bound_s)
         if self._waiter.is_alive():
             raise RehearsalFailed(f"the Slurm job did not end within {self.bound_s:g} s")
         result = self.figures.result
-        if result is None or result.exit_code != 0:
+        if result is None or result.exit_code != ExitCode.HANG:
             summary = result.summary if result is not None else "no result"
-            raise RehearsalFailed(f"the Slurm job did not succeed: {summary}")
+            raise RehearsalFailed(f"the Slurm job did not end as a hang: {summary}")
         self.figures.seconds[FINISHED] = time.monotonic() - started

@@ -10,7 +10,7 @@ TARGETS = {
     "kill_stopped": ("one rank killed -> the job stopped (mpi: no restart)", None),
     "host_lost": ("one host lost -> the rest stepping again", 5.0),
     "hang_named": ("one rank stopped -> the hang report naming it", None),
-    "finished": ("every rank finishing -> the job's result (slurm)", None),
+    "finished": ("the hang report -> the job's result (slurm: its stop)", None),
 }
 STEADY = {
     "launcher_core": ("launcher CPU (share of a core)", 0.25),

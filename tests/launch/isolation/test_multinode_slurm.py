@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tenter.errors import ExitCode
 from tenter.launch.launcher.isolation.network import host_addr
 from tests.conftest import REPO, SCRIPTS, job_dirs, job_processes
 from tests.launch.etcd_server import etcd_server
@@ -88,6 +90,50 @@ def test_a_rank_failing_on_the_last_node_is_the_root_cause(cluster: SlurmNodes) 
     _assert_job_gone(cluster, done.job_dir)
 
 
+HANG_TIMEOUT_S = 2
+REPORT_AFTER_VERDICT_S = 2.0
+"""As on the local backend (tests/launch/test_faults.py): the check's period and the ranks'
+stacks, here through their agents (each looks at the control folder every 0.1 s)."""
+END_AFTER_REPORT_S = 4.0
+"""The agents' stop, the srun step's end and the next squeue of ``tenter run``'s wait (0.5 s)."""
+
+
+def test_a_rank_hanging_on_the_last_node_is_named_and_ends_the_job(
+    cluster: SlurmNodes, tmp_path: Path
+) -> None:
+    """The job's hang watch runs in the first node's agent: it reads every node's ranks
+    summary, asks the last node's agent for its rank's stacks, and stops the job."""
+    spec = write_spec(
+        tmp_path,
+        "loop.py",
+        backend="slurm",
+        instance_count=2,
+        processes_per_host=1,
+        environment={"STALL_RANK": "1"},  # rank 1, on node-2, stops stepping at step 5
+        elastic={"hang_timeout": HANG_TIMEOUT_S},
+    )
+    done = cluster.tenter("run", str(spec), timeout=60)
+    assert done.returncode == ExitCode.HANG, done.stdout + done.stderr
+    report = done.job_dir / "hang-report.txt"
+    hang = report.read_text()
+    assert re.search(r"suspect: rank 1 on algo-2 \(pid \d+, \w+\): behind: all_reduce", hang)
+    assert "suspect: rank 0" not in hang
+    # Its stack, which its own node's agent asked for.
+    script = (SCRIPTS / "loop.py").read_text().splitlines()
+    stall_line = script.index("            threading.Event().wait()") + 1
+    assert f'File "{SCRIPTS / "loop.py"}", line {stall_line} in <module>' in hang
+    summary = json.loads((done.job_dir / "summary.json").read_text())
+    assert summary["state"] == "hang" and "suspect: rank 1 on algo-2" in done.stderr
+    # How long before the report the newest progress was (its ranks' "... s ago"), less the
+    # timeout: how late after the verdict's time the report was made.
+    late = min(float(ago) for ago in re.findall(r"([\d.]+) s ago", hang)) - HANG_TIMEOUT_S
+    assert late <= REPORT_AFTER_VERDICT_S, f"{late:.1f} s\n{hang}"
+    reported = report.stat().st_mtime
+    ended = (done.job_dir / "summary.json").stat().st_mtime
+    assert ended - reported <= END_AFTER_REPORT_S, f"{ended - reported:.1f} s"
+    _assert_job_gone(cluster, done.job_dir)
+
+
 def test_cancel_stops_the_job_on_every_node(cluster: SlurmNodes, tenter_home: Path) -> None:
     logs = cancel_when_ready(cluster.tenter, cluster.queue, hosts=2, procs=1)
     assert "[algo-1,0]<stdout>: ready 0" in logs
@@ -127,23 +173,28 @@ def _scale_figures(stdout: str) -> dict[str, float]:
 
 def test_the_rehearsal_runs_on_the_slurm_nodes(cluster: SlurmNodes) -> None:
     """``tenter rehearse --backend slurm`` from the login node: sbatch, one real agent per
-    node, light ranks; a rank's kill restarts every rank; the job then finishes as
-    COMPLETED. The phases Slurm has not are skipped (nan), not faked."""
+    node, light ranks; a rank's kill restarts every rank; a rank stopped (through its agent)
+    is named by the job's hang watch, which ends the job as a hang. The phases Slurm has not
+    are skipped (nan), not faked."""
     hosts, procs = 2, 2
     done = cluster.tenter(
         "rehearse", str(DIGITS / "job.yaml"), "--backend", "slurm", "--hosts", str(hosts),
-        "--procs-per-host", str(procs), "--hang-timeout", "5", "--bound", "60", "--steady-s", "1",
+        "--procs-per-host", str(procs), "--hang-timeout", "3", "--bound", "60", "--steady-s", "1",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     figures = _scale_figures(done.stdout)
     assert (figures["hosts"], figures["ranks"]) == (hosts, hosts * procs)
-    for measured in ("first_step_s", "kill_s", "launcher_core", "status_s"):
+    for measured in ("first_step_s", "kill_s", "launcher_core", "status_s", "hang_named_s"):
         assert figures[measured] > 0, done.stdout
-    for skipped in ("host_lost_s", "hang_named_s", "store_requests_per_host"):
+    assert figures["hang_named_s"] <= 3 + 5, done.stdout  # the hang timeout + 5 s, as local
+    for skipped in ("host_lost_s", "store_requests_per_host"):
         assert math.isnan(figures[skipped]), done.stdout
     assert "submitted as Slurm job" in done.stderr
+    hang = (done.job_dir / "hang-report.txt").read_text()
+    stopped = r"suspect: rank 1 on algo-1 \(pid \d+, stopped\): its process is stopped"
+    assert re.search(stopped, hang), hang
     summary = done.summary
-    assert summary["exit_code"] == 0 and summary["state"] == "succeeded"
+    assert summary["exit_code"] == ExitCode.HANG and summary["state"] == "hang"
     assert (summary["hosts"], summary["procs_per_host"]) == (hosts, procs)
     # The kill: the killed rank's agent restarted its group, and every other host with it.
     events = [json.loads(line) for line in (done.job_dir / "events.jsonl").open()]

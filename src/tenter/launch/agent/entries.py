@@ -1,8 +1,8 @@
 """What the agent starts in a round and what it is asked to kill: each worker of the host as a
 :class:`WorkerEntry` (the plan's command and directory; the environment the agent was started
 with, the round's torchrun variables and the agent's own, composed by
-:func:`tenter.contract.torchrun.worker_env`; this attempt's files), and ``tenter fault JOB
-kill --rank N`` requests (:class:`KillRequests`)."""
+:func:`tenter.contract.torchrun.worker_env`; this attempt's files), and what the job's
+control folder asks of it (:class:`ControlRequests`)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from tenter.contract.torchrun import torchrun_env, worker_env
 from tenter.jobdir import layout
 from tenter.jobdir.agent_result import WorkerFailure
-from tenter.jobdir.control import control_dir, rank_kill_reply, rank_kill_request
+from tenter.jobdir.control import control_dir, hang_stopped_at, rank_kill_reply, rank_kill_request
 from tenter.jobdir.events import EventKind, record_event
 from tenter.jobdir.layout import write_atomic
 from tenter.jobdir.line_files import record_worker_logs
 from tenter.launch.agent.rendezvous import Round
 from tenter.launch.agent.spec import AgentSpec
 from tenter.launch.agent.workers import WorkerEntry, WorkerGroup
+from tenter.launch.diagnosis.rank_signals import RelayAnswers
 
 logger = logging.getLogger(__name__)
 
@@ -126,24 +127,38 @@ def worker_entries(
     return entries
 
 
-class KillRequests:
+class ControlRequests:
     """``tenter fault JOB kill --rank N`` for a rank of this host's: SIGKILL its worker, as a
-    crash would end it (the restart that follows is the job's). One ``stat`` of the control
-    folder per look; its requests are read only when it changed."""
+    crash would end it (the restart that follows is the job's); a Slurm job's hang watch's
+    signals to this host's ranks (:class:`~tenter.launch.diagnosis.rank_signals.RelayAnswers`)
+    and its stop (:attr:`hang_stop`). One ``stat`` of the control folder per look; its
+    requests are read only when it changed."""
 
-    def __init__(self, job_dir: str, host: str) -> None:
+    def __init__(self, job_dir: str, host: str, host_dir: str) -> None:
         self._job_dir, self._host = job_dir, host
         self._mtime: int | None = None
-        """The control folder's mtime when its requests were last read."""
+        """The control folder's mtime when its requests were last read, twice."""
+        self._seen: int | None = None
+        """Its mtime at the last look."""
+        self._relay = RelayAnswers(job_dir, host, host_dir)
+        self.hang_stop = False
+        """The job's hang watch stops the job (``on_hang: stop``)."""
 
     def take(self, group: WorkerGroup) -> None:
+        self._relay.refresh()
         try:
             mtime = os.stat(control_dir(self._job_dir)).st_mtime_ns
         except OSError:
             return
         if mtime == self._mtime:
             return
-        self._mtime = mtime
+        # A folder's mtime moves by the kernel's clock tick (milliseconds): a second change
+        # within the tick after a look (a request's rename after its temp file) keeps it. So
+        # a change is read twice, at the look that sees it and at the next.
+        self._mtime = mtime if mtime == self._seen else None
+        self._seen = mtime
+        self._relay.answer()
+        self.hang_stop = hang_stopped_at(self._job_dir) is not None
         for rank in group.ranks():
             request = rank_kill_request(self._job_dir, rank)
             if request.exists():

@@ -61,7 +61,7 @@ from tenter.jobdir.control import (
 )
 from tenter.launch.agent import in_round, rendezvous
 from tenter.launch.agent.entries import (
-    KillRequests,
+    ControlRequests,
     record_restart,
     record_round,
     record_stopped,
@@ -143,7 +143,7 @@ class HostAgent:
         self._stopping = stopping_marker(spec.job_dir, spec.host)
         self._preempting = False
         """The job is being preempted: the workers got SIGTERM and end by themselves."""
-        self._kill_requests = KillRequests(spec.job_dir, spec.host)
+        self._requests = ControlRequests(spec.job_dir, spec.host, spec.host_dir)
         self._ranks_watch = RanksWatch(spec)
 
     @property
@@ -184,7 +184,10 @@ class HostAgent:
             self.pool.fill_when_due()
         if self._preempting or preemption_requested(self.spec.job_dir):
             return self._preempted()
-        self._kill_requests.take(self.group)
+        self._requests.take(self.group)
+        if self._requests.hang_stop:
+            logger.info("the job hung (its hang report: hang-report.txt); stopping the workers")
+            raise StopSignal(signal.SIGTERM)
         self._ranks_watch.look(self.group)  # before the poll: a failure is told at once
         state, failures = self.group.poll()
         if state is GroupState.SUCCEEDED:

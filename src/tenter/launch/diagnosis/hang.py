@@ -20,10 +20,9 @@ every group restart (from the moment an agent began it).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -177,12 +176,13 @@ def _innermost_frames(stacks: str, count: int = 3) -> list[str]:
     return (own or frames)[:count]
 
 
-def ask_for_stacks(progress: list[RankProgress]) -> list[RankProgress]:
-    """SIGUSR1 to every rank with a stack dump left to answer (not one exiting); those asked."""
+def ask_for_stacks(
+    progress: list[RankProgress], send: Callable[[list[RankProgress], signal.Signals], None]
+) -> list[RankProgress]:
+    """SIGUSR1 (by ``send``: :mod:`tenter.launch.diagnosis.rank_signals`) to every rank with a
+    stack dump left to answer (not one exiting); those asked."""
     asked = [p for p in progress if p.state != EXITING]
-    for p in asked:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p.pid, signal.SIGUSR1)
+    send(asked, signal.SIGUSR1)
     return asked
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tenter.launch.diagnosis import flight_recorder, hang
+from tenter.launch.diagnosis.rank_signals import RankSignals
 
 FLIGHT_RECORDER_WAIT_S = 2.0
 """How much longer than the stacks the report may wait for the ranks' flight recorders."""
@@ -33,10 +34,12 @@ class Replies:
     dumps: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
-def gather(progress: list[hang.RankProgress], job_dir: str) -> Replies:
+def gather(progress: list[hang.RankProgress], job_dir: str, signals: RankSignals) -> Replies:
+    """``signals``: how the ranks' processes are reached (on this machine or through their
+    agents)."""
     since = flight_recorder.request_dumps(job_dir)
-    asked = hang.ask_for_stacks(progress)
-    replies = Replies({p.rank: hang.process_state(p.pid) for p in progress})
+    asked = hang.ask_for_stacks(progress, signals.send)
+    replies = Replies(signals.states(progress))
     complete: set[int] = set()
     deadline = time.monotonic() + hang.STACKS_WAIT_S
     while True:
@@ -53,4 +56,4 @@ def gather(progress: list[hang.RankProgress], job_dir: str) -> Replies:
         if not any(hang.can_answer(replies.states[p.rank]) for p in awaited):
             return replies
         time.sleep(POLL_S)
-        replies.states.update((p.rank, hang.process_state(p.pid)) for p in awaited)
+        replies.states.update(signals.states(awaited))

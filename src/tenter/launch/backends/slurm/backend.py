@@ -25,7 +25,7 @@ from tenter.contract.placeholders import SLURM_NIC, slurm_node
 from tenter.contract.plan import Plan, read_plan
 from tenter.contract.planner import make_plan
 from tenter.errors import BackendRefusedError, ExitCode, MissingToolError
-from tenter.jobdir import control, published
+from tenter.jobdir import control, layout, published
 from tenter.jobdir.handle import JobHandle
 from tenter.jobdir.lookup import tenter_home
 from tenter.jobdir.results import JobResult
@@ -151,9 +151,10 @@ class SlurmBackend:
 
     def status(self, handle: JobHandle) -> JobStatus:
         state = slurm_state(handle.scheduler_id)
-        return JobStatus(
-            state.name in ACTIVE, f"{state.name} (Slurm job {handle.scheduler_id}{state.detail})"
-        )
+        text = f"{state.name} (Slurm job {handle.scheduler_id}{state.detail})"
+        if control.hang_stopped_at(handle.job_dir) is not None:  # a detached job's end
+            text = f"HANG, stopped by its hang watch ({layout.HANG_REPORT_FILE}): Slurm: {text}"
+        return JobStatus(state.name in ACTIVE, text)
 
     def logs(
         self, handle: JobHandle, ranks: list[int] | None, tag: bool, follow: bool
@@ -243,11 +244,18 @@ def slurm_state(slurm_id: str) -> SlurmState:
 def _finish(plan: Plan, state: SlurmState, duration: float) -> JobResult:
     """The job's result from its files (the agents' reports and error files) and Slurm's
     final state; writes summary.json and each host's output/success|failure."""
-    failures, agent_errors, crashed_at_exit = root_cause.collect_failures(plan, None)
+    # The job's hang watch (the first node's: tenter.launch.backends.slurm.node) stopped it.
+    hung_at = control.hang_stopped_at(plan.job_dir)
+    failures, agent_errors, crashed_at_exit = root_cause.collect_failures(plan, hung_at)
     code = 0 if state.name == "COMPLETED" else EXIT_BY_STATE.get(state.name, ExitCode.JOB_FAILED)
     if code == ExitCode.JOB_FAILED and crashed_at_exit and not (failures or agent_errors):
         code = 0  # every rank that "failed" had finished its script
     extra = [f"Slurm job state: {state.name}{state.detail}", *agent_errors]
+    if hung_at is not None and code == ExitCode.JOB_FAILED:
+        code = ExitCode.HANG
+    report = Path(plan.job_dir) / layout.HANG_REPORT_FILE
+    if report.exists():  # its last hang's, whether it stopped the job or restarted its ranks
+        extra.insert(0, report.read_text().rstrip())
     # Slurm's SIGTERM (scancel, a preemption, --signal before the time limit): the agents
     # asked their ranks to stop after a final checkpoint.
     request = control.preemption_request(plan.job_dir)

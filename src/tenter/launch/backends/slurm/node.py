@@ -10,6 +10,16 @@ entry serves the store on a port the kernel picks and publishes it in ``rdzv-por
 directory, which Slurm jobs have on a shared file system anyway (their output paths): that
 is the agent's own doing (:mod:`tenter.launch.agent.job_store`).
 
+A job with a ``hang_timeout``: the first node's entry runs the job's hang watch (the local
+launcher's :class:`~tenter.launch.launcher.watchers.hang.HangWatcher`, in a thread beside its
+agent, so that it works however the job was submitted: ``tenter run --detach`` returns after
+``sbatch``). It reads every host's ranks summary every 0.5 s (one ``stat`` a host); the
+ranks' stacks and states it asks through their agents
+(:class:`~tenter.launch.diagnosis.rank_signals.RelayedSignals`). On a hang it writes the
+report; ``on_hang: stop`` then asks every agent to stop (``control/hang-stop``), which ends
+the srun step and the job (its result: HANG); ``restart`` has the agents SIGKILL the workers,
+and they restart them.
+
 A ``fault_tolerance`` job: the first node also runs torchft's lighthouse (published in
 ``lighthouse-port``), and each node's agent joins its replica group's own rendezvous. A group
 restarts on its own (``elastic.max_restarts``); one whose restarts are spent ends the srun
@@ -33,8 +43,12 @@ from tenter.contract.placeholders import RDZV_PORT, SLURM_NIC, slurm_node
 from tenter.contract.plan import Plan
 from tenter.errors import TenterError
 from tenter.jobdir import layout
+from tenter.jobdir.control import request_hang_stop
+from tenter.jobdir.events import EventFollower, EventKind, is_kind
 from tenter.launch import agent
+from tenter.launch.diagnosis.rank_signals import RelayedSignals
 from tenter.launch.launcher.lighthouse import Lighthouse
+from tenter.launch.launcher.watchers.hang import CHECK_S, HangWatcher
 
 KEEP_ALIVE_S = 0.1
 """How often the first node checks that torchft's lighthouse runs."""
@@ -106,6 +120,8 @@ def node_main(plan_path: str) -> int:
     os.environ.update(plan.host_env(host))
     # The first node's agent serves a c10d rendezvous' store (tenter.launch.agent.job_store).
     lighthouse = _lighthouse(plan, nodes, node_id) if plan.replica_groups else None
+    if node_id == 0 and plan.hang_timeout:
+        threading.Thread(target=_watch_hangs, args=(plan,), daemon=True).start()
     # The agent's template is a fresh process, not a fork of this one: a fork's initial
     # environment (/proc/PID/environ, by which tenter finds a job's processes) would be
     # Slurm's, which names no job; and the lighthouse runs a keep-alive thread here.
@@ -130,6 +146,37 @@ def _lighthouse(plan: Plan, nodes: list[SlurmNode], node_id: int) -> Lighthouse 
         lighthouse.start()
         threading.Thread(target=_keep_alive, args=(lighthouse,), daemon=True).start()
     return lighthouse
+
+
+class _Restarts:
+    """When an agent last began a group restart (0 before any), from the job's events: the
+    restarted ranks' start-up is timed from then (:func:`tenter.launch.diagnosis.hang.
+    summary_verdict`)."""
+
+    def __init__(self, job_dir: str) -> None:
+        self._events = EventFollower(job_dir)
+        self._at = 0.0
+
+    def __call__(self) -> float:
+        for event in self._events.read_new():
+            if is_kind(event, EventKind.RESTART):
+                self._at = max(self._at, float(str(event["time"])))
+        return self._at
+
+
+def _watch_hangs(plan: Plan) -> None:
+    """The job's hang watch, until a hang stops the job (or this process ends)."""
+    dirs = {host.name: host.dir for host in plan.hosts}
+    watcher = HangWatcher(
+        plan,
+        [],  # the report is the job directory's; _finish reads it into the summary
+        _Restarts(plan.job_dir),
+        lambda: list(dirs.values()),
+        RelayedSignals(plan.job_dir, dirs),
+    )
+    while watcher.tick(time.monotonic()) is None:
+        time.sleep(CHECK_S)
+    request_hang_stop(plan.job_dir)
 
 
 def _keep_alive(lighthouse: Lighthouse) -> None:

@@ -9,8 +9,6 @@ record only once the summaries show a hang, to confirm it and write the report."
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +20,7 @@ from tenter.jobdir import layout
 from tenter.jobdir.host_ranks import RanksSummary, SummaryReader
 from tenter.jobdir.results import JobState
 from tenter.launch.diagnosis import flight_recorder, hang, hang_replies
+from tenter.launch.diagnosis.rank_signals import LocalSignals, RankSignals
 from tenter.launch.shared.console import say
 
 CHECK_S = 0.5
@@ -35,11 +34,14 @@ class HangWatcher:
         reports: list[str],
         restarted_at: Callable[[], float],
         host_dirs: Callable[[], Sequence[str]] | None = None,
+        signals: RankSignals | None = None,
     ) -> None:
         """``reports``: where each hang report goes too (the summary's extra lines);
         ``restarted_at``: when an agent last began a group restart (0 before any), from
         which the restarted ranks' start-up is timed as at launch; ``host_dirs``: the
-        directories of the hosts whose agents summarize their ranks (None: no agents)."""
+        directories of the hosts whose agents summarize their ranks (None: no agents);
+        ``signals``: how the ranks' processes are reached (default: on this machine)."""
+        self._signals = signals or LocalSignals()
         self.plan = plan
         self._restarted_at = restarted_at
         self._host_dirs = host_dirs
@@ -80,14 +82,12 @@ class HangWatcher:
 
     def _report(self, progress: list[hang.RankProgress]) -> str:
         """The ranks' stacks and states, then the culprits their flight recorders name."""
-        replies = hang_replies.gather(progress, self.plan.job_dir)
+        replies = hang_replies.gather(progress, self.plan.job_dir, self._signals)
         text = hang.report(progress, replies.stacks, time.time(), replies.states)
         found = flight_recorder.culprits(replies.dumps, {p.rank: p.host for p in progress})
         return "\n".join([text, *found])
 
     def _restart_workers(self) -> None:
         """on_hang: restart. Kill the workers; their agents restart the group (one restart)."""
-        for p in hang.read_progress(self.plan):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
+        self._signals.send(hang.read_progress(self.plan), signal.SIGKILL)
         self._next_check = time.monotonic() + (self.plan.hang_timeout or 0)
