@@ -20,8 +20,7 @@ from tenter.contract.plan import Plan
 from tenter.contract.planner import make_plan
 from tenter.jobdir.agent_result import AgentResult
 from tenter.jobdir.layout import EVENTS_FILE
-from tenter.launch.agent import host as host_agent
-from tenter.launch.agent import rendezvous
+from tenter.launch.agent import peer_looks, rendezvous
 from tenter.launch.agent.host import AgentState, HostAgent
 from tenter.launch.agent.spec import agent_spec
 from tenter.spec import load
@@ -178,7 +177,7 @@ def test_a_host_waiting_to_join_is_asked_about_once_per_join_check_and_restarts_
 ) -> None:
     # torch is asked every JOIN_CHECK_S, not every 0.1 s pass (an idle agent's largest cost),
     # and a host that comes to wait is still taken in by a new round.
-    monkeypatch.setattr(host_agent, "JOIN_CHECK_S", 0.4)
+    monkeypatch.setattr(peer_looks, "JOIN_CHECK_S", 0.4)
     plan = _plan(tmp_path, "import time\nif 'attempt-1' not in out: time.sleep(120)")
     handler = JoinsOnThirdAsk()
     _, result = _run(plan, out, handler)

@@ -67,6 +67,7 @@ from tenter.launch.agent.entries import (
     record_stopped,
     worker_entries,
 )
+from tenter.launch.agent.peer_looks import PeerLooks
 from tenter.launch.agent.ranks_watch import RanksWatch
 from tenter.launch.agent.spares import WarmPool
 from tenter.launch.agent.spec import AgentSpec
@@ -78,10 +79,6 @@ logger = logging.getLogger(__name__)
 MONITOR_INTERVAL_S = 0.1
 """How often the agent checks its workers (and whether another host restarts): torchrun's
 default (`--monitor-interval`)."""
-JOIN_CHECK_S = 1.0
-"""How often it asks torch's rendezvous whether a host waits to join: torch answers from a
-copy of its state it refreshes once a second anyway, a join waits for a whole group restart,
-and the ask on every pass was the largest part of an idle agent's CPU (docs/scale.md)."""
 EXIT_BARRIER_S = 300.0
 """How long a host whose workers all succeeded waits for the other hosts (torchrun's
 ``exit_barrier_timeout``)."""
@@ -134,11 +131,7 @@ class HostAgent:
         self.round: rendezvous.Round | None = None
         self.group = WorkerGroup([])
         self.crashed_at_exit: list[WorkerFailure] = []
-        self._in_round = spec.restart_in_round
-        self._next_ask = 0.0
-        """When the store may next be asked whether another host restarts."""
-        self._next_join_check = 0.0
-        """When torch's rendezvous may next be asked whether a host waits to join."""
+        self._peers = PeerLooks(handler, spec.restart_in_round, MONITOR_INTERVAL_S)
         self._planned_round = planned_round
         self._stopping = stopping_marker(spec.job_dir, spec.host)
         self._preempting = False
@@ -211,29 +204,12 @@ class HostAgent:
             logger.info("another host restarts its workers; restarting ours")
             self._restart([])
             return None
-        if self._hosts_waiting():  # membership changes use no restart, as torchrun's
+        if self._peers.hosts_waiting():  # membership changes use no restart, as torchrun's
             self._restart_in_new_round()
         return None
 
-    def _hosts_waiting(self) -> bool:
-        """Whether a host waits to join; torch is asked at most once per :data:`JOIN_CHECK_S`."""
-        if time.monotonic() < self._next_join_check:
-            return False
-        self._next_join_check = time.monotonic() + JOIN_CHECK_S
-        waiting = self.handler.num_nodes_waiting()
-        if waiting > 0:
-            logger.info("%d hosts wait to join; restarting the workers", waiting)
-        return waiting > 0
-
     def _restart_asked(self) -> bool:
-        """Whether another host started a restart; the store is asked at most once per
-        :func:`~tenter.launch.agent.rendezvous.poll_interval` (every pass below 1,000 hosts)."""
-        if not self._in_round or self.round is None or time.monotonic() < self._next_ask:
-            return False
-        self._next_ask = time.monotonic() + rendezvous.poll_interval(
-            self.round.hosts, MONITOR_INTERVAL_S
-        )
-        return in_round.asked(self.round)
+        return self._peers.restart_asked(self.round)
 
     def _preempted(self) -> AgentResult | None:
         """A preemption: every worker gets SIGTERM at once, as torchrun passes it on (a script
@@ -263,7 +239,7 @@ class HostAgent:
             self.spec.max_restarts,
         )
         self._stop_for_restart(used=True, failures=failures)
-        if self._in_round and self.round is not None:
+        if self.spec.restart_in_round and self.round is not None:
             self.state = AgentState.RENDEZVOUS
             next_round = in_round.restart(
                 self.round,
