@@ -152,6 +152,14 @@ def _timed(action: Callable[[], object]) -> float:
     return time.monotonic() - started
 
 
+def _wall_and_cpu(action: Callable[[], object]) -> tuple[float, float]:
+    """``action``'s wall time and this thread's CPU seconds in it: on cores that the ranks and
+    the launcher's thread share, the wall time is mostly the wait for one."""
+    cpu = time.thread_time()
+    wall = _timed(action)
+    return wall, time.thread_time() - cpu
+
+
 class Driver:
     """The phases any backend's job goes through: its launcher (``job``, tenter's own) in a
     thread of this process, driven from this one."""
@@ -340,9 +348,11 @@ def steady_state(
         "launcher_rss_mb": me.memory_info().rss / 2**20,
         "job_dir_bytes_per_s": (size1 - size0) / (wall1 - wall0),
         "job_dir_files_per_s": (files1 - files0) / (wall1 - wall0),
-        "live_view_s": _timed(view.poll),
-        "ledger_stragglers_s": _timed(lambda: _ledger_and_stragglers(keeper)),
     }
+    steady["live_view_s"], steady["live_view_cpu_s"] = _wall_and_cpu(view.poll)
+    steady["ledger_stragglers_s"], steady["ledger_stragglers_cpu_s"] = _wall_and_cpu(
+        lambda: _ledger_and_stragglers(keeper)
+    )
     # Its CPU too: on a machine whose cores the ranks share, most of its wall time is the
     # wait for one. The only child reaped meanwhile (the packs end with the rehearsal).
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
