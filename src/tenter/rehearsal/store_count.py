@@ -1,9 +1,11 @@
 """Counting the store requests each host's agent makes, in a pack of agents
 (:mod:`tenter.rehearsal.pack`): every public request method of torch's ``Store`` is wrapped
 (:func:`tenter.rehearsal.compat.wrap_store_requests`) to add one to the calling thread's
-host, and its ``check`` requests apart: those are the agents' polls (each monitor pass asks
-whether another host restarts, :func:`tenter.launch.agent.in_round.asked`), whose count grows
-with a phase's length, not with what its event asks of the store. Saved as
+host, and the requests its agent makes while it looks at the other hosts apart
+(:class:`~tenter.launch.agent.peer_looks.PeerLooks`: whether another host restarts, each
+pass; whether a host waits to join, torch's rendezvous state read once a second): those are
+the agents' polls, whose count grows with a phase's length, not with what its event asks of
+the store. Saved as
 ``rehearsal/store-<first host>.json`` in the job directory: host index to requests so far, and
 to polls so far (:func:`requests_by_host` sums the packs')."""
 
@@ -18,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from tenter.jobdir.layout import write_atomic
+from tenter.launch.agent.peer_looks import PeerLooks
 from tenter.rehearsal import compat
 from tenter.rehearsal.commands import FOLDER
 
-POLL = "check"
+LOOKS = ("restart_asked", "hosts_waiting")
+"""The agent's looks at the other hosts (:class:`PeerLooks`): their requests are polls."""
 _counts: Counter[int] = Counter()
 _polls: Counter[int] = Counter()
 _this = threading.local()
@@ -33,22 +37,34 @@ def this_thread_is(host_index: int) -> None:
 
 
 def _counted(method: Callable[..., Any]) -> Callable[..., Any]:
-    polls = method.__name__ == POLL
-
     @functools.wraps(method)
     def counted(*args: Any, **kwargs: Any) -> Any:
         host = getattr(_this, "host", -1)
         _counts[host] += 1
-        if polls:
+        if getattr(_this, "looking", False):
             _polls[host] += 1
         return method(*args, **kwargs)
 
     return counted
 
 
+def _looking(look: Callable[..., bool]) -> Callable[..., bool]:
+    @functools.wraps(look)
+    def looking(*args: Any, **kwargs: Any) -> bool:
+        _this.looking = True
+        try:
+            return look(*args, **kwargs)
+        finally:
+            _this.looking = False
+
+    return looking
+
+
 def install(job_dir: str, first_host: int) -> None:
     global _file
     compat.wrap_store_requests(_counted)
+    for name in LOOKS:  # tenter's own class, in this rehearsal's process only
+        setattr(PeerLooks, name, _looking(getattr(PeerLooks, name)))
     _file = Path(job_dir) / FOLDER / f"store-{first_host}.json"
     _file.parent.mkdir(exist_ok=True)
 
