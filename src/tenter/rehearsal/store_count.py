@@ -1,10 +1,12 @@
 """Counting the store requests each host's agent makes, in a pack of agents
 (:mod:`tenter.rehearsal.pack`): every public request method of torch's ``Store`` is wrapped
 (:func:`tenter.rehearsal.compat.wrap_store_requests`) to add one to the calling thread's
-host, and the requests its agent makes while it looks at the other hosts apart
+host, and its polls apart: the requests its agent makes while it looks at the other hosts
 (:class:`~tenter.launch.agent.peer_looks.PeerLooks`: whether another host restarts, each
-pass; whether a host waits to join, torch's rendezvous state read once a second): those are
-the agents' polls, whose count grows with a phase's length, not with what its event asks of
+pass; whether a host waits to join, torch's rendezvous state read once a second) and every
+``check`` (a look whether a key is set: the agents' are in loops that wait for one, as for
+group rank 0 of the planned round, but the deciding host's one look at the hosts' keys in an
+in-round restart). Their count grows with a phase's length, not with what its event asks of
 the store. Saved as
 ``rehearsal/store-<first host>.json`` in the job directory: host index to requests so far, and
 to polls so far (:func:`requests_by_host` sums the packs')."""
@@ -24,6 +26,7 @@ from tenter.launch.agent.peer_looks import PeerLooks
 from tenter.rehearsal import compat
 from tenter.rehearsal.commands import FOLDER
 
+POLL = "check"
 LOOKS = ("restart_asked", "hosts_waiting")
 """The agent's looks at the other hosts (:class:`PeerLooks`): their requests are polls."""
 _counts: Counter[int] = Counter()
@@ -37,11 +40,13 @@ def this_thread_is(host_index: int) -> None:
 
 
 def _counted(method: Callable[..., Any]) -> Callable[..., Any]:
+    polls = method.__name__ == POLL
+
     @functools.wraps(method)
     def counted(*args: Any, **kwargs: Any) -> Any:
         host = getattr(_this, "host", -1)
         _counts[host] += 1
-        if getattr(_this, "looking", False):
+        if polls or getattr(_this, "looking", False):
             _polls[host] += 1
         return method(*args, **kwargs)
 

@@ -182,14 +182,17 @@ def join_planned(plan: Plan, host: HostPlan, at: str) -> Round:
     store.set(HOST_NAME_KEY.format(group_rank=group_rank), host.name)
     served = serve_workers_store(store, WORKERS_STORE_KEY, host.addr) if group_rank == 0 else None
     deadline = time.monotonic() + plan.join_timeout
-    # Short looks, not one blocking get: a stop signal is handled between two.
+    # Short looks, not one blocking get: a stop signal is handled between two. Spaced with
+    # the hosts: every host looks while group rank 0 starts (at 0.01 s, 16,000 hosts would
+    # ask the store 1.6 million times a second).
+    every = poll_interval(hosts, PLANNED_POLL_S)
     while not store.check([WORKERS_STORE_KEY]):
         if time.monotonic() > deadline:
             raise RendezvousTimeoutError(
                 f"group rank 0 of the round did not start within join_timeout "
                 f"({plan.join_timeout} s)"
             )
-        time.sleep(PLANNED_POLL_S)
+        time.sleep(every)
     master_addr, master_port = workers_store_at(store, WORKERS_STORE_KEY)
     logger.info("joined the planned first round: workers' store at %s:%d", master_addr, master_port)
     return Round(store, group_rank, hosts, master_addr, master_port, served, planned=True)
